@@ -1,0 +1,22 @@
+# One command per task; CI calls these verbatim.
+PY ?= .venv/bin/python
+
+.PHONY: gen gen-check lint test bench
+
+gen:            ## regenerate sandbox/_proto from proto/
+	$(PY) scripts/gen_protos.py
+
+gen-check: gen  ## fail when the generated code differs from what is committed
+	git diff --exit-code -- sandbox/_proto || (echo "sandbox/_proto is stale: run make gen" >&2; exit 1)
+	test -z "$$(git status --porcelain -- sandbox/_proto)" || (echo "sandbox/_proto has untracked files: run make gen" >&2; exit 1)
+
+lint:
+	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts
+	$(PY) -m ruff check sandbox stubs_gen tests bench scripts
+	$(PY) -m mypy
+
+test:
+	$(PY) -m pytest
+
+bench:
+	$(PY) -m bench.stubs

@@ -1,0 +1,19 @@
+"""Sub-commands of `ptc`; each module exposes ``register(subparsers)`` that sets ``handler``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Protocol
+
+
+class Command(Protocol):
+    def register(self, subparsers: argparse._SubParsersAction[Any]) -> None: ...
+
+
+def _load() -> list[Command]:
+    from sandbox.commands import stubs
+
+    return [stubs]
+
+
+COMMANDS: list[Command] = _load()

@@ -1,0 +1,247 @@
+"""Limits, modelled once: names, units, defaults, ceilings, parsing and clamping.
+
+Every limit has one name (used on the command line, in violations and in tenant configs), one
+field in canonical units (milliseconds, bytes, counts; the proto's field names carry the unit),
+and one human unit for reports (times in seconds, sizes in bytes). A field set to ``None`` means
+"inherit": `Limits.resolve` fills it from the server's defaults once, and the resolved value is
+passed unchanged to the broker and the backend.
+
+| name           | field            | default  | enforced by                                         |
+|----------------|------------------|----------|-----------------------------------------------------|
+| wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox         |
+| cpu_time       | cpu_time_ms      | 10 s     | RLIMIT_CPU per process, cgroup cpuacct for the whole |
+| memory         | memory_bytes     | 256 MiB  | cgroup memory limit; RLIMIT_AS per process          |
+| processes      | processes        | 64       | cgroup pids limit                                   |
+| stdout_bytes   | stdout_bytes     | 1 MiB    | host capture; the rest dropped with a marker        |
+| stderr_bytes   | stderr_bytes     | 256 KiB  | host capture; the rest dropped with a marker        |
+| file_size      | file_size_bytes  | 16 MiB   | RLIMIT_FSIZE; size of the private tmpfs             |
+| max_tool_calls | max_tool_calls   | 1000     | broker; further calls raise in the script           |
+| open_files     | open_files       | 256      | RLIMIT_NOFILE                                       |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from sandbox.errors import InvalidLimits
+
+__all__ = [
+    "CEILINGS",
+    "DEFAULTS",
+    "LIMIT_SPECS",
+    "LimitAdjustment",
+    "LimitSpec",
+    "Limits",
+    "ResolvedLimits",
+    "apply_ceilings",
+    "parse_limit_args",
+]
+
+Unit = Literal["s", "bytes", "count"]
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """How one limit is named, stored and shown."""
+
+    name: str
+    field: str
+    unit: Unit
+    scale: int  # canonical units per human unit (1000 ms per s; 1 otherwise)
+    doc: str
+
+    def to_human(self, canonical: int) -> float:
+        return canonical / self.scale if self.scale != 1 else float(canonical)
+
+    def from_human(self, text: str) -> int:
+        """Parses a human value (seconds or bytes, with optional k/m/g suffix for sizes)."""
+        raw = text.strip().lower()
+        multiplier = 1
+        if self.unit == "bytes" and raw and raw[-1] in "kmg":
+            multiplier = {"k": 1024, "m": 1024**2, "g": 1024**3}[raw[-1]]
+            raw = raw[:-1]
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidLimits(
+                f"limit {self.name}: {text!r} is not a number ({self.unit})"
+            ) from None
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidLimits(f"limit {self.name}: {text!r} must be a positive number")
+        canonical = value * multiplier * self.scale
+        if self.unit != "s" and canonical != int(canonical):
+            raise InvalidLimits(f"limit {self.name}: {text!r} must be a whole number")
+        return max(1, int(canonical))
+
+
+LIMIT_SPECS: tuple[LimitSpec, ...] = (
+    LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script"),
+    LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together"),
+    LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox"),
+    LimitSpec("processes", "processes", "count", 1, "processes and threads at once"),
+    LimitSpec("stdout_bytes", "stdout_bytes", "bytes", 1, "captured standard output"),
+    LimitSpec("stderr_bytes", "stderr_bytes", "bytes", 1, "captured standard error"),
+    LimitSpec("file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp"),
+    LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
+    LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process"),
+)
+SPEC_BY_NAME: dict[str, LimitSpec] = {spec.name: spec for spec in LIMIT_SPECS}
+SPEC_BY_FIELD: dict[str, LimitSpec] = {spec.field: spec for spec in LIMIT_SPECS}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Requested limits; ``None`` means inherit the default."""
+
+    wall_time_ms: int | None = None
+    cpu_time_ms: int | None = None
+    memory_bytes: int | None = None
+    processes: int | None = None
+    stdout_bytes: int | None = None
+    stderr_bytes: int | None = None
+    file_size_bytes: int | None = None
+    max_tool_calls: int | None = None
+    open_files: int | None = None
+
+    def resolve(self, defaults: ResolvedLimits) -> ResolvedLimits:
+        """Fills every unset field from ``defaults``."""
+        values = {
+            spec.field: (
+                getattr(self, spec.field)
+                if getattr(self, spec.field) is not None
+                else getattr(defaults, spec.field)
+            )
+            for spec in LIMIT_SPECS
+        }
+        return ResolvedLimits(**values)
+
+    def merged(self, other: Limits) -> Limits:
+        """``other``'s set fields over this one's."""
+        changes = {
+            spec.field: getattr(other, spec.field)
+            for spec in LIMIT_SPECS
+            if getattr(other, spec.field) is not None
+        }
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object], where: str = "limits") -> Limits:
+        """Builds limits from ``{name or field: canonical int}``, naming bad keys."""
+        fields: dict[str, int] = {}
+        for key, value in values.items():
+            spec = SPEC_BY_NAME.get(key) or SPEC_BY_FIELD.get(key)
+            if spec is None:
+                known = ", ".join(s.name for s in LIMIT_SPECS)
+                raise InvalidLimits(f"{where}.{key}: unknown limit (known: {known})")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {value!r}")
+            fields[spec.field] = value
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class ResolvedLimits:
+    """Effective limits of one execution: every field set, in canonical units."""
+
+    wall_time_ms: int
+    cpu_time_ms: int
+    memory_bytes: int
+    processes: int
+    stdout_bytes: int
+    stderr_bytes: int
+    file_size_bytes: int
+    max_tool_calls: int
+    open_files: int
+
+    def value(self, name: str) -> int:
+        value: int = getattr(self, SPEC_BY_NAME[name].field)
+        return value
+
+    def human(self, name: str) -> float:
+        """The limit's value in its report unit (seconds for times)."""
+        return SPEC_BY_NAME[name].to_human(self.value(name))
+
+    def as_limits(self) -> Limits:
+        return Limits(**dataclasses.asdict(self))
+
+    def to_json(self) -> dict[str, float]:
+        return {spec.name: self.human(spec.name) for spec in LIMIT_SPECS}
+
+
+DEFAULTS = ResolvedLimits(
+    wall_time_ms=10_000,
+    cpu_time_ms=10_000,
+    memory_bytes=256 * 1024**2,
+    processes=64,
+    stdout_bytes=1024**2,
+    stderr_bytes=256 * 1024,
+    file_size_bytes=16 * 1024**2,
+    max_tool_calls=1000,
+    open_files=256,
+)
+
+CEILINGS = ResolvedLimits(
+    wall_time_ms=600_000,
+    cpu_time_ms=600_000,
+    memory_bytes=8 * 1024**3,
+    processes=1024,
+    stdout_bytes=64 * 1024**2,
+    stderr_bytes=64 * 1024**2,
+    file_size_bytes=4 * 1024**3,
+    max_tool_calls=1_000_000,
+    open_files=4096,
+)
+
+
+@dataclass(frozen=True)
+class LimitAdjustment:
+    """A requested limit that a ceiling lowered."""
+
+    limit: str
+    requested: float
+    applied: float
+    action: str = "clamped"
+
+
+def apply_ceilings(
+    requested: Limits,
+    defaults: ResolvedLimits,
+    ceilings: ResolvedLimits,
+    policy: Literal["clamp", "refuse"] = "clamp",
+) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
+    """Effective limits = request (or default) capped by ceilings, once, for the whole run."""
+    resolved = requested.resolve(defaults)
+    adjustments: list[LimitAdjustment] = []
+    changes: dict[str, int] = {}
+    for spec in LIMIT_SPECS:
+        value = resolved.value(spec.name)
+        ceiling = ceilings.value(spec.name)
+        if value <= ceiling:
+            continue
+        if policy == "refuse":
+            raise InvalidLimits(
+                f"limits.{spec.name}: {spec.to_human(value):g} {spec.unit} is above the "
+                f"ceiling of {spec.to_human(ceiling):g} {spec.unit}"
+            )
+        changes[spec.field] = ceiling
+        adjustments.append(
+            LimitAdjustment(spec.name, spec.to_human(value), spec.to_human(ceiling))
+        )
+    return dataclasses.replace(resolved, **changes), adjustments
+
+
+def parse_limit_args(args: Iterable[str]) -> Limits:
+    """Parses ``NAME=VALUE`` pairs (times in seconds, sizes in bytes) as on the command line."""
+    fields: dict[str, int] = {}
+    for arg in args:
+        name, sep, text = arg.partition("=")
+        spec = SPEC_BY_NAME.get(name.strip())
+        if not sep or spec is None:
+            known = ", ".join(s.name for s in LIMIT_SPECS)
+            raise InvalidLimits(f"--limit {arg!r}: expected NAME=VALUE with NAME one of {known}")
+        fields[spec.field] = spec.from_human(text)
+    return Limits(**fields)

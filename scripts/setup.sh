@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian/Ubuntu machine: system packages, the virtualenv, the
+# package itself. `--dev` adds what the tests, lint and benchmarks need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+[ -x /usr/bin/python3 ] || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.ptc-installed-$dev-$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  if [ $dev -eq 1 ]; then
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    # BFCL's data files only; its own dependencies pull in torch.
+    .venv/bin/python -m pip install -q --no-deps bfcl-eval==2026.3.23
+  else
+    .venv/bin/python -m pip install -q -e .
+  fi
+  touch "$stamp"
+fi
