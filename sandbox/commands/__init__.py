@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import stubs
+    from sandbox.commands import run, stubs
 
-    return [stubs]
+    return [run, stubs]
 
 
 COMMANDS: list[Command] = _load()

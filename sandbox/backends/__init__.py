@@ -1,0 +1,1 @@
+"""Execution backends: each takes one job and returns its outcome behind one small interface."""

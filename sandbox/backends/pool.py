@@ -1,0 +1,108 @@
+"""A warm pool of single-use sandboxes, so that starting one is off the request path.
+
+The pool keeps `size` sandboxes started and ready; taking one triggers a refill in the
+background. A sandbox leaves the pool exactly once and is never returned to it. Starts run at
+most `max_starting` at a time so that a burst of demand does not starve running scripts of CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["WarmPool"]
+
+H = TypeVar("H")
+log = logging.getLogger(__name__)
+
+
+class WarmPool(Generic[H]):
+    def __init__(
+        self,
+        factory: Callable[[], Awaitable[H]],
+        dispose: Callable[[H], Awaitable[None]],
+        alive: Callable[[H], bool],
+        size: int,
+        max_starting: int = 2,
+    ) -> None:
+        self._factory = factory
+        self._dispose = dispose
+        self._alive = alive
+        self.size = size
+        self._idle: deque[H] = deque()
+        self._starting = 0
+        self._start_slots = asyncio.Semaphore(max_starting)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.started_total = 0
+        self.failed_starts = 0
+        self.last_error: BaseException | None = None
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    def _refill(self) -> None:
+        while not self._closed and len(self._idle) + self._starting < self.size:
+            self._starting += 1
+            task = asyncio.create_task(self._start_one())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self) -> None:
+        try:
+            handle = await self._create()
+        except Exception as exc:
+            self.failed_starts += 1
+            self.last_error = exc
+            log.warning("warm pool: a sandbox failed to start: %s", exc)
+            await asyncio.sleep(min(5.0, 0.1 * self.failed_starts))
+            return
+        finally:
+            self._starting -= 1
+        if self._closed:
+            await self._dispose(handle)
+            return
+        self._idle.append(handle)
+        self.failed_starts = 0
+
+    async def _create(self) -> H:
+        async with self._start_slots:
+            handle = await self._factory()
+            self.started_total += 1
+            return handle
+
+    def start(self) -> None:
+        self._refill()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Waits until the pool is full (for benchmarks and tests)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self._idle) < self.size and loop.time() < deadline:
+            self._refill()
+            await asyncio.sleep(0.01)
+
+    async def acquire(self) -> H:
+        """A ready sandbox; started on demand when none is idle."""
+        while self._idle:
+            handle = self._idle.popleft()
+            if self._alive(handle):
+                self._refill()
+                return handle
+            await self._dispose(handle)
+        self._refill()
+        return await self._create()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._idle:
+            await self._dispose(self._idle.popleft())

@@ -1,0 +1,1 @@
+"""The process backend: bubblewrap sandboxes on the host, limited by rlimits and cgroups."""

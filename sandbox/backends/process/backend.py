@@ -1,0 +1,136 @@
+"""The process backend: bubblewrap sandboxes from a warm pool, limited by rlimits and cgroups.
+
+At start it checks what this host can enforce (bwrap and user namespaces, cgroups) and fails
+closed: without cgroups it refuses to start unless configured with `allow_degraded`, and every
+result names the isolation layers that were in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox.backends.base import SandboxHandle
+from sandbox.backends.pool import WarmPool
+from sandbox.backends.process.bwrap import probe_bwrap
+from sandbox.backends.process.cgroups import CgroupManager
+from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
+from sandbox.errors import Unavailable
+from sandbox.guest import GUEST_DIR, GUEST_FILES
+from sandbox.limits import DEFAULTS, ResolvedLimits
+
+__all__ = ["ProcessBackend", "ProcessBackendConfig", "default_guest_python"]
+
+NOBODY = 65534
+
+
+def default_guest_python() -> str:
+    """Debian's interpreter when present: readable by any uid, and a faster PGO build."""
+    for candidate in ("/usr/bin/python3",):
+        if os.access(candidate, os.X_OK):
+            return os.path.realpath(candidate)
+    return os.path.realpath(sys.executable)
+
+
+@dataclass(frozen=True)
+class ProcessBackendConfig:
+    python: str | None = None
+    pool_size: int = 2
+    uid: int = NOBODY
+    gid: int = NOBODY
+    tmp_bytes: int = DEFAULTS.file_size_bytes
+    allow_degraded: bool = False
+
+
+class ProcessBackend:
+    name = "process"
+
+    def __init__(self, config: ProcessBackendConfig | None = None) -> None:
+        self.config = config or ProcessBackendConfig()
+        self.python = self.config.python or default_guest_python()
+        self.cgroups: CgroupManager | None = None
+        self._runtime_dir: Path | None = None
+        self._pool: WarmPool[ProcessSandbox] | None = None
+        self._names = itertools.count(1)
+        self._isolation: list[str] = []
+
+    async def start(self) -> None:
+        reason = await asyncio.to_thread(
+            probe_bwrap, self.python, self.config.uid, self.config.gid
+        )
+        if reason is not None:
+            raise Unavailable(f"process backend unavailable: {reason}")
+        self.cgroups = CgroupManager.detect()
+        if self.cgroups is None:
+            why = CgroupManager.unavailable_reason() or "unknown reason"
+            if not self.config.allow_degraded:
+                raise Unavailable(
+                    "process backend refuses to run without cgroup limits "
+                    f"({why}); configure allow_degraded to run with rlimits only"
+                )
+        else:
+            self.cgroups.cleanup_stale()
+        self._runtime_dir = self._make_runtime_dir()
+        self._pool = WarmPool(
+            factory=lambda: self._spawn(self.config.tmp_bytes),
+            dispose=lambda h: h.dispose(),
+            alive=lambda h: h.proc.returncode is None,
+            size=self.config.pool_size,
+        )
+        self._pool.start()
+
+    @staticmethod
+    def _make_runtime_dir() -> Path:
+        """Copies the guest files where the unprivileged sandbox uid can read them."""
+        path = Path(tempfile.mkdtemp(prefix="ptc-runtime-"))
+        path.chmod(0o755)
+        for name in GUEST_FILES:
+            target = path / name
+            shutil.copyfile(GUEST_DIR / name, target)
+            target.chmod(0o644)
+        return path
+
+    async def _spawn(self, tmp_bytes: int) -> ProcessSandbox:
+        assert self._runtime_dir is not None
+        settings = SpawnSettings(
+            python=self.python,
+            runtime_dir=self._runtime_dir,
+            tmp_bytes=tmp_bytes,
+            uid=self.config.uid,
+            gid=self.config.gid,
+        )
+        name = f"sb{next(self._names)}"
+        sandbox = await spawn_sandbox(settings, self.cgroups, name)
+        if not self._isolation:
+            self._isolation = list(sandbox.isolation)
+        return sandbox
+
+    @property
+    def pool(self) -> WarmPool[ProcessSandbox]:
+        if self._pool is None:
+            raise Unavailable("the process backend is not started")
+        return self._pool
+
+    async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
+        if limits.file_size_bytes == self.config.tmp_bytes:
+            return await self.pool.acquire()
+        # The private tmp is sized when the sandbox starts: other sizes start on demand.
+        return await self._spawn(limits.file_size_bytes)
+
+    def isolation(self) -> list[str]:
+        return list(self._isolation)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._runtime_dir = None

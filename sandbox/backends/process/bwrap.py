@@ -1,0 +1,131 @@
+"""The bubblewrap command line of one process sandbox, and the host checks it depends on.
+
+bubblewrap is Debian's small, audited namespace launcher (the one Flatpak uses). We use it
+rather than calling unshare(2)/mount(2) ourselves because it sets up the user, pid, network,
+ipc, uts, mount and cgroup namespaces, a minimal /dev and /proc, a fresh root made only of the
+mounts we name, and drops every capability, in one exec, with years of hardening behind it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BwrapOptions", "bwrap_argv", "bwrap_path", "probe_bwrap"]
+
+# Layers every process sandbox has when bwrap starts at all.
+NAMESPACE_LAYERS = [
+    "userns",
+    "pidns",
+    "netns:empty",
+    "ipcns",
+    "utsns",
+    "mntns",
+    "cgroupns",
+    "no_nested_userns",
+    "caps:none",
+    "fs:readonly-runtime",
+    "env:clear",
+    "stdin:empty",
+]
+
+
+@dataclass(frozen=True)
+class BwrapOptions:
+    python: str  # the guest interpreter, by its real path
+    runtime_dir: Path  # holds bootstrap.py and _ptc_runtime.py; mounted read-only at /ptc
+    tmp_bytes: int  # size of the private tmpfs at /tmp
+    uid: int  # uid and gid inside the sandbox (the host uid is the caller's)
+    gid: int
+    info_fd: int
+    block_fd: int
+    channel_fd: int
+
+
+@functools.cache
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _python_mounts(python: str) -> list[str]:
+    """The interpreter must be visible inside; /usr is always mounted."""
+    prefix = Path(python).resolve().parent.parent
+    if prefix == Path("/usr") or Path("/usr") in prefix.parents:
+        return []
+    return ["--ro-bind", str(prefix), str(prefix)]
+
+
+def bwrap_argv(options: BwrapOptions) -> list[str]:
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError("bwrap (Debian package bubblewrap) is not installed")
+    argv = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--uid", str(options.uid),
+        "--gid", str(options.gid),
+        "--hostname", "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--clearenv",
+        "--setenv", "PATH", "/usr/bin:/bin",
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        "--ro-bind", "/usr", "/usr",
+        "--symlink", "usr/lib", "/lib",
+        "--symlink", "usr/lib64", "/lib64",
+        "--symlink", "usr/bin", "/bin",
+        "--symlink", "usr/sbin", "/sbin",
+        *_python_mounts(options.python),
+        "--ro-bind", str(options.runtime_dir), "/ptc",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", str(options.tmp_bytes),
+        "--tmpfs", "/tmp",
+        "--chdir", "/tmp",
+        "--remount-ro", "/",
+        "--info-fd", str(options.info_fd),
+        "--block-fd", str(options.block_fd),
+        "--",
+        options.python, "-I", "-S", "-B", "-X", "utf8",
+        "/ptc/bootstrap.py", str(options.channel_fd),
+    ]  # fmt: skip
+    return argv
+
+
+@functools.cache
+def probe_bwrap(python: str, uid: int, gid: int) -> str | None:
+    """Starts one trivial sandbox; returns None when it works, else the reason it does not."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        return "bwrap is not installed (Debian package bubblewrap)"
+    if not os.access(python, os.X_OK):
+        return f"the guest interpreter {python} is not executable"
+    argv = [
+        bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+        "--symlink", "usr/lib64", "/lib64", *_python_mounts(python),
+        "--proc", "/proc", "--dev", "/dev", "--", python, "-I", "-S", "-c", "pass",
+    ]  # fmt: skip
+    kwargs: dict[str, object] = {}
+    if os.getuid() == 0:
+        kwargs = {"user": uid, "group": gid, "extra_groups": []}
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=20, check=False, **kwargs)  # type: ignore[call-overload]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap failed to start: {exc}"
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip()
+        return f"bwrap cannot create namespaces here: {message}"
+    return None

@@ -1,0 +1,280 @@
+"""Drives one sandbox through one job, the same way for every backend.
+
+Sends the job, serves the tool channel through the broker, drains stdout and stderr into capped
+buffers, and enforces the host-side limits: the wall-time deadline and the whole-sandbox CPU
+budget (polled from the cgroup, since RLIMIT_CPU is per process). On any kill the whole sandbox
+goes: the backend's `kill` takes every process, not just the first one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import time
+from typing import Any
+
+from sandbox.backends.base import Job, Outcome, SandboxHandle
+from sandbox.broker import Broker
+from sandbox.capture import CappedOutput, OutputCallback, pump
+from sandbox.protocol import (
+    GuestCall,
+    GuestEnd,
+    ProtocolViolation,
+    encode_frame,
+    parse_guest_message,
+    read_frame,
+)
+from sandbox.result import Violation
+
+__all__ = ["run_session"]
+
+CPU_POLL_S = 0.05
+DRAIN_GRACE_S = 1.0
+FRAME_OVERHEAD = 4096
+
+
+def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
+    limits = job.limits
+    cpu_s = math.ceil(limits.cpu_time_ms / 1000)
+    rlimits = {
+        # The cgroup watchdog is exact for the whole sandbox; RLIMIT_CPU is the per-process
+        # backstop, one second looser so that the precise check trips first.
+        "cpu_s": cpu_s + 1 if handle.has_cgroup_cpu else cpu_s,
+        "as_bytes": limits.memory_bytes,
+        "fsize_bytes": limits.file_size_bytes,
+        "nofile": limits.open_files,
+        "core_bytes": 0,
+    }
+    if not handle.has_cgroup_pids:
+        rlimits["nproc"] = limits.processes
+    return {
+        "t": "job",
+        "script": job.script,
+        "stubs": job.stubs,
+        "rlimits": rlimits,
+        "max_call_bytes": job.max_call_bytes,
+    }
+
+
+class _Session:
+    def __init__(
+        self,
+        handle: SandboxHandle,
+        job: Job,
+        broker: Broker,
+        on_output: OutputCallback | None,
+        cancel: asyncio.Event,
+    ) -> None:
+        self.handle = handle
+        self.job = job
+        self.broker = broker
+        self.on_output = on_output
+        self.cancel = cancel
+        self.stdout = CappedOutput("stdout", job.limits.stdout_bytes)
+        self.stderr = CappedOutput("stderr", job.limits.stderr_bytes)
+        self.violations: list[Violation] = []
+        self.end: GuestEnd | None = None
+        self.protocol_error: str | None = None
+        self.killed_for: str | None = None
+        self.cancelled = False
+        self._write_lock = asyncio.Lock()
+        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._kill_done = asyncio.Event()
+
+    async def kill(self, reason: str) -> None:
+        if self.killed_for is None:
+            self.killed_for = reason
+            await self.handle.kill()
+            self._kill_done.set()
+
+    async def reply(self, call: GuestCall) -> None:
+        reply = await self.broker.handle(call)
+        async with self._write_lock:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                self.handle.channel_writer.write(encode_frame(reply))
+                await self.handle.channel_writer.drain()
+
+    async def serve_channel(self) -> None:
+        reader = self.handle.channel_reader
+        max_frame = self.job.max_call_bytes + FRAME_OVERHEAD
+        try:
+            while True:
+                raw = await read_frame(reader, max_frame)
+                if raw is None:
+                    return
+                message = parse_guest_message(raw)
+                if isinstance(message, GuestCall):
+                    if message.id in self._calls and not self._calls[message.id].done():
+                        raise ProtocolViolation(f"call id {message.id} is already in flight")
+                    self._calls[message.id] = asyncio.create_task(self.reply(message))
+                elif isinstance(message, GuestEnd):
+                    self.end = message
+                else:
+                    raise ProtocolViolation("unexpected ready frame after the job was sent")
+        except ProtocolViolation as exc:
+            self.protocol_error = str(exc)
+            await self.kill("protocol")
+        except (ConnectionError, OSError):
+            return
+
+    async def watch_cpu(self) -> None:
+        if not self.handle.has_cgroup_cpu:
+            return
+        limit_s = self.job.limits.cpu_time_ms / 1000
+        while True:
+            await asyncio.sleep(CPU_POLL_S)
+            if self.handle.usage().cpu_time_s >= limit_s:
+                await self.kill("cpu_time")
+                return
+
+    async def watch_cancel(self) -> None:
+        await self.cancel.wait()
+        self.cancelled = True
+        await self.kill("cancelled")
+
+    async def run(self) -> Outcome:
+        handle, limits = self.handle, self.job.limits
+        await handle.apply_limits(limits)
+        handle.channel_writer.write(encode_frame(job_frame(self.job, handle)))
+        await handle.channel_writer.drain()
+        started = time.monotonic()
+        self.broker.start_clock()
+        pumps = [
+            asyncio.create_task(pump(handle.stdout, self.stdout, self.on_output)),
+            asyncio.create_task(pump(handle.stderr, self.stderr, self.on_output)),
+        ]
+        helpers = [
+            asyncio.create_task(self.serve_channel()),
+            asyncio.create_task(self.watch_cpu()),
+            asyncio.create_task(self.watch_cancel()),
+        ]
+        exit_code: int
+        try:
+            try:
+                exit_code = await asyncio.wait_for(handle.wait(), limits.wall_time_ms / 1000)
+            except TimeoutError:
+                await self.kill("wall_time")
+                exit_code = await handle.wait()
+            wall = time.monotonic() - started
+            # Output written just before the end is still in the pipes: drain, but not forever.
+            _done, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            serve = helpers[0]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(serve), DRAIN_GRACE_S)
+        finally:
+            for task in [*helpers, *pumps, *self._calls.values()]:
+                task.cancel()
+            await asyncio.gather(*helpers, *pumps, *self._calls.values(), return_exceptions=True)
+            if self.killed_for is None:
+                await handle.kill()
+        self.broker.finish()
+        resources = handle.usage()
+        return Outcome(
+            exit_code=exit_code,
+            end=self.end,
+            stdout=self.stdout,
+            stderr=self.stderr,
+            violations=self._violations(exit_code, wall, resources.cpu_time_s),
+            wall_time_s=wall,
+            resources=resources,
+            isolation=list(handle.isolation),
+            cancelled=self.cancelled,
+            protocol_error=self.protocol_error,
+        )
+
+    def _violations(self, exit_code: int, wall: float, cpu_s: float) -> list[Violation]:
+        limits = self.job.limits
+        out: list[Violation] = []
+        resources = self.handle.usage()
+        error = (self.end.error or {}) if self.end else {}
+        if self.killed_for == "protocol":
+            out.append(Violation("protocol", 0, 0, "count", "killed", self.protocol_error or ""))
+        if self.killed_for == "wall_time":
+            out.append(
+                Violation("wall_time", limits.wall_time_ms / 1000, round(wall, 3), "s", "killed")
+            )
+        if resources.oom_killed:
+            out.append(
+                Violation(
+                    "memory",
+                    limits.memory_bytes,
+                    resources.peak_memory_bytes,
+                    "bytes",
+                    "killed",
+                    "the sandbox ran out of memory and was killed",
+                )
+            )
+        elif error.get("type") == "MemoryError":
+            out.append(
+                Violation(
+                    "memory",
+                    limits.memory_bytes,
+                    resources.peak_memory_bytes,
+                    "bytes",
+                    "refused",
+                    "an allocation over the memory limit was refused",
+                )
+            )
+        cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+        if self.killed_for == "cpu_time" or cpu_signal:
+            out.append(
+                Violation("cpu_time", limits.cpu_time_ms / 1000, round(cpu_s, 3), "s", "killed")
+            )
+        if resources.pids_limit_hit:
+            out.append(
+                Violation(
+                    "processes",
+                    limits.processes,
+                    limits.processes,
+                    "count",
+                    "refused",
+                    "creating a process or thread beyond the limit failed",
+                )
+            )
+        errno_name = error.get("errno")
+        if errno_name in ("EFBIG", "ENOSPC"):
+            out.append(
+                Violation(
+                    "file_size",
+                    limits.file_size_bytes,
+                    limits.file_size_bytes,
+                    "bytes",
+                    "refused",
+                    f"a write failed with {errno_name}",
+                )
+            )
+        if errno_name == "EMFILE":
+            out.append(
+                Violation("open_files", limits.open_files, limits.open_files, "count", "refused")
+            )
+        for sink in (self.stdout, self.stderr):
+            if sink.dropped:
+                out.append(
+                    Violation(
+                        f"{sink.name}_bytes",
+                        sink.limit,
+                        sink.total,
+                        "bytes",
+                        "truncated",
+                        f"{sink.dropped} bytes dropped",
+                    )
+                )
+        return out
+
+
+async def run_session(
+    handle: SandboxHandle,
+    job: Job,
+    broker: Broker,
+    on_output: OutputCallback | None = None,
+    cancel: asyncio.Event | None = None,
+) -> Outcome:
+    """Runs ``job`` in ``handle`` and returns how it ended; always disposes of the handle."""
+    try:
+        return await _Session(handle, job, broker, on_output, cancel or asyncio.Event()).run()
+    finally:
+        await handle.dispose()

@@ -1,0 +1,202 @@
+"""The host-side broker: every stub call is validated, policed, dispatched and recorded here.
+
+Order of checks for one call, each a distinct outcome in the call log:
+unknown tool → oversized arguments → call budget (`max_tool_calls`) → repeated failing call
+(loop breaker) → schema validation (`invalid_arguments`) → approval (`denied`) → handler
+(`ok` / `error`). Calls of read-only tools run concurrently; calls of tools with side effects
+run one at a time, in the order they arrived. Every call gets a seq, an idempotency key and a
+record, including calls still in flight when the execution ends (recorded as `cancelled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from sandbox.handlers import Approver, ToolCall, ToolFailure, ToolHandler
+from sandbox.limits import ResolvedLimits
+from sandbox.protocol import GuestCall
+from sandbox.result import CallRecord, CallStatus, Violation
+from stubs_gen import Manifest
+
+__all__ = ["Broker"]
+
+REPEAT_FAILURE_LIMIT = 3
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+
+
+class Broker:
+    """Serves the tool calls of one execution."""
+
+    def __init__(
+        self,
+        execution_id: str,
+        manifest: Manifest,
+        limits: ResolvedLimits,
+        handlers: Mapping[str, ToolHandler],
+        approver: Approver | None = None,
+        max_call_bytes: int = 1 << 20,
+        repeat_failure_limit: int = REPEAT_FAILURE_LIMIT,
+    ) -> None:
+        self.execution_id = execution_id
+        self.manifest = manifest
+        self.limits = limits
+        self.handlers = handlers
+        self.approver = approver
+        self.max_call_bytes = max_call_bytes
+        self.repeat_failure_limit = repeat_failure_limit
+        self.calls: list[CallRecord] = []
+        self._failures: Counter[str] = Counter()
+        self._side_effects = asyncio.Lock()
+        self._t0 = time.monotonic()
+        self._refused_over_budget = 0
+
+    def start_clock(self) -> None:
+        self._t0 = time.monotonic()
+
+    def violations(self) -> list[Violation]:
+        if not self._refused_over_budget:
+            return []
+        attempted = self.limits.max_tool_calls + self._refused_over_budget
+        return [
+            Violation(
+                "max_tool_calls",
+                float(self.limits.max_tool_calls),
+                float(attempted),
+                "count",
+                "refused",
+                f"{self._refused_over_budget} calls over the budget were refused",
+            )
+        ]
+
+    async def handle(self, call: GuestCall) -> dict[str, Any]:
+        """Answers one guest call frame with a reply frame."""
+        seq = len(self.calls) + 1
+        record = CallRecord(
+            seq=seq,
+            tool=call.tool,
+            arguments=call.arguments,
+            start_offset_s=time.monotonic() - self._t0,
+            idempotency_key=f"{self.execution_id}:{seq}",
+        )
+        self.calls.append(record)
+        started = time.monotonic()
+        try:
+            value = await self._serve(call, record)
+        except ToolFailure as failure:
+            invalid = isinstance(failure, _InvalidArguments)
+            record.status = CallStatus.INVALID_ARGUMENTS if invalid else _STATUS[failure.kind]
+            record.error = failure.message
+            reply: dict[str, Any] = {
+                "t": "result", "id": call.id, "ok": False,
+                "kind": _KIND[record.status], "message": failure.message,
+            }
+        else:
+            record.status = CallStatus.OK
+            record.result = value
+            reply = {"t": "result", "id": call.id, "ok": True, "value": value}
+        finally:
+            record.duration_s = time.monotonic() - started
+        if record.status in (CallStatus.ERROR, CallStatus.INVALID_ARGUMENTS):
+            self._failures[_call_key(call)] += 1
+        return reply
+
+    async def _serve(self, call: GuestCall, record: CallRecord) -> Any:
+        spec = self.manifest.tool(call.tool)
+        if spec is None:
+            names = ", ".join(t.name for t in self.manifest.tools) or "none"
+            raise ToolFailure(f"unknown tool {call.tool!r}; available: {names}", "refused")
+        if call.arguments is None:
+            raise ToolFailure(
+                f"arguments of {call.oversized_bytes} bytes are over the "
+                f"{self.max_call_bytes}-byte cap for one call; pass less data per call",
+                "refused",
+            )
+        if record.seq > self.limits.max_tool_calls:
+            self._refused_over_budget += 1
+            raise ToolFailure(
+                f"the budget of {self.limits.max_tool_calls} tool calls is spent", "refused"
+            )
+        if self._failures[_call_key(call)] >= self.repeat_failure_limit:
+            raise ToolFailure(
+                f"this exact call of {call.tool!r} has already failed "
+                f"{self._failures[_call_key(call)]} times; try a different approach "
+                "(other arguments or another tool) instead of repeating it",
+                "refused",
+            )
+        problems = self.manifest.validate(call.tool, call.arguments)
+        if problems:
+            raise _InvalidArguments("; ".join(problems))
+        tool_call = ToolCall(
+            self.execution_id, record.seq, spec, call.arguments, record.idempotency_key
+        )
+        if spec.options.read_only:
+            return await self._dispatch(tool_call)
+        async with self._side_effects:
+            return await self._dispatch(tool_call)
+
+    async def _dispatch(self, call: ToolCall) -> Any:
+        if call.tool.options.needs_approval:
+            if self.approver is None:
+                raise ToolFailure(
+                    f"{call.tool.name!r} needs approval and no approver is connected", "denied"
+                )
+            decision = await self.approver(call)
+            if not decision.approved:
+                reason = f": {decision.reason}" if decision.reason else ""
+                raise ToolFailure(f"the call was denied{reason}", "denied")
+        handler = self.handlers.get(call.tool.options.mode)
+        if handler is None:
+            raise ToolFailure(
+                f"{call.tool.name!r} is a {call.tool.options.mode!r}-mode tool and this "
+                "execution has no handler for that mode",
+                "refused",
+            )
+        try:
+            value = await handler(call)
+        except ToolFailure:
+            raise
+        except Exception as exc:  # a handler's bug is the call's error, not the server's
+            raise ToolFailure(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ToolFailure(f"the tool returned a value that is not JSON: {exc}") from exc
+        if len(encoded) > MAX_RESULT_BYTES:
+            raise ToolFailure(
+                f"the tool's result of {len(encoded)} bytes is over the "
+                f"{MAX_RESULT_BYTES}-byte cap"
+            )
+        return value
+
+    def finish(self) -> None:
+        """Marks calls still without an outcome as cancelled (the execution ended first)."""
+        for record in self.calls:
+            if record.status == CallStatus.CANCELLED and record.error is None:
+                record.error = "the execution ended before the call completed"
+
+
+class _InvalidArguments(ToolFailure):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "error")
+
+
+_STATUS = {
+    "error": CallStatus.ERROR,
+    "denied": CallStatus.DENIED,
+    "refused": CallStatus.REFUSED,
+}
+_KIND = {
+    CallStatus.ERROR: "error",
+    CallStatus.DENIED: "denied",
+    CallStatus.REFUSED: "refused",
+    CallStatus.INVALID_ARGUMENTS: "invalid_arguments",
+}
+
+
+def _call_key(call: GuestCall) -> str:
+    return call.tool + "\x00" + json.dumps(call.arguments, sort_keys=True, default=str)

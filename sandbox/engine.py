@@ -1,0 +1,249 @@
+"""The embedded API: one call runs one execution end to end, with no server.
+
+    engine = Engine(EngineConfig())
+    await engine.start()
+    result = await engine.execute(ExecutionRequest(script="print(1)", manifest="[]"))
+
+`Engine.execute` is the data flow of DESIGN.md minus the network: manifest → stubs (cached by
+manifest hash) → effective limits → syntax and policy checks → a sandbox from the backend's warm
+pool → broker → result. The gRPC server, the CLI and the benchmarks all go through it.
+
+Status rules, in order: cancelled; rejected (bad syntax or script policy, before any sandbox);
+limit_exceeded when any violation was recorded (a limit killed, cut or refused something, or
+the call counts missed their expectation); error when the script exited non-zero; else ok.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sandbox.backends.base import Backend, Job
+from sandbox.backends.session import run_session
+from sandbox.broker import Broker
+from sandbox.capture import OutputCallback
+from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
+from sandbox.expectations import ExpectedCalls, check_expected_calls
+from sandbox.handlers import Approver, ToolHandler, builtin_handlers
+from sandbox.limits import CEILINGS, DEFAULTS, LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
+from sandbox.restricted import check_restricted
+from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from stubs_gen import Manifest, ManifestError, load_manifest, render_module
+
+__all__ = ["Engine", "EngineConfig", "ExecutionRequest", "StartedInfo"]
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+STUB_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    script: str
+    manifest: str | bytes | list[Any] | dict[str, Any] | Manifest = "[]"
+    limits: Limits = field(default_factory=Limits)
+    backend: str | None = None
+    policy: Literal["none", "restricted"] = "none"
+    expected_calls: tuple[ExpectedCalls, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StartedInfo:
+    execution_id: str
+    limits: ResolvedLimits
+    isolation: list[str]
+
+
+@dataclass
+class EngineConfig:
+    backends: dict[str, Backend] = field(default_factory=dict)
+    default_backend: str = "process"
+    defaults: ResolvedLimits = DEFAULTS
+    ceilings: ResolvedLimits = CEILINGS
+    ceiling_policy: Literal["clamp", "refuse"] = "clamp"
+    handlers: dict[str, ToolHandler] = field(default_factory=builtin_handlers)
+    max_call_bytes: int = 1 << 20
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        if not self.config.backends:
+            from sandbox.backends.process.backend import ProcessBackend
+
+            self.config.backends["process"] = ProcessBackend()
+        self._stubs: dict[str, str] = {}
+
+    async def start(self) -> None:
+        for backend in self.config.backends.values():
+            await backend.start()
+
+    async def close(self) -> None:
+        for backend in self.config.backends.values():
+            await backend.close()
+
+    async def __aenter__(self) -> Engine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- pieces --------------------------------------------------------------------------------
+    def manifest(self, source: ExecutionRequest | Any) -> Manifest:
+        raw = source.manifest if isinstance(source, ExecutionRequest) else source
+        if isinstance(raw, Manifest):
+            return raw
+        try:
+            return load_manifest(raw)
+        except ManifestError as exc:
+            raise InvalidManifest(f"manifest: {exc}") from exc
+
+    def stubs(self, manifest: Manifest) -> str:
+        module = self._stubs.get(manifest.sha256)
+        if module is None:
+            module = render_module(manifest)
+            if len(self._stubs) >= STUB_CACHE_SIZE:
+                self._stubs.pop(next(iter(self._stubs)))
+            self._stubs[manifest.sha256] = module
+        return module
+
+    def effective_limits(
+        self,
+        limits: Limits,
+        ceilings: ResolvedLimits | None = None,
+        defaults: ResolvedLimits | None = None,
+        policy: Literal["clamp", "refuse"] | None = None,
+    ) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
+        return apply_ceilings(
+            limits,
+            defaults or self.config.defaults,
+            ceilings or self.config.ceilings,
+            policy or self.config.ceiling_policy,
+        )
+
+    def backend(self, name: str | None) -> Backend:
+        key = name or self.config.default_backend
+        backend = self.config.backends.get(key)
+        if backend is None:
+            known = ", ".join(sorted(self.config.backends)) or "none"
+            raise Unavailable(f"backend {key!r} is not available on this server (have: {known})")
+        return backend
+
+    # -- the whole flow --------------------------------------------------------------------
+    async def execute(
+        self,
+        request: ExecutionRequest,
+        *,
+        handlers: Mapping[str, ToolHandler] | None = None,
+        approver: Approver | None = None,
+        on_output: OutputCallback | None = None,
+        on_started: Callable[[StartedInfo], None] | None = None,
+        cancel: asyncio.Event | None = None,
+        limits: tuple[ResolvedLimits, list[LimitAdjustment]] | None = None,
+        execution_id: str | None = None,
+    ) -> ExecutionResult:
+        """Runs one execution; invalid requests raise `InvalidArgument`, a failing script
+        is a result."""
+        execution_id = execution_id or uuid.uuid4().hex
+        if len(request.script.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
+            raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
+        manifest = self.manifest(request)
+        effective, adjustments = limits or self.effective_limits(request.limits)
+        for expected in request.expected_calls:
+            if manifest.tool(expected.tool) is None:
+                raise InvalidArgument(f"expected_calls: unknown tool {expected.tool!r}")
+        backend = self.backend(request.backend)
+        result = ExecutionResult(
+            execution_id=execution_id,
+            status=ExecutionStatus.OK,
+            backend=backend.name,
+            effective_limits=effective.to_json(),
+            adjustments=adjustments,
+            started_at=time.time(),
+        )
+        rejection = _check_script(request.script, request.policy)
+        if rejection is not None:
+            result.status = ExecutionStatus.REJECTED
+            result.error = rejection
+            result.exit_code = 1
+            result.stderr = f"{rejection.type}: {rejection.message} (line {rejection.line})\n"
+            result.finished_at = time.time()
+            return result
+
+        stubs = self.stubs(manifest)
+        handle = await backend.acquire(effective)
+        result.isolation = list(handle.isolation)
+        if on_started is not None:
+            on_started(StartedInfo(execution_id, effective, result.isolation))
+        broker = Broker(
+            execution_id,
+            manifest,
+            effective,
+            {**self.config.handlers, **(handlers or {})},
+            approver,
+            self.config.max_call_bytes,
+        )
+        job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
+        outcome = await run_session(handle, job, broker, on_output, cancel)
+
+        result.calls = broker.calls
+        result.violations = [
+            *outcome.violations,
+            *broker.violations(),
+            *check_expected_calls(request.expected_calls, broker.calls),
+        ]
+        result.sort_violations()
+        result.stdout = outcome.stdout.text()
+        result.stderr = outcome.stderr.text()
+        end = outcome.end
+        result.exit_code = end.exit_code if end is not None else outcome.exit_code
+        if end is not None and end.error:
+            result.error = ScriptError(
+                str(end.error.get("type", ""))[:200],
+                str(end.error.get("message", ""))[:2000],
+                _line(end.error.get("line")),
+            )
+        elif end is None and result.exit_code != 0:
+            result.error = ScriptError(
+                "Killed", f"the sandbox ended without a report (exit {result.exit_code})"
+            )
+        result.usage = Usage(
+            wall_time_s=outcome.wall_time_s,
+            cpu_time_s=outcome.resources.cpu_time_s,
+            peak_memory_bytes=outcome.resources.peak_memory_bytes,
+            stdout_bytes=outcome.stdout.total,
+            stderr_bytes=outcome.stderr.total,
+            tool_calls=len(broker.calls),
+        )
+        if outcome.cancelled:
+            result.status = ExecutionStatus.CANCELLED
+        elif result.violations:
+            result.status = ExecutionStatus.LIMIT_EXCEEDED
+        elif result.exit_code != 0 or end is None:
+            result.status = ExecutionStatus.ERROR
+        result.finished_at = time.time()
+        return result
+
+
+def _line(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _check_script(script: str, policy: str) -> ScriptError | None:
+    """Syntax (and, for `restricted`, policy) checks made before any sandbox is taken."""
+    try:
+        ast.parse(script, "<script>", mode="exec")
+    except SyntaxError as exc:
+        # Top-level await parses fine; compile flags are what forbid it, and we allow it.
+        return ScriptError("SyntaxError", exc.msg or "invalid syntax", exc.lineno or 0)
+    except ValueError as exc:  # e.g. a NUL byte in the source
+        return ScriptError("SyntaxError", str(exc), 0)
+    if policy == "restricted":
+        return check_restricted(script)
+    return None

@@ -1,0 +1,226 @@
+"""The stub runtime: how a generated stub's call becomes a frame to the host broker.
+
+Runs inside the sandbox (standard library only). Generated stub modules import `call`,
+`acall` and the exception classes from here. A plain call sends one frame and blocks until its
+answer; `acall` lets many calls be in flight at once. One reader thread receives every answer and
+wakes the caller it belongs to, so sync and async calls can be mixed freely.
+
+Frames are a 4-byte big-endian length and a UTF-8 JSON object. Nothing here is trusted by the
+host: the broker re-checks every frame; this side is only the honest client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import struct
+import threading
+from typing import Any
+
+__all__ = ["CallDenied", "CallRefused", "InvalidArguments", "ToolError", "acall", "call"]
+
+_HEADER = struct.Struct(">I")
+
+
+class ToolError(Exception):
+    """A tool call failed; the message says why. Subclasses say how."""
+
+    def __init__(self, message: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class InvalidArguments(ToolError):
+    """The arguments do not match the tool's schema; the message names the parameter."""
+
+
+class CallRefused(ToolError):
+    """Policy refused the call: call budget spent, a repeated failing call, an oversized call,
+    or an unknown tool."""
+
+
+class CallDenied(ToolError):
+    """An approver denied the call."""
+
+
+_ERRORS: dict[str, type[ToolError]] = {
+    "error": ToolError,
+    "invalid_arguments": InvalidArguments,
+    "refused": CallRefused,
+    "denied": CallDenied,
+}
+
+
+class _Waiter:
+    __slots__ = ("event", "future", "loop", "reply")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[dict[str, Any]] | None = None
+        self.event = threading.Event() if loop is None else None
+        self.reply: dict[str, Any] | None = None
+
+
+class Channel:
+    """The guest end of the socket to the broker."""
+
+    def __init__(self, fd: int, max_call_bytes: int) -> None:
+        self._sock = socket.socket(fileno=fd)
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Waiter] = {}
+        self._pending_lock = threading.Lock()
+        self._closed: str | None = None
+        self.max_call_bytes = max_call_bytes
+        self._reader: threading.Thread | None = None
+
+    # -- framing ---------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_bytes(json.dumps(message, separators=(",", ":")).encode())
+
+    def send_bytes(self, body: bytes) -> None:
+        with self._send_lock:
+            self._sock.sendall(_HEADER.pack(len(body)) + body)
+
+    def _recv_exact(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self._sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise EOFError("the host closed the channel")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def recv(self) -> dict[str, Any]:
+        (length,) = _HEADER.unpack(self._recv_exact(_HEADER.size))
+        message = json.loads(self._recv_exact(length))
+        if not isinstance(message, dict):
+            raise ValueError("frame is not an object")
+        return message
+
+    # -- calls -----------------------------------------------------------------------------
+    def start_reader(self) -> None:
+        self._reader = threading.Thread(target=self._read_loop, name="ptc-channel", daemon=True)
+        self._reader.start()
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                reply = self.recv()
+                with self._pending_lock:
+                    waiter = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+                if waiter is not None:
+                    self._wake(waiter, reply)
+        except (EOFError, OSError, ValueError) as exc:
+            self._fail_all(f"tool channel closed: {exc}")
+
+    def _wake(self, waiter: _Waiter, reply: dict[str, Any]) -> None:
+        waiter.reply = reply
+        if waiter.event is not None:
+            waiter.event.set()
+        elif waiter.loop is not None and waiter.future is not None:
+            future = waiter.future
+            try:
+                waiter.loop.call_soon_threadsafe(_resolve, future, reply)
+            except RuntimeError:  # the loop is closed; nobody is waiting any more
+                pass
+
+    def _fail_all(self, reason: str) -> None:
+        with self._pending_lock:
+            self._closed = reason
+            waiters = list(self._pending.values())
+            self._pending.clear()
+        for waiter in waiters:
+            self._wake(waiter, {"ok": False, "kind": "error", "message": reason})
+
+    def _frame(self, tool: str, arguments: Any, call_id: int) -> bytes:
+        if not isinstance(tool, str):
+            raise TypeError("tool name must be a string")
+        if not isinstance(arguments, dict):
+            raise InvalidArguments("arguments must be passed as keywords", tool)
+        try:
+            args_json = json.dumps(arguments, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArguments(f"arguments are not JSON-serializable: {exc}", tool) from None
+        if len(args_json) > self.max_call_bytes:
+            # Announce the oversized call without its arguments: the host records and refuses it.
+            header = {"t": "call", "id": call_id, "tool": tool, "oversized": len(args_json)}
+            return json.dumps(header, separators=(",", ":")).encode()
+        tool_json = json.dumps(tool)
+        return f'{{"t":"call","id":{call_id},"tool":{tool_json},"args":{args_json}}}'.encode()
+
+    def _register(self, waiter: _Waiter) -> int:
+        call_id = next(self._ids)
+        with self._pending_lock:
+            if self._closed is not None:
+                raise ToolError(self._closed)
+            self._pending[call_id] = waiter
+        return call_id
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        waiter = _Waiter()
+        call_id = self._register(waiter)
+        try:
+            self.send_bytes(self._frame(tool, arguments, call_id))
+        except BaseException:
+            with self._pending_lock:
+                self._pending.pop(call_id, None)
+            raise
+        assert waiter.event is not None
+        waiter.event.wait()
+        return _outcome(tool, waiter.reply)
+
+    async def acall(self, tool: str, arguments: dict[str, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop)
+        waiter.future = loop.create_future()
+        call_id = self._register(waiter)
+        try:
+            self.send_bytes(self._frame(tool, arguments, call_id))
+        except BaseException:
+            with self._pending_lock:
+                self._pending.pop(call_id, None)
+            raise
+        return _outcome(tool, await waiter.future)
+
+
+def _resolve(future: asyncio.Future[dict[str, Any]], reply: dict[str, Any]) -> None:
+    if not future.done():
+        future.set_result(reply)
+
+
+def _outcome(tool: str, reply: dict[str, Any] | None) -> Any:
+    if reply is None:
+        raise ToolError("no answer from the host", tool)
+    if reply.get("ok"):
+        return reply.get("value")
+    error = _ERRORS.get(str(reply.get("kind")), ToolError)
+    raise error(str(reply.get("message", "tool call failed")), tool)
+
+
+_channel: Channel | None = None
+
+
+def install(channel: Channel) -> None:
+    """Called once by the bootstrap, before the script runs."""
+    global _channel  # noqa: PLW0603
+    _channel = channel
+
+
+def _require() -> Channel:
+    if _channel is None:
+        raise ToolError("the tool runtime is not connected (running outside the sandbox?)")
+    return _channel
+
+
+def call(tool: str, arguments: dict[str, Any]) -> Any:
+    """Calls ``tool`` with ``arguments`` and blocks until the host answers."""
+    return _require().call(tool, arguments)
+
+
+async def acall(tool: str, arguments: dict[str, Any]) -> Any:
+    """Calls ``tool`` without blocking the event loop; gather many for fan-out."""
+    return await _require().acall(tool, arguments)

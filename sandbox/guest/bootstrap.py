@@ -1,0 +1,162 @@
+"""Guest bootstrap: the trusted first code in every sandbox (standard library only).
+
+Started ahead of demand by a backend's warm pool, it imports what scripts commonly need (the
+expensive part of an interpreter start), says `ready`, and blocks until its one job arrives on
+the channel (the socket whose fd is argv[1]). Then, before any untrusted byte runs, it lowers
+its own rlimits, installs the stub runtime and the stub module as `tools`, and runs the script
+with top-level `await` allowed. Finally it reports how the script ended and exits. A sandbox
+never runs a second job.
+
+The report is advisory: once the script has run, everything this process says is untrusted, and
+the host relies on exit status, cgroup accounting and its own clocks for anything that matters.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Imported before `ready` so that scripts do not pay for them (asyncio alone is ~40 ms cold).
+import ast  # noqa: E402
+import asyncio  # noqa: E402
+import builtins  # noqa: E402
+import errno  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402, F401
+import resource  # noqa: E402
+import traceback  # noqa: E402
+import types  # noqa: E402
+import typing  # noqa: E402, F401
+
+import _ptc_runtime  # noqa: E402
+
+CHANNEL_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+SCRIPT_NAME = "<script>"
+
+# rlimit name in the job -> resource constant
+_RLIMITS = {
+    "cpu_s": resource.RLIMIT_CPU,
+    "as_bytes": resource.RLIMIT_AS,
+    "fsize_bytes": resource.RLIMIT_FSIZE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "core_bytes": resource.RLIMIT_CORE,
+}
+
+
+def _apply_rlimits(limits: dict[str, int]) -> None:
+    for name, value in limits.items():
+        which = _RLIMITS[name]
+        soft = hard = int(value)
+        if name == "cpu_s":
+            hard = soft + 1  # SIGXCPU at soft, SIGKILL one second later
+        resource.setrlimit(which, (soft, hard))
+
+
+def _script_line(tb: types.TracebackType | None) -> int:
+    line = 0
+    for frame, lineno in traceback.walk_tb(tb):
+        if frame.f_code.co_filename == SCRIPT_NAME:
+            line = lineno
+    return line
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """Prints the traceback without the bootstrap's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def _error_report(exc: BaseException, line: int | None = None) -> dict[str, object]:
+    report: dict[str, object] = {
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "line": line if line is not None else _script_line(exc.__traceback__),
+    }
+    if isinstance(exc, OSError) and exc.errno is not None:
+        report["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
+    return report
+
+
+def _install_tools(stubs: str) -> None:
+    module = types.ModuleType("tools")
+    module.__file__ = "tools.py"
+    sys.modules["tools"] = module
+    exec(compile(stubs, "tools.py", "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+
+
+def _run_script(script: str) -> None:
+    code = compile(
+        script, SCRIPT_NAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+    )
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    if code.co_flags & inspect.CO_COROUTINE:
+        asyncio.run(eval(code, namespace))  # noqa: S307
+    else:
+        exec(code, namespace)  # noqa: S102
+
+
+def main() -> None:
+    try:
+        sys.stdin.close()
+        os.close(0)
+    except OSError:
+        pass
+    channel = _ptc_runtime.Channel(CHANNEL_FD, max_call_bytes=1 << 20)
+    channel.send({"t": "ready", "pid": os.getpid()})
+    job = channel.recv()
+    if job.get("t") != "job":
+        os._exit(70)
+    channel.max_call_bytes = int(job["max_call_bytes"])
+    # Open /dev/null on fd 0 so that the script's reads see an empty stdin, not a closed fd.
+    fd = os.open("/dev/null", os.O_RDONLY)
+    if fd != 0:
+        os.dup2(fd, 0)
+        os.close(fd)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    _apply_rlimits(job["rlimits"])
+    _ptc_runtime.install(channel)
+    channel.start_reader()
+    _install_tools(job["stubs"])
+
+    status, exit_code, error = "ok", 0, None
+    try:
+        _run_script(job["script"])
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            exit_code = 0
+        elif isinstance(code, int):
+            exit_code = code & 0xFF
+        else:
+            print(code, file=sys.stderr)
+            exit_code = 1
+        status = "ok" if exit_code == 0 else "error"
+        if exit_code:
+            error = {"type": "SystemExit", "message": f"exit code {exit_code}", "line": 0}
+    except SyntaxError as exc:
+        status, exit_code = "syntax_error", 1
+        error = _error_report(exc, exc.lineno or 0)
+        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+    except BaseException as exc:  # the script's own failure is a result, never a crash
+        status, exit_code = "error", 1
+        error = _error_report(exc)
+        _print_traceback(exc)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: S110
+        pass
+    try:
+        channel.send({"t": "end", "status": status, "exit_code": exit_code, "error": error})
+    except BaseException:  # noqa: S110
+        pass
+    os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The host's reading of the guest channel: framing, size caps and shape checks.
+
+Everything that arrives here comes from the sandbox and is hostile input. A frame is a 4-byte
+big-endian length and a UTF-8 JSON object; anything else (a length over the cap, bad UTF-8 or
+JSON, an unknown frame type, a field of the wrong type) raises `ProtocolViolation`, which ends
+the execution with a `protocol` violation. Only JSON crosses the boundary, never pickle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "GuestCall",
+    "GuestEnd",
+    "GuestMessage",
+    "GuestReady",
+    "ProtocolViolation",
+    "encode_frame",
+    "parse_guest_message",
+    "read_frame",
+]
+
+HEADER = struct.Struct(">I")
+MAX_TOOL_NAME = 256
+_MAX_ID = 2**53
+
+
+class ProtocolViolation(Exception):
+    """The guest broke the channel protocol; the message says how."""
+
+
+@dataclass(frozen=True)
+class GuestReady:
+    pid: int
+
+
+@dataclass(frozen=True)
+class GuestCall:
+    id: int
+    tool: str
+    arguments: dict[str, Any] | None  # None when the guest announced an oversized call
+    oversized_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GuestEnd:
+    status: str
+    exit_code: int
+    error: dict[str, Any] | None
+
+
+GuestMessage = GuestReady | GuestCall | GuestEnd
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    return HEADER.pack(len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> Any | None:
+    """Reads one frame; None on a clean end of stream between frames."""
+    try:
+        header = await reader.readexactly(HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise ProtocolViolation("channel closed inside a frame header") from None
+        return None
+    (length,) = HEADER.unpack(header)
+    if length > max_bytes:
+        raise ProtocolViolation(f"frame of {length} bytes is over the {max_bytes}-byte cap")
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise ProtocolViolation("channel closed inside a frame body") from None
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolViolation(f"frame is not UTF-8 JSON: {exc}") from None
+
+
+def _int(value: Any, what: str, low: int = 0, high: int = _MAX_ID) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolViolation(f"{what} must be an integer in [{low}, {high}]")
+    return value
+
+
+def parse_guest_message(obj: Any) -> GuestMessage:
+    """Checks the shape of a decoded frame and returns its typed form."""
+    if not isinstance(obj, dict):
+        raise ProtocolViolation("frame is not a JSON object")
+    kind = obj.get("t")
+    if kind == "call":
+        call_id = _int(obj.get("id"), "call id", 1)
+        tool = obj.get("tool")
+        if not isinstance(tool, str) or not 0 < len(tool) <= MAX_TOOL_NAME:
+            raise ProtocolViolation(f"call {call_id}: tool name must be a string of 1..256 chars")
+        if "oversized" in obj:
+            size = _int(obj["oversized"], f"call {call_id}: oversized size", 1)
+            return GuestCall(call_id, tool, None, size)
+        args = obj.get("args")
+        if not isinstance(args, dict):
+            raise ProtocolViolation(f"call {call_id}: args must be a JSON object")
+        return GuestCall(call_id, tool, args)
+    if kind == "end":
+        status = obj.get("status")
+        if status not in ("ok", "error", "syntax_error"):
+            raise ProtocolViolation("end frame: unknown status")
+        error = obj.get("error")
+        if error is not None and not isinstance(error, dict):
+            raise ProtocolViolation("end frame: error must be an object")
+        return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error)
+    if kind == "ready":
+        return GuestReady(_int(obj.get("pid"), "pid", 1, 2**22))
+    raise ProtocolViolation(f"unknown frame type {str(kind)[:40]!r}")

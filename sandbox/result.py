@@ -1,0 +1,189 @@
+"""What one execution produced: status, output, the call log, violations, usage.
+
+These dataclasses are the single in-memory form of a result. `to_json` renders the
+`ptc run --json` contract of DESIGN.md; the server converts the same objects to protobuf.
+Violation precedence, when several limits trip at once, is fixed by `VIOLATION_ORDER`: the one
+listed first explains the status (a wall-time kill is reported before the stdout truncation that
+preceded it, a memory kill before a cpu overrun it caused).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.limits import LimitAdjustment
+
+__all__ = [
+    "VIOLATION_ORDER",
+    "CallRecord",
+    "CallStatus",
+    "ExecutionResult",
+    "ExecutionStatus",
+    "ScriptError",
+    "Usage",
+    "Violation",
+]
+
+
+class ExecutionStatus(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+class CallStatus(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    REFUSED = "refused"
+    DENIED = "denied"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class CallRecord:
+    """One tool call as the broker saw it. ``tool`` is always the original name."""
+
+    seq: int
+    tool: str
+    arguments: Any
+    status: CallStatus = CallStatus.CANCELLED
+    result: Any = None
+    error: str | None = None
+    start_offset_s: float = 0.0
+    duration_s: float = 0.0
+    idempotency_key: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "status": str(self.status),
+            "start_offset_s": round(self.start_offset_s, 6),
+            "duration_s": round(self.duration_s, 6),
+            "idempotency_key": self.idempotency_key,
+        }
+        if self.status == CallStatus.OK:
+            out["result"] = self.result
+        else:
+            out["error"] = self.error
+        return out
+
+
+VIOLATION_ORDER = (
+    "protocol",
+    "wall_time",
+    "memory",
+    "cpu_time",
+    "processes",
+    "file_size",
+    "open_files",
+    "max_tool_calls",
+    "stdout_bytes",
+    "stderr_bytes",
+    "expected_calls",
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A limit that tripped: its value and the observation in ``unit``, and what was done."""
+
+    limit: str
+    limit_value: float
+    observed: float
+    unit: str
+    action: str  # killed | truncated | refused
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "limit": self.limit,
+            "limit_value": self.limit_value,
+            "observed": self.observed,
+            "unit": self.unit,
+            "action": self.action,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Usage:
+    wall_time_s: float = 0.0
+    cpu_time_s: float = 0.0
+    peak_memory_bytes: int = 0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    tool_calls: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wall_time_s": round(self.wall_time_s, 6),
+            "cpu_time_s": round(self.cpu_time_s, 6),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "stdout_bytes": self.stdout_bytes,
+            "stderr_bytes": self.stderr_bytes,
+            "tool_calls": self.tool_calls,
+        }
+
+
+@dataclass(frozen=True)
+class ScriptError:
+    type: str
+    message: str
+    line: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "line": self.line}
+
+
+@dataclass
+class ExecutionResult:
+    execution_id: str
+    status: ExecutionStatus
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    calls: list[CallRecord] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    error: ScriptError | None = None
+    backend: str = "process"
+    isolation: list[str] = field(default_factory=list)
+    effective_limits: dict[str, float] = field(default_factory=dict)
+    adjustments: list[LimitAdjustment] = field(default_factory=list)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    def sort_violations(self) -> None:
+        rank = {name: i for i, name in enumerate(VIOLATION_ORDER)}
+        self.violations.sort(key=lambda v: rank.get(v.limit, len(rank)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "execution_id": self.execution_id,
+            "status": str(self.status),
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "calls": [c.to_json() for c in self.calls],
+            "violations": [v.to_json() for v in self.violations],
+            "usage": self.usage.to_json(),
+            "error": self.error.to_json() if self.error else None,
+            "backend": self.backend,
+            "isolation": list(self.isolation),
+            "limits": dict(self.effective_limits),
+            "adjustments": [
+                {"limit": a.limit, "requested": a.requested, "applied": a.applied,
+                 "action": a.action}
+                for a in self.adjustments
+            ],
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }

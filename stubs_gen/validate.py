@@ -1,0 +1,98 @@
+"""Argument validation: a call's arguments checked against the tool's normalised JSON Schema.
+
+Uses ``jsonschema``'s Draft 2020-12 validator (the schema was normalised by `schema.py`, so BFCL's
+``float`` is ``number`` and accepts integers, and ``optional`` is already folded into
+``required``). Formats are not asserted, defaults are never validated. Arguments the stub cannot
+pass (names the schema does not declare) are rejected unless the schema itself allows extra
+properties at the top level. Messages name the argument by its JSON path inside the arguments
+and say what was expected: ``argument 'city': expected string, got 42``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+__all__ = ["ArgumentValidator"]
+
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_MAX_MESSAGES = 20
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _where(error: ValidationError) -> str:
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _expected_type(error: ValidationError) -> str:
+    expected = error.validator_value
+    if isinstance(expected, list):
+        return " or ".join(str(t) for t in expected)
+    return str(expected)
+
+
+def _message(error: ValidationError) -> str:
+    where = _where(error)
+    kind = error.validator
+    if kind == "required" and isinstance(error.instance, dict):
+        missing = [n for n in error.validator_value if n not in error.instance]
+        name = missing[0] if missing else "?"
+        if not where:
+            return f"missing required argument {name!r}"
+        return f"argument {where!r}: missing required key {name!r}"
+    if kind == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        extra = sorted(k for k in error.instance if k not in allowed)
+        if not where:
+            return (
+                "unexpected argument"
+                + ("s " if len(extra) > 1 else " ")
+                + ", ".join(repr(e) for e in extra)
+            )
+        return f"argument {where!r}: unexpected key(s) " + ", ".join(repr(e) for e in extra)
+    label = f"argument {where!r}" if where else "arguments"
+    if kind == "type":
+        return f"{label}: expected {_expected_type(error)}, got {_show(error.instance)}"
+    if kind == "enum":
+        allowed_values = ", ".join(_show(v) for v in error.validator_value)
+        return f"{label}: expected one of {allowed_values}, got {_show(error.instance)}"
+    if kind == "const":
+        return f"{label}: expected {_show(error.validator_value)}, got {_show(error.instance)}"
+    return f"{label}: {error.message}"
+
+
+class ArgumentValidator:
+    """A compiled validator for one tool's arguments."""
+
+    def __init__(self, input_schema: dict[str, Any]) -> None:
+        schema = dict(input_schema)
+        if not any(k in schema for k in _OPEN_KEYS) and isinstance(schema.get("properties"), dict):
+            schema["additionalProperties"] = False
+        self._validator = Draft202012Validator(schema)
+
+    def check(self, arguments: Any) -> list[str]:
+        """Problems with ``arguments``, sorted by path; ``[]`` when they are valid."""
+        if not isinstance(arguments, dict):
+            return [f"arguments: expected object, got {_show(arguments)}"]
+        try:
+            errors = list(self._validator.iter_errors(arguments))
+        except RecursionError:
+            return ["arguments: nested too deeply to validate"]
+        messages = sorted({_message(e) for e in errors})
+        if len(messages) > _MAX_MESSAGES:
+            dropped = len(messages) - _MAX_MESSAGES
+            messages = [*messages[:_MAX_MESSAGES], f"... and {dropped} more problems"]
+        return messages
