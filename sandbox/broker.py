@@ -92,8 +92,11 @@ class Broker:
             record.status = CallStatus.INVALID_ARGUMENTS if invalid else _STATUS[failure.kind]
             record.error = failure.message
             reply: dict[str, Any] = {
-                "t": "result", "id": call.id, "ok": False,
-                "kind": _KIND[record.status], "message": failure.message,
+                "t": "result",
+                "id": call.id,
+                "ok": False,
+                "kind": _KIND[record.status],
+                "message": failure.message,
             }
         else:
             record.status = CallStatus.OK
@@ -168,8 +171,7 @@ class Broker:
             raise ToolFailure(f"the tool returned a value that is not JSON: {exc}") from exc
         if len(encoded) > MAX_RESULT_BYTES:
             raise ToolFailure(
-                f"the tool's result of {len(encoded)} bytes is over the "
-                f"{MAX_RESULT_BYTES}-byte cap"
+                f"the tool's result of {len(encoded)} bytes is over the {MAX_RESULT_BYTES}-byte cap"
             )
         return value
 

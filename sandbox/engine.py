@@ -30,7 +30,14 @@ from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.expectations import ExpectedCalls, check_expected_calls
 from sandbox.handlers import Approver, ToolHandler, builtin_handlers
-from sandbox.limits import CEILINGS, DEFAULTS, LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
+from sandbox.limits import (
+    CEILINGS,
+    DEFAULTS,
+    LimitAdjustment,
+    Limits,
+    ResolvedLimits,
+    apply_ceilings,
+)
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module

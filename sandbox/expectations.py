@@ -34,14 +34,22 @@ def check_expected_calls(
         if item.min is not None and seen < item.min:
             out.append(
                 Violation(
-                    "expected_calls", item.min, seen, "count", "refused",
+                    "expected_calls",
+                    item.min,
+                    seen,
+                    "count",
+                    "refused",
                     f"{item.tool}: expected at least {item.min} calls, saw {seen}",
                 )
             )
         if item.max is not None and seen > item.max:
             out.append(
                 Violation(
-                    "expected_calls", item.max, seen, "count", "refused",
+                    "expected_calls",
+                    item.max,
+                    seen,
+                    "count",
+                    "refused",
                     f"{item.tool}: expected at most {item.max} calls, saw {seen}",
                 )
             )

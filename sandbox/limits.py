@@ -6,17 +6,17 @@ and one human unit for reports (times in seconds, sizes in bytes). A field set t
 "inherit": `Limits.resolve` fills it from the server's defaults once, and the resolved value is
 passed unchanged to the broker and the backend.
 
-| name           | field            | default  | enforced by                                         |
-|----------------|------------------|----------|-----------------------------------------------------|
-| wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox         |
-| cpu_time       | cpu_time_ms      | 10 s     | RLIMIT_CPU per process, cgroup cpuacct for the whole |
-| memory         | memory_bytes     | 256 MiB  | cgroup memory limit; RLIMIT_AS per process          |
-| processes      | processes        | 64       | cgroup pids limit                                   |
-| stdout_bytes   | stdout_bytes     | 1 MiB    | host capture; the rest dropped with a marker        |
-| stderr_bytes   | stderr_bytes     | 256 KiB  | host capture; the rest dropped with a marker        |
-| file_size      | file_size_bytes  | 16 MiB   | RLIMIT_FSIZE; size of the private tmpfs             |
-| max_tool_calls | max_tool_calls   | 1000     | broker; further calls raise in the script           |
-| open_files     | open_files       | 256      | RLIMIT_NOFILE                                       |
+| name           | field            | default  | enforced by
+|----------------|------------------|----------|---------------------------------------------------
+| wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox
+| cpu_time       | cpu_time_ms      | 10 s     | RLIMIT_CPU per process; cgroup cpuacct overall
+| memory         | memory_bytes     | 256 MiB  | cgroup memory limit; RLIMIT_AS per process
+| processes      | processes        | 64       | cgroup pids limit
+| stdout_bytes   | stdout_bytes     | 1 MiB    | host capture; the rest dropped with a marker
+| stderr_bytes   | stderr_bytes     | 256 KiB  | host capture; the rest dropped with a marker
+| file_size      | file_size_bytes  | 16 MiB   | RLIMIT_FSIZE; size of the private tmpfs
+| max_tool_calls | max_tool_calls   | 1000     | broker; further calls raise in the script
+| open_files     | open_files       | 256      | RLIMIT_NOFILE
 """
 
 from __future__ import annotations
@@ -228,9 +228,7 @@ def apply_ceilings(
                 f"ceiling of {spec.to_human(ceiling):g} {spec.unit}"
             )
         changes[spec.field] = ceiling
-        adjustments.append(
-            LimitAdjustment(spec.name, spec.to_human(value), spec.to_human(ceiling))
-        )
+        adjustments.append(LimitAdjustment(spec.name, spec.to_human(value), spec.to_human(ceiling)))
     return dataclasses.replace(resolved, **changes), adjustments
 
 

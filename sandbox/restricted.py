@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 import re
 
-from RestrictedPython import RestrictingNodeTransformer, compile_restricted_exec
+from RestrictedPython.compile import compile_restricted_exec
+from RestrictedPython.transformer import RestrictingNodeTransformer
 
 from sandbox.result import ScriptError
 
@@ -80,23 +81,23 @@ FORBIDDEN_NAMES = frozenset(
 _LINE = re.compile(r"Line (\d+):")
 
 
-class _AsyncAwarePolicy(RestrictingNodeTransformer):  # type: ignore[misc]
+class _AsyncAwarePolicy(RestrictingNodeTransformer):
     """RestrictedPython's policy, plus `async def`/`await`/`async for`/`async with`, which our
     scripts need for `asyncio.gather` fan-out and which add no way out of the checks."""
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         self.check_name(node, node.name, allow_magic_methods=True)
         self.check_function_argument_names(node)
-        return self.node_contents_visit(node)  # type: ignore[no-any-return]
+        return self.node_contents_visit(node)
 
     def visit_Await(self, node: ast.Await) -> ast.AST:
-        return self.node_contents_visit(node)  # type: ignore[no-any-return]
+        return self.node_contents_visit(node)
 
     def visit_AsyncFor(self, node: ast.AsyncFor) -> ast.AST:
-        return self.node_contents_visit(node)  # type: ignore[no-any-return]
+        return self.node_contents_visit(node)
 
     def visit_AsyncWith(self, node: ast.AsyncWith) -> ast.AST:
-        return self.node_contents_visit(node)  # type: ignore[no-any-return]
+        return self.node_contents_visit(node)
 
 
 def _imports(tree: ast.AST) -> list[tuple[str, int]]:

@@ -180,8 +180,12 @@ class ExecutionResult:
             "isolation": list(self.isolation),
             "limits": dict(self.effective_limits),
             "adjustments": [
-                {"limit": a.limit, "requested": a.requested, "applied": a.applied,
-                 "action": a.action}
+                {
+                    "limit": a.limit,
+                    "requested": a.requested,
+                    "applied": a.applied,
+                    "action": a.action,
+                }
                 for a in self.adjustments
             ],
             "started_at": self.started_at,

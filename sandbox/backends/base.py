@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sandbox.capture import CappedOutput, OutputCallback
+from sandbox.capture import CappedOutput
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import Violation

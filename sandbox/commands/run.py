@@ -37,17 +37,24 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--tools", metavar="MANIFEST", help="tool manifest (JSON file)")
     parser.add_argument("--json", action="store_true", help="print one JSON result object")
     parser.add_argument(
-        "--limit", action="append", default=[], metavar="NAME=VALUE",
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="a limit: times in seconds, sizes in bytes (repeatable)",
     )
     parser.add_argument("--backend", choices=["process", "docker"], default="process")
     parser.add_argument("--policy", choices=["none", "restricted"], default="none")
     parser.add_argument(
-        "--expect", action="append", default=[], metavar="TOOL=MIN[:MAX]",
+        "--expect",
+        action="append",
+        default=[],
+        metavar="TOOL=MIN[:MAX]",
         help="expected number of calls of a tool (repeatable)",
     )
     parser.add_argument(
-        "--allow-degraded", action="store_true",
+        "--allow-degraded",
+        action="store_true",
         help="run without cgroup limits when the host cannot provide them",
     )
     parser.set_defaults(handler=run)
@@ -70,9 +77,7 @@ def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
         try:
             if not sep or not tool:
                 raise ValueError
-            out.append(
-                ExpectedCalls(tool, int(low) if low else None, int(high) if high else None)
-            )
+            out.append(ExpectedCalls(tool, int(low) if low else None, int(high) if high else None))
         except ValueError:
             raise InvalidArgument(f"--expect {item!r}: expected TOOL=MIN[:MAX]") from None
     return tuple(out)
@@ -90,7 +95,9 @@ async def _execute(request: ExecutionRequest, allow_degraded: bool) -> Execution
         backends["process"] = ProcessBackend(
             ProcessBackendConfig(pool_size=1, allow_degraded=allow_degraded)
         )
-    async with Engine(EngineConfig(backends=backends, default_backend=request.backend or "process")) as engine:
+    async with Engine(
+        EngineConfig(backends=backends, default_backend=request.backend or "process")
+    ) as engine:
         return await engine.execute(request)
 
 
@@ -118,8 +125,11 @@ def print_summary(result: ExecutionResult) -> None:
     if result.stderr:
         sys.stderr.write(result.stderr)
     err = sys.stderr
-    print(f"\n── status: {result.status}  exit code: {result.exit_code}  "
-          f"wall {result.usage.wall_time_s:.3f}s  cpu {result.usage.cpu_time_s:.3f}s", file=err)
+    print(
+        f"\n── status: {result.status}  exit code: {result.exit_code}  "
+        f"wall {result.usage.wall_time_s:.3f}s  cpu {result.usage.cpu_time_s:.3f}s",
+        file=err,
+    )
     if result.calls:
         print(f"── {len(result.calls)} tool calls", file=err)
         for call in result.calls:
@@ -129,8 +139,13 @@ def print_summary(result: ExecutionResult) -> None:
             detail = call.error or ""
             print(f"  {call.seq:>4}  {call.tool:<24} {call.status!s:<18} {args} {detail}", file=err)
     for v in result.violations:
-        print(f"── violation: {v.limit} = {v.limit_value:g} {v.unit}, observed {v.observed:g}, "
-              f"{v.action}. {v.detail}", file=err)
+        print(
+            f"── violation: {v.limit} = {v.limit_value:g} {v.unit}, observed {v.observed:g}, "
+            f"{v.action}. {v.detail}",
+            file=err,
+        )
     if result.error:
-        print(f"── error: {result.error.type}: {result.error.message} "
-              f"(line {result.error.line})", file=err)
+        print(
+            f"── error: {result.error.type}: {result.error.message} (line {result.error.line})",
+            file=err,
+        )

@@ -12,6 +12,7 @@ host: the broker re-checks every frame; this side is only the honest client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
@@ -123,10 +124,9 @@ class Channel:
             waiter.event.set()
         elif waiter.loop is not None and waiter.future is not None:
             future = waiter.future
-            try:
+            # RuntimeError: the loop is closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
                 waiter.loop.call_soon_threadsafe(_resolve, future, reply)
-            except RuntimeError:  # the loop is closed; nobody is waiting any more
-                pass
 
     def _fail_all(self, reason: str) -> None:
         with self._pending_lock:

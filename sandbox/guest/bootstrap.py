@@ -19,18 +19,19 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Imported before `ready` so that scripts do not pay for them (asyncio alone is ~40 ms cold).
-import ast  # noqa: E402
-import asyncio  # noqa: E402
-import builtins  # noqa: E402
-import errno  # noqa: E402
-import inspect  # noqa: E402
-import json  # noqa: E402, F401
-import resource  # noqa: E402
-import traceback  # noqa: E402
-import types  # noqa: E402
-import typing  # noqa: E402, F401
+import ast
+import asyncio
+import builtins
+import contextlib
+import errno
+import inspect
+import json  # noqa: F401
+import resource
+import traceback
+import types
+import typing  # noqa: F401
 
-import _ptc_runtime  # noqa: E402
+import _ptc_runtime  # type: ignore[import-not-found]
 
 CHANNEL_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 SCRIPT_NAME = "<script>"
@@ -146,15 +147,12 @@ def main() -> None:
         status, exit_code = "error", 1
         error = _error_report(exc)
         _print_traceback(exc)
-    try:
+    # The script may have closed or replaced its streams or the channel; report what we can.
+    with contextlib.suppress(BaseException):
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:  # noqa: S110
-        pass
-    try:
+    with contextlib.suppress(BaseException):
         channel.send({"t": "end", "status": status, "exit_code": exit_code, "error": error})
-    except BaseException:  # noqa: S110
-        pass
     os._exit(exit_code)
 
 

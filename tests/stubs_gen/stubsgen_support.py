@@ -95,6 +95,25 @@ def entries(category: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return [(q, answers[q["id"]]) for q in questions]
 
 
-def ground_truth_arguments(acceptable: dict[str, list[Any]]) -> dict[str, Any]:
+def _first(value: Any) -> Any:
+    """A ground-truth value with BFCL's nested "list of acceptable values" wrappers removed.
+
+    Inside a dict-typed argument BFCL lists acceptable values per key again
+    (``{"budget": [{"min": [1], "max": [2]}]}``), also for dicts inside arrays.
+    """
+    if isinstance(value, dict):
+        return ground_truth_arguments(value)
+    if isinstance(value, list):
+        return [_first(item) for item in value]
+    return value
+
+
+def ground_truth_arguments(acceptable: dict[str, Any]) -> dict[str, Any]:
     """The first acceptable value of each parameter; "" first means the parameter is omitted."""
-    return {name: values[0] for name, values in acceptable.items() if values and values[0] != ""}
+    out: dict[str, Any] = {}
+    for name, values in acceptable.items():
+        if not isinstance(values, list):
+            out[name] = values
+        elif values and values[0] != "":
+            out[name] = _first(values[0])
+    return out

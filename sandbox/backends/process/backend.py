@@ -61,9 +61,7 @@ class ProcessBackend:
         self._isolation: list[str] = []
 
     async def start(self) -> None:
-        reason = await asyncio.to_thread(
-            probe_bwrap, self.python, self.config.uid, self.config.gid
-        )
+        reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
         if reason is not None:
             raise Unavailable(f"process backend unavailable: {reason}")
         self.cgroups = CgroupManager.detect()
