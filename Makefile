@@ -1,7 +1,7 @@
 # One command per task; CI calls these verbatim.
 PY ?= .venv/bin/python
 
-.PHONY: gen gen-check lint test bench
+.PHONY: gen gen-check lint test bench demo setup
 
 gen:            ## regenerate sandbox/_proto from proto/
 	$(PY) scripts/gen_protos.py
@@ -15,8 +15,14 @@ lint:
 	$(PY) -m ruff check sandbox stubs_gen tests bench scripts
 	$(PY) -m mypy
 
-test:
-	$(PY) -m pytest
+setup:          ## venv and system packages for running
+	./scripts/setup.sh
+
+demo: setup     ## the main job: one script through the embedded default (process backend)
+	.venv/bin/ptc run examples/weather.py --tools examples/weather_tools.json
+
+test:           ## all set-up on a fresh machine, then the whole test suite
+	./scripts/test.sh
 
 bench:
 	$(PY) -m bench.stubs

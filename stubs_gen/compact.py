@@ -77,6 +77,6 @@ def render_compact(manifest: Manifest) -> str:
     plan = manifest._plan
     body: list[ast.stmt] = [ast.Expr(ast.Constant(COMPACT_DOC))]
     for typed_dict in plan.typed_dicts:
-        body += typed_dict_node(typed_dict, _BARE, full=False, quote=False)
+        body += typed_dict_node(typed_dict, _BARE, full=False, runtime=False)
     body += [_function(f) for f in plan.functions]
     return ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n"

@@ -69,7 +69,7 @@ def _check_json(value: Any, depth: int = 0) -> None:
 def parse_source(
     source: str | bytes | list[Any] | dict[str, Any], origin: str
 ) -> tuple[list[Any], str]:
-    """The tool definitions in ``source`` (JSON text or parsed JSON) and the JSON path of their array."""
+    """The tool definitions in ``source`` (JSON text or parsed JSON) and their array's JSON path."""
     if isinstance(source, str | bytes | bytearray):
         try:
             data = json.loads(source, parse_constant=_reject_constant)

@@ -50,7 +50,8 @@ def constraints(schema: Any) -> list[str]:
         ("minProperties", "maxProperties", "keys"),
     ):
         if low in schema or high in schema:
-            lo, hi = schema.get(low), schema.get(high)
+            lo: Any = schema.get(low)
+            hi: Any = schema.get(high)
             if lo is not None and hi is not None:
                 notes.append(f"{int(lo)}..{int(hi)} {what}")
             elif lo is not None:
@@ -99,7 +100,8 @@ def field_line(field: Field, *, full: bool, in_signature: bool) -> str | None:
         parts.append(f"Default: {literal(schema['default'])}.")
     notes = constraints(schema)
     if notes:
-        parts.append("; ".join(notes).capitalize() + ".")
+        note = "; ".join(notes)
+        parts.append(note[0].upper() + note[1:] + ".")
     if field.ident != field.key:
         parts.append(f"Sent as {field.key!r}.")
     if full and not field.required and not has_default:

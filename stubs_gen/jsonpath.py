@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["key", "index"]
+__all__ = ["index", "key"]
 
 _PLAIN = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*\Z")
 

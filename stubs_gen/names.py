@@ -37,6 +37,8 @@ MODULE_RESERVED = frozenset(
         "_t",
         "_Omitted",
         "_OMITTED",
+        "_aio_twin",
+        "_b",
     }
 )
 # Globals a stub body reads: a parameter with one of these names would shadow it.
@@ -58,7 +60,7 @@ def python_name(name: str) -> str:
 
 
 def pascal(*parts: str) -> str:
-    """``PascalCase`` of the words in ``parts`` (``"get_weather", "options"`` -> ``GetWeatherOptions``)."""
+    """``PascalCase`` of the words in ``parts``: ``get_weather``, ``opts`` -> ``GetWeatherOpts``."""
     words: list[str] = []
     for part in parts:
         words.extend(w[0].upper() + w[1:] for w in _WORDS.findall(part))

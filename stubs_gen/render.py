@@ -124,14 +124,19 @@ def _function(function: Function, spelling: Spelling, *, twin: bool) -> ast.stmt
 
 
 def typed_dict_node(
-    typed_dict: TypedDictDef, spelling: Spelling, *, full: bool, quote: bool
+    typed_dict: TypedDictDef, spelling: Spelling, *, full: bool, runtime: bool
 ) -> list[ast.stmt]:
-    """A TypedDict as a class, or in functional form when a key is not an identifier."""
+    """A TypedDict: for the compact form a class when every key is an identifier; for the real
+    module (``runtime``) always the functional form, with each key's type quoted as a forward
+    reference but its ``Required``/``NotRequired`` wrapper evaluated, because Python 3.11 loses
+    those qualifiers from string annotations (and forward references allow recursive types)."""
     required = sum(1 for f in typed_dict.fields if f.required)
     total = required * 2 >= len(typed_dict.fields)
 
     def annotation(field: Field) -> ast.expr:
         expr = type_expr(field.type, spelling)
+        if runtime:
+            expr = ast.Constant(ast.unparse(expr))
         if field.required != total:
             wrapper = "Required" if field.required else "NotRequired"
             expr = ast.Subscript(spelling.typing_name(wrapper), expr)
@@ -139,7 +144,7 @@ def typed_dict_node(
 
     keywords = [] if total else [ast.keyword("total", ast.Constant(False))]
     doc = typed_dict_doc(typed_dict, full=full, indent="    ")
-    class_form = all(
+    class_form = not runtime and all(
         f.key.isidentifier() and not _is_keyword(f.key) and not f.key.startswith("__")
         for f in typed_dict.fields
     )
@@ -158,16 +163,14 @@ def typed_dict_node(
                 type_params=[],
             )
         ]
-    # Functional form: evaluated at import time, so types are strings (forward references).
-    values: list[ast.expr] = [
-        ast.Constant(ast.unparse(annotation(f))) if quote else annotation(f)
-        for f in typed_dict.fields
-    ]
     call = ast.Call(
         spelling.typing_name("TypedDict"),
         [
             ast.Constant(typed_dict.name),
-            ast.Dict([ast.Constant(f.key) for f in typed_dict.fields], values),
+            ast.Dict(
+                [ast.Constant(f.key) for f in typed_dict.fields],
+                [annotation(f) for f in typed_dict.fields],
+            ),
         ],
         keywords,
     )
@@ -175,6 +178,15 @@ def typed_dict_node(
     if doc:
         out.append(_doc(doc.replace("\n    ", "\n")))
     return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("__") and not name.endswith("__")
+
+
+def _mangled(function: Function) -> bool:
+    """Whether a class body would mangle the twin's name or one of its parameters."""
+    return _private(function.name) or any(_private(p.ident) for p in function.params)
 
 
 def _is_keyword(name: str) -> bool:
@@ -246,17 +258,36 @@ def render_module(manifest: Manifest) -> str:
     spelling = Spelling("_t", shadowed)
     body: list[ast.stmt] = [_doc(MODULE_DOC), *_header_imports(shadowed), *_omitted()]
     for typed_dict in plan.typed_dicts:
-        body += typed_dict_node(typed_dict, spelling, full=True, quote=True)
+        body += typed_dict_node(typed_dict, spelling, full=True, runtime=True)
     body += [_function(f, spelling, twin=False) for f in plan.functions]
     twins: list[ast.stmt] = [
         _doc("Async twins of every tool: `await tools.aio.<name>(...)`, same arguments.")
     ]
-    twins += [_function(f, spelling, twin=True) for f in plan.functions]
+    outside: list[ast.stmt] = []
+    for function in plan.functions:
+        if not _mangled(function):
+            twins.append(_function(function, spelling, twin=True))
+            continue
+        # Inside a class body Python would mangle ``__x`` to ``_aio__x``: define it outside.
+        twin = _function(function, spelling, twin=True)
+        assert isinstance(twin, ast.AsyncFunctionDef)
+        twin.name, twin.decorator_list = "_aio_twin", []
+        attach = ast.Call(
+            ast.Name("setattr"),
+            [
+                ast.Name("aio"),
+                ast.Constant(function.name),
+                ast.Call(ast.Name("staticmethod"), [ast.Name("_aio_twin")], []),
+            ],
+            [],
+        )
+        outside += [twin, ast.Expr(attach), ast.Delete([ast.Name("_aio_twin")])]
     body.append(
         ast.ClassDef(  # type: ignore[call-arg]
             name="aio", bases=[], keywords=[], body=twins, decorator_list=[], type_params=[]
         )
     )
+    body += outside
     exported = [*_RUNTIME_NAMES, "aio", *(f.name for f in plan.functions)]
     exported += [t.name for t in plan.typed_dicts]
     body.append(

@@ -130,7 +130,8 @@ class _Normaliser:
                 out[name] = self.required(value, where)
             elif name == "items":
                 if isinstance(value, list):
-                    out["prefixItems"] = self.schema_list(value, where, sub, allow_empty=True)
+                    if value:  # draft 4 tuple form; an empty one constrains nothing
+                        out["prefixItems"] = self.schema_list(value, where, sub)
                     extra = node.get("additionalItems", True)
                     if extra is not True:
                         out["items"] = self.schema(extra, key(path, "additionalItems"), sub)
@@ -146,7 +147,7 @@ class _Normaliser:
                         self.pattern(pattern, key(where, pattern))
                 out[name] = {k: self.schema(v, key(where, k), sub) for k, v in value.items()}
             elif name in _SCHEMA_LISTS:
-                out[name] = self.schema_list(value, where, sub, allow_empty=name == "prefixItems")
+                out[name] = self.schema_list(value, where, sub)
             elif name == "enum":
                 if not isinstance(value, list):
                     raise self.fail("'enum' must be an array", where)
@@ -244,8 +245,8 @@ class _Normaliser:
                 names.append(item)
         return names
 
-    def schema_list(self, value: Any, path: str, depth: int, *, allow_empty: bool) -> list[Any]:
-        if not isinstance(value, list) or (not value and not allow_empty):
+    def schema_list(self, value: Any, path: str, depth: int) -> list[Any]:
+        if not isinstance(value, list) or not value:
             raise self.fail("must be a non-empty array of schemas", path)
         return [self.schema(item, index(path, i), depth) for i, item in enumerate(value)]
 

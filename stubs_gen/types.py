@@ -221,8 +221,8 @@ class _Planner:
             return {}, [], path
         properties = dict(schema.get("properties") or {})
         required = list(schema.get("required") or [])
-        for position, member in enumerate(schema.get("allOf") or []):
-            member = self.deref(member)
+        for position, raw in enumerate(schema.get("allOf") or []):
+            member = self.deref(raw)
             if isinstance(member, dict):
                 properties.update(member.get("properties") or {})
                 required += [n for n in member.get("required") or [] if n not in required]

@@ -48,7 +48,8 @@ def _message(error: ValidationError) -> str:
     where = _where(error)
     kind = error.validator
     if kind == "required" and isinstance(error.instance, dict):
-        missing = [n for n in error.validator_value if n not in error.instance]
+        names: Any = error.validator_value
+        missing = [n for n in names if n not in error.instance]
         name = missing[0] if missing else "?"
         if not where:
             return f"missing required argument {name!r}"
@@ -67,7 +68,8 @@ def _message(error: ValidationError) -> str:
     if kind == "type":
         return f"{label}: expected {_expected_type(error)}, got {_show(error.instance)}"
     if kind == "enum":
-        allowed_values = ", ".join(_show(v) for v in error.validator_value)
+        values: Any = error.validator_value
+        allowed_values = ", ".join(_show(v) for v in values)
         return f"{label}: expected one of {allowed_values}, got {_show(error.instance)}"
     if kind == "const":
         return f"{label}: expected {_show(error.validator_value)}, got {_show(error.instance)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -13,3 +14,4 @@ def runtime() -> Iterator[FakeRuntime]:
     fake, previous = install_runtime()
     yield fake
     restore_runtime(previous)
+    sys.modules.pop("tools", None)

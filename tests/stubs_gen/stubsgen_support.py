@@ -71,11 +71,9 @@ def restore_runtime(previous: Any) -> None:
 def import_source(source: str, name: str = "tools") -> types.ModuleType:
     """Execute generated source as a fresh module (needs the fake runtime installed)."""
     module = types.ModuleType(name)
-    sys.modules[name] = module  # functional TypedDicts look their module up by name
-    try:
-        exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    finally:
-        sys.modules.pop(name, None)
+    # Registered like a real import: TypedDicts resolve their annotations through it.
+    sys.modules[name] = module
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
     return module
 
 

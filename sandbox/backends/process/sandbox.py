@@ -30,6 +30,7 @@ from sandbox.protocol import GuestReady, ProtocolViolation, parse_guest_message,
 __all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
 
 READY_FRAME_BYTES = 4096
+BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 CGROUP_CPU_CORES = 1.0
 
 
@@ -158,6 +159,9 @@ async def spawn_sandbox(
             stderr=asyncio.subprocess.PIPE,
             pass_fds=(guest_sock.fileno(), info_w, block_r),
             start_new_session=True,
+            # bwrap's own process is pid 1 inside the sandbox and its /proc/1/environ is
+            # readable there: it must not inherit the server's environment.
+            env=BWRAP_ENV,
             **as_user,  # type: ignore[arg-type]
         )
         os.close(info_w)

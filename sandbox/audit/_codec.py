@@ -1,0 +1,194 @@
+"""How audit records become bytes: canonical JSON, entry hashes, and the result round trip.
+
+The hash chain is over immutable *entries*, never over mutable rows. An execution contributes
+an ``admitted`` entry when it is admitted and a ``completed`` (or ``interrupted``) entry when it
+ends; retention adds a ``pruned`` entry. Each entry's hash covers a canonical header (format
+version, tenant, per-tenant sequence number, kind, execution id, time in microseconds, the
+previous entry's hash) and the entry's canonical JSON payload, so editing any byte of an entry,
+deleting one, or swapping two breaks the chain. Payloads are stored as the exact text that was
+hashed, so verification never depends on a database re-serialising JSON the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.audit.base import Admission
+from sandbox.limits import LimitAdjustment
+from sandbox.result import (
+    CallRecord,
+    CallStatus,
+    ExecutionResult,
+    ExecutionStatus,
+    ScriptError,
+    Usage,
+    Violation,
+)
+
+__all__ = [
+    "ENTRY_VERSION",
+    "OUTPUT_CAP_BYTES",
+    "Entry",
+    "admission_from_json",
+    "admission_to_json",
+    "canonical",
+    "entry_hash",
+    "result_from_json",
+    "result_to_json",
+    "sha256_text",
+]
+
+ENTRY_VERSION = 1
+OUTPUT_CAP_BYTES = 1024 * 1024  # per stream kept in the record; the rest is dropped with a marker
+KINDS = ("admitted", "completed", "interrupted", "pruned")
+
+
+def canonical(value: object) -> str:
+    """The one JSON spelling that is hashed: sorted keys, no spaces, no NaN."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One immutable link of a tenant's chain, as stored."""
+
+    tenant: str
+    seq: int
+    kind: str
+    execution_id: str
+    at_us: int
+    payload: str
+    prev_hash: str
+    entry_hash: str
+
+    def expected_hash(self) -> str:
+        return entry_hash(
+            self.tenant,
+            self.seq,
+            self.kind,
+            self.execution_id,
+            self.at_us,
+            self.payload,
+            self.prev_hash,
+        )
+
+
+def entry_hash(
+    tenant: str, seq: int, kind: str, execution_id: str, at_us: int, payload: str, prev: str
+) -> str:
+    header = canonical(
+        {
+            "v": ENTRY_VERSION,
+            "tenant": tenant,
+            "seq": seq,
+            "kind": kind,
+            "execution_id": execution_id,
+            "at_us": at_us,
+            "prev": prev,
+        }
+    )
+    return "sha256:" + sha256_text(header + "\n" + payload)
+
+
+def admission_to_json(admission: Admission, admitted_at: float) -> dict[str, Any]:
+    return {
+        "execution_id": admission.execution_id,
+        "tenant": admission.tenant,
+        "script": admission.script,
+        "script_sha256": sha256_text(admission.script),
+        "manifest_json": admission.manifest_json,
+        "manifest_sha256": admission.manifest_sha256,
+        "backend": admission.backend,
+        "policy": admission.policy,
+        "effective_limits": {k: float(v) for k, v in admission.effective_limits.items()},
+        "labels": dict(admission.labels),
+        "admitted_at": admitted_at,
+    }
+
+
+def admission_from_json(data: Mapping[str, Any]) -> Admission:
+    return Admission(
+        execution_id=data["execution_id"],
+        tenant=data["tenant"],
+        script=data["script"],
+        manifest_json=data["manifest_json"],
+        manifest_sha256=data["manifest_sha256"],
+        backend=data["backend"],
+        policy=data["policy"],
+        effective_limits=dict(data["effective_limits"]),
+        labels=dict(data["labels"]),
+        admitted_at=float(data["admitted_at"]),
+    )
+
+
+def _cap(text: str, cap: int) -> str:
+    raw = text.encode("utf-8", errors="surrogatepass")
+    if len(raw) <= cap:
+        return text
+    kept = raw[:cap].decode("utf-8", errors="ignore")
+    dropped = len(raw) - len(kept.encode("utf-8"))
+    return f"{kept}\n[audit: {dropped} bytes dropped]"
+
+
+def result_to_json(result: ExecutionResult, cap: int = OUTPUT_CAP_BYTES) -> dict[str, Any]:
+    """The result as recorded: `ExecutionResult.to_json`, with stdout/stderr capped."""
+    data = result.to_json()
+    data["stdout"] = _cap(result.stdout, cap)
+    data["stderr"] = _cap(result.stderr, cap)
+    return data
+
+
+def _call_from_json(data: Mapping[str, Any]) -> CallRecord:
+    status = CallStatus(data["status"])
+    return CallRecord(
+        seq=int(data["seq"]),
+        tool=data["tool"],
+        arguments=data["arguments"],
+        status=status,
+        result=data.get("result"),
+        error=data.get("error"),
+        start_offset_s=float(data["start_offset_s"]),
+        duration_s=float(data["duration_s"]),
+        idempotency_key=data.get("idempotency_key", ""),
+    )
+
+
+def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
+    error = data.get("error")
+    return ExecutionResult(
+        execution_id=data["execution_id"],
+        status=ExecutionStatus(data["status"]),
+        exit_code=int(data["exit_code"]),
+        stdout=data["stdout"],
+        stderr=data["stderr"],
+        calls=[_call_from_json(c) for c in data["calls"]],
+        violations=[
+            Violation(
+                limit=v["limit"],
+                limit_value=v["limit_value"],
+                observed=v["observed"],
+                unit=v["unit"],
+                action=v["action"],
+                detail=v.get("detail", ""),
+            )
+            for v in data["violations"]
+        ],
+        usage=Usage(**data["usage"]),
+        error=ScriptError(**error) if error else None,
+        backend=data["backend"],
+        isolation=list(data["isolation"]),
+        effective_limits=dict(data["limits"]),
+        adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
+        started_at=float(data["started_at"]),
+        finished_at=float(data["finished_at"]),
+    )

@@ -1,0 +1,89 @@
+"""The query index derived from chain entries: one function used to write it and to check it.
+
+`executions`, `calls` and `violations` rows exist so that queries by tenant, time, status, tool
+and violation kind are indexed. They are never trusted on their own: `derive` computes them
+from an execution's entries, the store writes exactly what `derive` returns, and `verify`
+recomputes them and reports any row that differs (an index edited to hide or fake a record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CallRow", "ExecRow", "ViolationRow", "derive"]
+
+CallRow = tuple[int, int, str, str]  # idx (position), seq, tool, status
+ViolationRow = tuple[int, str, str]  # idx, limit, action
+
+
+@dataclass(frozen=True)
+class ExecRow:
+    """An `executions` row, minus its primary key."""
+
+    tenant: str
+    admit_seq: int
+    status: str
+    admitted_at: float
+    finished_at: float | None
+    backend: str
+    script_sha256: str
+    manifest_sha256: str
+    instance: str
+    prev_hash: str
+    record_hash: str
+
+
+@dataclass(frozen=True)
+class Derived:
+    row: ExecRow
+    calls: list[CallRow]
+    violations: list[ViolationRow]
+
+
+def derive(
+    tenant: str,
+    admit_seq: int,
+    admission: Mapping[str, Any],
+    admit_prev_hash: str,
+    last_kind: str,
+    last_hash: str,
+    result: Mapping[str, Any] | None,
+) -> Derived:
+    """The index rows for an execution whose latest entry is ``last_kind``.
+
+    ``result`` is the payload of the latest ``completed`` entry, if any: a completion recorded
+    after an ``interrupted`` entry (a late finish) still counts, and is what the record shows.
+    """
+    if result is not None:
+        status = str(result["status"])
+        finished_at: float | None = float(result["finished_at"])
+    elif last_kind == "interrupted":
+        status, finished_at = "interrupted", None
+    else:
+        status, finished_at = "running", None
+    calls: list[CallRow] = []
+    violations: list[ViolationRow] = []
+    if result is not None:
+        calls = [
+            (i, int(c["seq"]), str(c["tool"]), str(c["status"]))
+            for i, c in enumerate(result["calls"])
+        ]
+        violations = [
+            (i, str(v["limit"]), str(v["action"])) for i, v in enumerate(result["violations"])
+        ]
+    row = ExecRow(
+        tenant=tenant,
+        admit_seq=admit_seq,
+        status=status,
+        admitted_at=float(admission["admitted_at"]),
+        finished_at=finished_at,
+        backend=str(admission["backend"]),
+        script_sha256=str(admission["script_sha256"]),
+        manifest_sha256=str(admission["manifest_sha256"]),
+        instance=str(admission.get("instance", "")),
+        prev_hash=admit_prev_hash,
+        record_hash=last_hash,
+    )
+    return Derived(row, calls, violations)

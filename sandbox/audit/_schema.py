@@ -1,0 +1,90 @@
+"""The audit store's schema and its ordered migrations, shared by SQLite and PostgreSQL.
+
+The DDL uses only what both engines accept (``BIGINT``, ``DOUBLE PRECISION``, ``TEXT``,
+composite primary keys, ``CREATE ... IF NOT EXISTS``), so one list of steps migrates either.
+``schema_version`` holds one row per applied step; a store opens by applying, inside one write
+transaction, every step above the highest recorded version, so a half-applied migration never
+becomes visible and two servers opening the same store at once migrate it exactly once.
+
+Tables: ``entries`` is the append-only hash chain (the source of truth); ``chain_heads`` holds
+each tenant's last sequence number and hash (the row that chain appends lock); ``checkpoints``
+anchors a chain whose prefix retention pruned; ``executions``, ``calls`` and ``violations`` are
+query indexes derived from the entries, which `verify` recomputes and compares.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+_V1 = (
+    """CREATE TABLE IF NOT EXISTS entries (
+        tenant TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        execution_id TEXT NOT NULL,
+        at_us BIGINT NOT NULL,
+        payload TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        entry_hash TEXT NOT NULL,
+        PRIMARY KEY (tenant, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS entries_execution ON entries (tenant, execution_id)",
+    """CREATE TABLE IF NOT EXISTS chain_heads (
+        tenant TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL,
+        head_hash TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        tenant TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL,
+        entry_hash TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS executions (
+        execution_id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        admit_seq BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        admitted_at DOUBLE PRECISION NOT NULL,
+        finished_at DOUBLE PRECISION,
+        backend TEXT NOT NULL,
+        script_sha256 TEXT NOT NULL,
+        manifest_sha256 TEXT NOT NULL,
+        instance TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        record_hash TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS executions_tenant_seq ON executions (tenant, admit_seq)",
+    """CREATE INDEX IF NOT EXISTS executions_tenant_status
+        ON executions (tenant, status, admit_seq)""",
+    "CREATE INDEX IF NOT EXISTS executions_tenant_time ON executions (tenant, admitted_at)",
+    "CREATE INDEX IF NOT EXISTS executions_running ON executions (status, instance)",
+    """CREATE TABLE IF NOT EXISTS calls (
+        execution_id TEXT NOT NULL,
+        idx BIGINT NOT NULL,
+        seq BIGINT NOT NULL,
+        tenant TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        status TEXT NOT NULL,
+        PRIMARY KEY (execution_id, idx)
+    )""",
+    "CREATE INDEX IF NOT EXISTS calls_tenant_tool ON calls (tenant, tool, execution_id)",
+    """CREATE TABLE IF NOT EXISTS violations (
+        execution_id TEXT NOT NULL,
+        idx BIGINT NOT NULL,
+        tenant TEXT NOT NULL,
+        limit_name TEXT NOT NULL,
+        action TEXT NOT NULL,
+        PRIMARY KEY (execution_id, idx)
+    )""",
+    """CREATE INDEX IF NOT EXISTS violations_tenant_limit
+        ON violations (tenant, limit_name, execution_id)""",
+)
+
+# Ordered steps: (version, statements). Append new steps; never edit an applied one.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
+    version BIGINT PRIMARY KEY,
+    applied_at DOUBLE PRECISION NOT NULL
+)"""

@@ -1,0 +1,211 @@
+"""Verification of one tenant's chain: hashes, links, sequence, head, checkpoint and index.
+
+Pure logic over what the store reads (entries in sequence order, the head and checkpoint rows,
+the index rows), so SQLite and PostgreSQL are checked by the same code. It streams entries and
+keeps only a small summary per execution, so 100,000 records verify in bounded memory.
+
+What each tampering looks like:
+
+- an edited entry: its recomputed hash differs from the stored one;
+- a deleted entry: a gap in the sequence numbers, or the head pointing past the last entry;
+- a reordered entry (swapped sequence numbers): a broken link and a hash mismatch;
+- an edited, deleted or inserted index row: the row differs from what the entries derive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.audit._codec import Entry
+from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
+
+__all__ = ["ChainState", "verify_tenant"]
+
+
+@dataclass
+class _Exec:
+    admit_seq: int
+    admission: dict[str, Any]
+    admit_prev: str
+    last_kind: str = "admitted"
+    last_hash: str = ""
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class ChainState:
+    """What the store read besides the entries."""
+
+    head: tuple[int, str] | None
+    checkpoint: tuple[int, str] | None
+    rows: dict[str, ExecRow] = field(default_factory=dict)
+    calls: dict[str, list[CallRow]] = field(default_factory=dict)
+    violations: dict[str, list[ViolationRow]] = field(default_factory=dict)
+
+
+def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a result payload the index depends on (keeps memory small)."""
+    return {
+        "status": result["status"],
+        "finished_at": result["finished_at"],
+        "calls": [
+            {"seq": c["seq"], "tool": c["tool"], "status": c["status"]} for c in result["calls"]
+        ],
+        "violations": [
+            {"limit": v["limit"], "action": v["action"]} for v in result["violations"]
+        ],
+    }
+
+
+_ADMISSION_KEYS = ("admitted_at", "backend", "script_sha256", "manifest_sha256", "instance")
+
+
+def verify_tenant(
+    tenant: str, entries: Iterable[Entry], state: ChainState
+) -> tuple[int, list[str]]:
+    """Returns (records seen, problems); each problem names the record and what is wrong."""
+    problems: list[str] = []
+    execs: dict[str, _Exec] = {}
+    expect_seq, prev = (state.checkpoint[0] + 1, state.checkpoint[1]) if state.checkpoint else (1, "")
+    last: Entry | None = None
+    last_pruned: dict[str, Any] | None = None
+    for entry in entries:
+        where = f"record {entry.execution_id} (entry {entry.seq}, {entry.kind})"
+        if entry.seq != expect_seq:
+            problems.append(
+                f"tenant {tenant}: entries {expect_seq}..{entry.seq - 1} are missing before "
+                f"{where}: deleted"
+            )
+        elif entry.prev_hash != prev:
+            problems.append(
+                f"{where}: does not link to the previous entry: an entry was deleted, "
+                "inserted or reordered"
+            )
+        if entry.expected_hash() != entry.entry_hash:
+            problems.append(f"{where}: content does not match its hash: edited or reordered")
+        prev, expect_seq, last = entry.entry_hash, entry.seq + 1, entry
+        try:
+            payload = json.loads(entry.payload)
+        except ValueError:
+            problems.append(f"{where}: payload is not JSON: edited")
+            continue
+        if not isinstance(payload, dict):
+            problems.append(f"{where}: payload is not an object: edited")
+            continue
+        _track(tenant, entry, payload, where, execs, problems)
+        if entry.kind == "pruned":
+            last_pruned = payload
+    _check_end(tenant, last, state, last_pruned, problems)
+    _check_index(execs, tenant, state, problems)
+    return len(execs), problems
+
+
+def _track(
+    tenant: str,
+    entry: Entry,
+    payload: dict[str, Any],
+    where: str,
+    execs: dict[str, _Exec],
+    problems: list[str],
+) -> None:
+    if entry.kind == "pruned":
+        return
+    if entry.kind == "admitted":
+        if entry.execution_id in execs:
+            problems.append(f"{where}: admitted twice")
+            return
+        if payload.get("tenant") != tenant or payload.get("execution_id") != entry.execution_id:
+            problems.append(f"{where}: admission names another tenant or execution: moved")
+        try:
+            admission = {key: payload.get(key, "") for key in _ADMISSION_KEYS}
+            float(admission["admitted_at"])
+        except (TypeError, ValueError):
+            problems.append(f"{where}: admission is malformed: edited")
+            return
+        execs[entry.execution_id] = _Exec(entry.seq, admission, entry.prev_hash)
+        execs[entry.execution_id].last_hash = entry.entry_hash
+        return
+    record = execs.get(entry.execution_id)
+    if record is None:
+        problems.append(f"{where}: has no admission before it: deleted or reordered")
+        return
+    if entry.kind == "completed":
+        try:
+            record.result = _summary(payload)
+        except (KeyError, TypeError):
+            problems.append(f"{where}: result is malformed: edited")
+    elif entry.kind != "interrupted":
+        problems.append(f"{where}: unknown entry kind: edited")
+    record.last_kind, record.last_hash = entry.kind, entry.entry_hash
+
+
+def _check_end(
+    tenant: str,
+    last: Entry | None,
+    state: ChainState,
+    last_pruned: Mapping[str, Any] | None,
+    problems: list[str],
+) -> None:
+    start = state.checkpoint or (0, "")
+    end = (last.seq, last.entry_hash) if last else start
+    if state.head is None:
+        if last is not None:
+            problems.append(f"tenant {tenant}: the chain has no head row: deleted")
+    elif state.head != end:
+        after = f"record {last.execution_id} (entry {last.seq})" if last else "the chain start"
+        if state.head[0] > end[0]:
+            problems.append(
+                f"tenant {tenant}: entries {end[0] + 1}..{state.head[0]} after {after} are "
+                "missing: deleted"
+            )
+        else:
+            problems.append(f"tenant {tenant}: the chain head does not match {after}: edited")
+    if state.checkpoint is not None:
+        expected = {"through_seq": state.checkpoint[0], "through_hash": state.checkpoint[1]}
+        if last_pruned is None or any(last_pruned.get(k) != v for k, v in expected.items()):
+            problems.append(
+                f"tenant {tenant}: the checkpoint at entry {state.checkpoint[0]} is not the one "
+                "the last pruned entry recorded: edited"
+            )
+
+
+def _check_index(
+    execs: Mapping[str, _Exec], tenant: str, state: ChainState, problems: list[str]
+) -> None:
+    rows = dict(state.rows)
+    for execution_id, record in execs.items():
+        derived = derive(
+            tenant,
+            record.admit_seq,
+            record.admission,
+            record.admit_prev,
+            record.last_kind,
+            record.last_hash,
+            record.result,
+        )
+        row = rows.pop(execution_id, None)
+        where = f"record {execution_id}"
+        if row is None:
+            problems.append(f"{where}: missing from the executions index: deleted")
+            continue
+        if row != derived.row:
+            fields = [
+                name
+                for name in ExecRow.__dataclass_fields__
+                if getattr(row, name) != getattr(derived.row, name)
+            ]
+            problems.append(
+                f"{where}: executions index differs from the chain in {', '.join(fields)}: edited"
+            )
+        if sorted(state.calls.get(execution_id, [])) != sorted(derived.calls):
+            problems.append(f"{where}: calls index differs from the chain: edited")
+        if sorted(state.violations.get(execution_id, [])) != sorted(derived.violations):
+            problems.append(f"{where}: violations index differs from the chain: edited")
+    for execution_id in rows:
+        problems.append(
+            f"record {execution_id}: in the executions index but not in the chain: inserted, "
+            "or its entries were deleted"
+        )

@@ -1,0 +1,88 @@
+"""The audit store's interface, which the server writes through and queries.
+
+Crash safety is part of the contract: `admit` is durable before the script runs, `complete`
+finishes the same record when the execution ends, and a restart marks records that were
+admitted but never completed as `interrupted`. Records are chained per tenant (each carries the
+hash of the tenant's previous record) so that an edit, deletion or reordering is detected by
+`verify`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sandbox.result import ExecutionResult
+
+__all__ = ["Admission", "AuditQuery", "AuditRecord", "AuditStore", "VerifyReport"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What is known when an execution is admitted, before it runs."""
+
+    execution_id: str
+    tenant: str
+    script: str
+    manifest_json: str
+    manifest_sha256: str
+    backend: str
+    policy: str
+    effective_limits: Mapping[str, float]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    admitted_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    admission: Admission
+    result: ExecutionResult | None  # None while running (or after an interrupted run)
+    status: str  # running | interrupted | one of ExecutionStatus
+    prev_hash: str
+    record_hash: str
+    script_sha256: str
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    since: float | None = None
+    until: float | None = None
+    status: str | None = None
+    tool: str | None = None
+    violation: str | None = None
+    limit: int = 50
+    page_token: str | None = None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    tenant: str | None
+    records: int
+    problems: Sequence[str]  # each names the record and what is wrong
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class AuditStore(Protocol):
+    def admit(self, admission: Admission) -> None:
+        """Durably records an admitted execution (status `running`)."""
+
+    def complete(self, execution_id: str, result: ExecutionResult) -> None:
+        """Completes the record with the result and every call."""
+
+    def get(self, tenant: str, execution_id: str) -> AuditRecord | None:
+        """The tenant's record, or None (also for another tenant's id)."""
+
+    def list(self, tenant: str, query: AuditQuery) -> tuple[list[AuditRecord], str | None]:
+        """Newest first; returns the page and the next page token."""
+
+    def mark_interrupted(self) -> int:
+        """At start-up: records still `running` become `interrupted`; returns how many."""
+
+    def verify(self, tenant: str | None = None) -> VerifyReport:
+        """Checks the hash chain of one tenant, or of all."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,170 @@
+"""Builds, starts and stops the gRPC server: the service, health, reflection, and their parts.
+
+    server = SandboxServer(ServerConfig(listen="127.0.0.1:0"))
+    await server.start()          # server.address is "127.0.0.1:<port>"
+    ...
+    await server.stop()           # drain: finish or cancel in-flight runs, close the pool
+
+The health service reports SERVING for the whole server and for `ptc.sandbox.v1.SandboxService`
+while every backend can serve (started, and its warm pool not failing to start sandboxes), and
+NOT_SERVING otherwise; a backend that fails its start-up checks leaves the server running and
+answering UNAVAILABLE, so an operator can see why. Stopping is ordered: health goes NOT_SERVING,
+new RPCs are refused, in-flight executions get `shutdown_grace_s` to finish and are then cancelled
+(and recorded as such), then the pool is drained and the store closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.audit.base import AuditStore
+from sandbox.backends.base import Backend
+from sandbox.engine import Engine, EngineConfig
+from sandbox.errors import PtcError, Unavailable
+from sandbox.server.config import ServerConfig
+from sandbox.server.host_handlers import HostHandlers
+from sandbox.server.interceptors import ErrorInterceptor
+from sandbox.server.runner import Runner
+from sandbox.server.service import SandboxServicer
+from sandbox.server.store_memory import MemoryAuditStore
+from sandbox.server.tenancy import SingleTenant
+from sandbox.tenants.base import Tenancy
+
+__all__ = ["SandboxServer"]
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SandboxService"].full_name
+HEALTH_POLL_S = 1.0
+FAILED_STARTS_UNHEALTHY = 3
+
+
+class SandboxServer:
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        *,
+        engine: Engine | None = None,
+        store: AuditStore | None = None,
+        tenancy: Tenancy | None = None,
+    ) -> None:
+        self.config = config or ServerConfig()
+        self.engine = engine or Engine(EngineConfig(backends=self._default_backends()))
+        self.store: AuditStore = store or MemoryAuditStore()
+        self.tenancy: Tenancy = tenancy or SingleTenant()
+        self.host = HostHandlers(
+            self.config.host_handlers,
+            self.config.host_handler_timeout_s,
+            self.config.host_handler_concurrency,
+        )
+        self.runner = Runner(self.engine, self.store, self.tenancy, self.host)
+        self.health = health.aio.HealthServicer()
+        self.address = ""
+        self.backend_error: str | None = None
+        self._server: aio.Server | None = None
+        self._monitor: asyncio.Task[None] | None = None
+
+    def _default_backends(self) -> dict[str, Backend]:
+        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+
+        return {
+            "process": ProcessBackend(
+                ProcessBackendConfig(
+                    pool_size=self.config.pool_size, allow_degraded=self.config.allow_degraded
+                )
+            )
+        }
+
+    async def start(self) -> str:
+        """Starts the backends and the server; returns the address it listens on."""
+        try:
+            await self.engine.start()
+        except PtcError as exc:
+            self.backend_error = exc.message
+            log.error("the sandbox backend cannot serve: %s", exc.message)
+        limit = self.config.max_message_bytes
+        server = aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_SandboxServiceServicer_to_server(SandboxServicer(self.runner), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        host, _, _port = self.config.listen.rpartition(":")
+        port = server.add_insecure_port(self.config.listen)
+        if port == 0:
+            raise Unavailable(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        self.address = f"{host}:{port}"
+        await self._set_health()
+        self._monitor = asyncio.create_task(self._watch_health())
+        return self.address
+
+    def serving(self) -> bool:
+        if self.backend_error is not None:
+            return False
+        return all(_backend_ok(b) for b in self.engine.config.backends.values())
+
+    async def _set_health(self) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.serving()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_POLL_S)
+            await self._set_health()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Graceful shutdown: nothing admitted is lost, nothing started is left behind."""
+        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
+        await self.health.enter_graceful_shutdown()
+        if self._server is not None:
+            # Refuses new RPCs; RPCs still running after the grace are cancelled, which cancels
+            # their executions (recorded as cancelled by the runner).
+            stopping = asyncio.create_task(self._server.stop(grace))
+            await self.runner.drain(grace)
+            await stopping
+            self._server = None
+        await self.runner.drain(0)
+        await self.engine.close()
+        self.store.close()
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+def _backend_ok(backend: Backend) -> bool:
+    try:
+        pool = getattr(backend, "pool", None)
+    except PtcError:
+        return False  # not started
+    failed = getattr(pool, "failed_starts", 0)
+    return not (isinstance(failed, int) and failed >= FAILED_STARTS_UNHEALTHY)
+
+

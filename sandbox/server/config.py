@@ -1,0 +1,102 @@
+"""The server's configuration: where it listens, its pool, its host handlers, its grace period.
+
+Read from a TOML file (`ptc serve --config server.toml`) and overridden by command-line flags.
+Host handlers are named here, by the operator, as ``tool name = "module:function"``; a manifest
+can never name code for the host to import. Example::
+
+    listen = "127.0.0.1:50051"
+    pool_size = 4
+    allow_degraded = false
+    shutdown_grace_s = 10
+
+    [host_handlers]
+    get_weather = "myco.tools:get_weather"
+
+    [host_handler_limits]
+    timeout_s = 5
+    concurrency = 16
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sandbox.errors import InvalidArgument
+
+__all__ = ["ServerConfig", "load_config"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str = "127.0.0.1:50051"
+    pool_size: int = 4
+    allow_degraded: bool = False
+    # In-flight executions get this long to finish at shutdown; the rest are cancelled.
+    shutdown_grace_s: float = 10.0
+    host_handlers: Mapping[str, str] = field(default_factory=dict)
+    host_handler_timeout_s: float = 10.0
+    host_handler_concurrency: int = 16
+    max_message_bytes: int = 32 * 1024 * 1024
+
+    def with_overrides(self, **changes: Any) -> ServerConfig:
+        """This config with every non-None keyword applied."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+
+
+def load_config(path: str | Path) -> ServerConfig:
+    """Parses a TOML config file, naming the key at fault on any error."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidArgument(f"config {path}: {exc}") from exc
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "host_handlers":
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise InvalidArgument(f"config {path}: host_handlers: tool = 'module:function'")
+            values["host_handlers"] = dict(value)
+        elif key == "host_handler_limits":
+            values.update(_handler_limits(path, value))
+        elif key in ("listen",):
+            values[key] = _typed(path, key, value, str)
+        elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
+            values[key] = _typed(path, key, value, int)
+        elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
+            values[key] = float(_typed(path, key, value, (int, float)))
+        elif key == "allow_degraded":
+            values[key] = _typed(path, key, value, bool)
+        else:
+            raise InvalidArgument(f"config {path}: unknown key {key!r}")
+    return ServerConfig(**values)
+
+
+def _handler_limits(path: str | Path, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"config {path}: host_handler_limits must be a table")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "timeout_s":
+            out["host_handler_timeout_s"] = float(_typed(path, key, item, (int, float)))
+        elif key == "concurrency":
+            out["host_handler_concurrency"] = _typed(path, key, item, int)
+        else:
+            raise InvalidArgument(f"config {path}: host_handler_limits: unknown key {key!r}")
+    return out
+
+
+def _typed(path: str | Path, key: str, value: object, kind: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) and kind is not bool:
+        raise InvalidArgument(f"config {path}: {key} has the wrong type")
+    if not isinstance(value, kind):
+        raise InvalidArgument(f"config {path}: {key} has the wrong type")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        raise InvalidArgument(f"config {path}: {key} must be positive")
+    return value

@@ -1,0 +1,98 @@
+"""The `SandboxService` servicer: one method per RPC of proto/ptc/sandbox/v1/sandbox.proto.
+
+Methods authenticate the caller through the tenancy, convert with `convert`, and delegate: runs go
+through `Runner` (unary) or `StreamSession` (streamed); stubs through `stubs_gen`; records through
+the audit store. Errors are raised as `sandbox.errors` classes and mapped to statuses by
+`interceptors.ErrorInterceptor`, never here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from grpc import aio
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.errors import InvalidArgument, NotFound
+from sandbox.server.convert import (
+    query_from_proto,
+    record_to_proto,
+    request_from_proto,
+    result_to_proto,
+)
+from sandbox.server.runner import Runner
+from sandbox.server.stream import StreamSession
+from sandbox.tenants.base import Tenant
+from stubs_gen import render_compact
+
+__all__ = ["SandboxServicer"]
+
+Context = aio.ServicerContext[Any, Any]
+
+
+class SandboxServicer(pb_grpc.SandboxServiceServicer):
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def _tenant(self, context: Context) -> Tenant:
+        metadata = {str(k).lower(): str(v) for k, v in (context.invocation_metadata() or ())}
+        return self.runner.tenancy.authenticate(metadata)
+
+    async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecutionResult:
+        tenant = self._tenant(context)
+        prepared = self.runner.prepare(
+            tenant, request_from_proto(request, tenant.script_policy), streamed=False
+        )
+        cancel = asyncio.Event()
+        run = self.runner.start(prepared, cancel=cancel)
+        try:
+            result = await asyncio.shield(run)
+        except asyncio.CancelledError:  # deadline passed or the client went away
+            cancel.set()
+            raise
+        return result_to_proto(result)
+
+    async def ExecuteStream(
+        self, request_iterator: AsyncIterator[pb.ClientMessage], context: Context
+    ) -> AsyncIterator[pb.ServerEvent]:
+        session = StreamSession(self.runner, self._tenant(context))
+        async for event in session.serve(request_iterator):
+            yield event
+
+    async def GenerateStubs(
+        self, request: pb.GenerateStubsRequest, context: Context
+    ) -> pb.GenerateStubsResponse:
+        self._tenant(context)
+        if not request.HasField("manifest"):
+            raise InvalidArgument("manifest: is required")
+        manifest = self.runner.engine.manifest(request.manifest.json)
+        return pb.GenerateStubsResponse(
+            module=self.runner.engine.stubs(manifest),
+            compact=render_compact(manifest),
+            names=dict(manifest.names),
+            warnings=list(manifest.warnings),
+            manifest_hash=manifest.sha256,
+        )
+
+    async def GetExecution(
+        self, request: pb.GetExecutionRequest, context: Context
+    ) -> pb.ExecutionRecord:
+        tenant = self._tenant(context)
+        if not request.execution_id:
+            raise InvalidArgument("execution_id: is empty")
+        record = self.runner.store.get(tenant.id, request.execution_id)
+        if record is None:
+            raise NotFound(f"execution_id: no execution {request.execution_id!r}")
+        return record_to_proto(record)
+
+    async def ListExecutions(
+        self, request: pb.ListExecutionsRequest, context: Context
+    ) -> pb.ListExecutionsResponse:
+        tenant = self._tenant(context)
+        records, token = self.runner.store.list(tenant.id, query_from_proto(request))
+        return pb.ListExecutionsResponse(
+            records=[record_to_proto(r) for r in records], next_page_token=token or ""
+        )

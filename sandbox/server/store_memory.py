@@ -1,0 +1,188 @@
+"""`MemoryAuditStore`: the `AuditStore` protocol kept in memory, for tests and a server without
+a database.
+
+It keeps the protocol's semantics so that it can stand in for the durable stores: `admit` before
+the script runs, `complete` after, `running` records turned `interrupted` by
+`mark_interrupted`, per-tenant hash chains checked by `verify`. Chaining: each record's
+``prev_hash`` is the previous admission's link hash of the same tenant, fixed at admission (so
+that concurrent executions completing out of order do not break the chain); its
+``record_hash`` covers the link and the final status and result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, VerifyReport
+from sandbox.errors import InvalidArgument
+from sandbox.result import ExecutionResult
+
+__all__ = ["MemoryAuditStore"]
+
+GENESIS = "0" * 64
+
+
+@dataclass
+class _Entry:
+    seq: int
+    admission: Admission
+    prev_hash: str
+    link_hash: str
+    status: str = "running"
+    result: ExecutionResult | None = None
+    record_hash: str = ""
+
+
+def _sha(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def _admission_json(admission: Admission) -> str:
+    data = asdict(admission)
+    data["effective_limits"] = dict(admission.effective_limits)
+    data["labels"] = dict(admission.labels)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def _result_json(result: ExecutionResult | None) -> str:
+    return json.dumps(result.to_json() if result else None, sort_keys=True, default=str)
+
+
+class MemoryAuditStore:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._heads: dict[str, str] = {}
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def admit(self, admission: Admission) -> None:
+        with self._lock:
+            if admission.execution_id in self._entries:
+                raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            prev = self._heads.get(admission.tenant, GENESIS)
+            link = _sha(prev, _admission_json(admission))
+            entry = _Entry(next(self._seq), admission, prev, link)
+            entry.record_hash = self._hash(entry)
+            self._entries[admission.execution_id] = entry
+            self._heads[admission.tenant] = link
+
+    def complete(self, execution_id: str, result: ExecutionResult) -> None:
+        with self._lock:
+            entry = self._entries.get(execution_id)
+            if entry is None:
+                raise InvalidArgument(f"execution {execution_id} was never admitted")
+            entry.result = result
+            entry.status = str(result.status)
+            entry.record_hash = self._hash(entry)
+
+    @staticmethod
+    def _hash(entry: _Entry) -> str:
+        return _sha(entry.link_hash, entry.status, _result_json(entry.result))
+
+    @staticmethod
+    def _record(entry: _Entry) -> AuditRecord:
+        return AuditRecord(
+            admission=entry.admission,
+            result=entry.result,
+            status=entry.status,
+            prev_hash=entry.prev_hash,
+            record_hash=entry.record_hash,
+            script_sha256=hashlib.sha256(
+                entry.admission.script.encode("utf-8", "surrogatepass")
+            ).hexdigest(),
+        )
+
+    def get(self, tenant: str, execution_id: str) -> AuditRecord | None:
+        with self._lock:
+            entry = self._entries.get(execution_id)
+            if entry is None or entry.admission.tenant != tenant:
+                return None
+            return self._record(entry)
+
+    def list(self, tenant: str, query: AuditQuery) -> tuple[list[AuditRecord], str | None]:
+        before: int | None = None
+        if query.page_token:
+            try:
+                before = int(query.page_token)
+            except ValueError:
+                raise InvalidArgument("page_token: not a token this server issued") from None
+        with self._lock:
+            entries = sorted(
+                (e for e in self._entries.values() if e.admission.tenant == tenant),
+                key=lambda e: e.seq,
+                reverse=True,
+            )
+            page: list[_Entry] = []
+            more = False
+            for entry in entries:
+                if before is not None and entry.seq >= before:
+                    continue
+                if not _matches(entry, query):
+                    continue
+                if len(page) == query.limit:
+                    more = True
+                    break
+                page.append(entry)
+            token = str(page[-1].seq) if more and page else None
+            return [self._record(e) for e in page], token
+
+    def mark_interrupted(self) -> int:
+        with self._lock:
+            count = 0
+            for entry in self._entries.values():
+                if entry.status == "running":
+                    entry.status = "interrupted"
+                    entry.record_hash = self._hash(entry)
+                    count += 1
+            return count
+
+    def verify(self, tenant: str | None = None) -> VerifyReport:
+        with self._lock:
+            problems: list[str] = []
+            heads: dict[str, str] = {}
+            count = 0
+            for entry in sorted(self._entries.values(), key=lambda e: e.seq):
+                owner = entry.admission.tenant
+                if tenant is not None and owner != tenant:
+                    continue
+                count += 1
+                name = entry.admission.execution_id
+                if entry.prev_hash != heads.get(owner, GENESIS):
+                    problems.append(f"{name}: prev_hash does not match the previous record")
+                if entry.link_hash != _sha(entry.prev_hash, _admission_json(entry.admission)):
+                    problems.append(f"{name}: the admission was altered")
+                if entry.record_hash != self._hash(entry):
+                    problems.append(f"{name}: the result was altered")
+                heads[owner] = entry.link_hash
+            return VerifyReport(tenant, count, problems)
+
+    def close(self) -> None:
+        return None
+
+
+def _matches(entry: _Entry, query: AuditQuery) -> bool:
+    at = entry.admission.admitted_at
+    if query.since is not None and at < query.since:
+        return False
+    if query.until is not None and at >= query.until:
+        return False
+    if query.status is not None and entry.status != query.status:
+        return False
+    result: Any = entry.result
+    if query.tool is not None and (
+        result is None or all(c.tool != query.tool for c in result.calls)
+    ):
+        return False
+    return not (
+        query.violation is not None
+        and (result is None or all(v.limit != query.violation for v in result.violations))
+    )

@@ -1,0 +1,1 @@
+"""Tenants: who is calling, what they may use, and how much of it."""

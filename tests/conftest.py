@@ -1,0 +1,191 @@
+"""Shared fixtures: one real, started Engine on the process backend for the whole session.
+
+The engine is asynchronous; the tests are plain functions. `EngineHarness` runs the engine's
+event loop in a background thread and offers a blocking `run()`, so every test module reuses the
+same warm pool (starting an engine costs a bubblewrap probe and a cgroup set-up) and stays fast.
+Only one process backend can be open per process (its cgroup parent is named after our pid), so
+this harness is the only one; CLI tests run `ptc` in subprocesses.
+
+`harness.leftovers()` lists what an execution left behind: processes, cgroups, mounts and
+temporary entries that do not belong to the warm pool's idle sandboxes. Tests assert it is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Coroutine, Iterator, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import pytest
+
+from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.expectations import ExpectedCalls
+from sandbox.handlers import ToolHandler
+from sandbox.limits import parse_limit_args
+from sandbox.result import ExecutionResult
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+POOL_SIZE = 2
+
+
+def _mounts() -> set[str]:
+    return {
+        " ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    }
+
+
+def _tmp_ptc_entries() -> set[str]:
+    return {p.name for p in Path("/tmp").iterdir() if p.name.startswith("ptc")}
+
+
+class EngineHarness:
+    """A started Engine whose event loop runs in a daemon thread."""
+
+    def __init__(self, pool_size: int = POOL_SIZE) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="engine-loop", daemon=True)
+        self._thread.start()
+        self.baseline_mounts = _mounts()
+        self.baseline_tmp = _tmp_ptc_entries()
+        self.backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size))
+        self.engine = Engine(EngineConfig(backends={"process": self.backend}))
+        self.call(self.engine.start())
+        self.call(self.backend.pool.wait_ready())
+        assert self.backend._runtime_dir is not None
+        self.runtime_dir = self.backend._runtime_dir
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 110) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def run(
+        self,
+        script: str,
+        *,
+        manifest: Any = "[]",
+        limits: Mapping[str, object] | None = None,
+        policy: str = "none",
+        expected_calls: tuple[ExpectedCalls, ...] = (),
+        handlers: Mapping[str, ToolHandler] | None = None,
+    ) -> ExecutionResult:
+        """One execution; ``limits`` as on the command line (``{"wall_time": 2}``)."""
+        request = ExecutionRequest(
+            script=script,
+            manifest=manifest,
+            limits=parse_limit_args(f"{k}={v}" for k, v in (limits or {}).items()),
+            policy=policy,  # type: ignore[arg-type]
+            expected_calls=expected_calls,
+        )
+        return self.call(self.engine.execute(request, handlers=handlers))
+
+    # -- what must not survive an execution ---------------------------------------------------
+    def _idle(self) -> list[Any]:
+        return list(self.backend.pool._idle)
+
+    def settle(self) -> None:
+        """Waits until the pool is full again and no sandbox is starting."""
+
+        async def _wait() -> None:
+            pool = self.backend.pool
+            for _ in range(1000):
+                if pool.idle >= pool.size and pool._starting == 0:
+                    return
+                await asyncio.sleep(0.01)
+
+        self.call(_wait())
+
+    def leftovers(self) -> list[str]:
+        """Processes, cgroups, mounts and temporary entries not owned by an idle pooled sandbox."""
+        self.settle()
+        idle = self._idle()
+        problems: list[str] = []
+        # Processes: every descendant of this test process must belong to an idle sandbox.
+        allowed: set[int] = set()
+        for handle in idle:
+            allowed.add(handle.proc.pid)
+            try:
+                allowed.update(c.pid for c in psutil.Process(handle.proc.pid).children(True))
+            except psutil.NoSuchProcess:
+                pass
+        for child in psutil.Process().children(recursive=True):
+            if child.pid not in allowed:
+                try:
+                    problems.append(f"process {child.pid}: {' '.join(child.cmdline())[:120]}")
+                except psutil.NoSuchProcess:
+                    continue
+        # Cgroups: our parent holds exactly the idle sandboxes' cgroups.
+        cgroups = self.backend.cgroups
+        if cgroups is not None:
+            expected = {
+                path for handle in idle if handle.cgroup is not None for path in handle.cgroup.paths
+            }
+            for parent in cgroups.parent_paths:
+                for child in parent.iterdir():
+                    if child.is_dir() and child not in expected:
+                        procs = (child / "cgroup.procs").read_text().split()
+                        problems.append(f"cgroup {child} (processes {procs})")
+        # Host processes run as the sandbox uid: only inside idle sandboxes.
+        uid = self.backend.config.uid
+        for proc in psutil.process_iter(["uids", "pid"]):
+            if proc.info["uids"] is not None and proc.info["uids"].real == uid:
+                if proc.pid in allowed:
+                    continue
+                cg = Path(f"/proc/{proc.pid}/cgroup")
+                try:
+                    mine = f"/ptc-{os.getpid()}/" in cg.read_text()
+                except OSError:
+                    continue
+                if mine:
+                    problems.append(f"sandbox-uid process {proc.pid} outside the pool")
+        new_mounts = _mounts() - self.baseline_mounts
+        problems += [f"mount {m}" for m in sorted(new_mounts)]
+        new_tmp = _tmp_ptc_entries() - self.baseline_tmp - {self.runtime_dir.name}
+        problems += [f"/tmp/{name}" for name in sorted(new_tmp)]
+        return problems
+
+    def close(self) -> None:
+        self.call(self.engine.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def harness() -> Iterator[EngineHarness]:
+    h = EngineHarness()
+    yield h
+    parents = h.backend.cgroups.parent_paths if h.backend.cgroups else []
+    h.close()
+    assert not h.runtime_dir.exists(), "the runtime dir survived Engine.close()"
+    assert not [p for p in parents if p.exists()], "the cgroup parent survived Engine.close()"
+    assert not psutil.Process().children(recursive=True), "sandbox processes survived close()"
+
+
+@pytest.fixture
+def clean(harness: EngineHarness) -> Iterator[EngineHarness]:
+    """The shared harness, checked for leftovers after the test."""
+    yield harness
+    assert harness.leftovers() == []
+
+
+def ptc(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Runs the real `ptc` command line (``python -m sandbox.cli``) in a subprocess."""
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
