@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
+import json
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,7 +48,7 @@ from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 __all__ = ["Engine", "EngineConfig", "ExecutionRequest", "StartedInfo"]
 
 MAX_SCRIPT_BYTES = 1024 * 1024
-STUB_CACHE_SIZE = 256
+CACHE_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Engine:
 
             self.config.backends["process"] = ProcessBackend()
         self._stubs: dict[str, str] = {}
+        self._manifests: dict[str, Manifest] = {}
 
     async def start(self) -> None:
         for backend in self.config.backends.values():
@@ -106,16 +110,26 @@ class Engine:
         raw = source.manifest if isinstance(source, ExecutionRequest) else source
         if isinstance(raw, Manifest):
             return raw
-        try:
-            return load_manifest(raw)
-        except ManifestError as exc:
-            raise InvalidManifest(f"manifest: {exc}") from exc
+        # Cached by input text: a Manifest caches its compiled validators, so a repeated
+        # manifest costs neither parsing nor validator construction again.
+        text = raw if isinstance(raw, (str, bytes)) else json.dumps(raw, sort_keys=True)
+        key = hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+        manifest = self._manifests.get(key)
+        if manifest is None:
+            try:
+                manifest = load_manifest(raw)
+            except ManifestError as exc:
+                raise InvalidManifest(f"manifest: {exc}") from exc
+            if len(self._manifests) >= CACHE_SIZE:
+                self._manifests.pop(next(iter(self._manifests)))
+            self._manifests[key] = manifest
+        return manifest
 
     def stubs(self, manifest: Manifest) -> str:
         module = self._stubs.get(manifest.sha256)
         if module is None:
             module = render_module(manifest)
-            if len(self._stubs) >= STUB_CACHE_SIZE:
+            if len(self._stubs) >= CACHE_SIZE:
                 self._stubs.pop(next(iter(self._stubs)))
             self._stubs[manifest.sha256] = module
         return module
@@ -209,6 +223,10 @@ class Engine:
         result.stdout = outcome.stdout.text()
         result.stderr = outcome.stderr.text()
         end = outcome.end
+        if end is not None and not _report_agrees(end.exit_code, outcome.exit_code):
+            # The report is advisory: one that contradicts how the sandbox really ended was
+            # forged by the script (an `end` frame sent over the channel, then another exit).
+            end = None
         result.exit_code = end.exit_code if end is not None else outcome.exit_code
         if end is not None and end.error:
             result.error = ScriptError(
@@ -238,16 +256,27 @@ class Engine:
         return result
 
 
+def _report_agrees(reported: int, observed: int) -> bool:
+    """The guest's exit code matches the host's (which reads codes over 128 as signals)."""
+    return observed == reported or (reported > 128 and observed == 128 - reported)
+
+
 def _line(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 
 def _check_script(script: str, policy: str) -> ScriptError | None:
     """Syntax (and, for `restricted`, policy) checks made before any sandbox is taken."""
     try:
-        ast.parse(script, "<script>", mode="exec")
+        # A full compile, not just a parse: `return` or `break` outside their blocks are only
+        # found by the compiler. Warnings (e.g. invalid escapes) are the guest's to print.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(script, "<script>", "exec", _TOP_LEVEL_AWAIT, dont_inherit=True)
     except SyntaxError as exc:
-        # Top-level await parses fine; compile flags are what forbid it, and we allow it.
         return ScriptError("SyntaxError", exc.msg or "invalid syntax", exc.lineno or 0)
     except ValueError as exc:  # e.g. a NUL byte in the source
         return ScriptError("SyntaxError", str(exc), 0)

@@ -75,8 +75,12 @@ def _function(function: Function) -> ast.stmt:
 def render_compact(manifest: Manifest) -> str:
     """The compact, prompt-ready form of the stub module."""
     plan = manifest._plan
-    body: list[ast.stmt] = [ast.Expr(ast.Constant(COMPACT_DOC))]
+    body: list[ast.stmt] = []
     for typed_dict in plan.typed_dicts:
         body += typed_dict_node(typed_dict, _BARE, full=False, runtime=False)
     body += [_function(f) for f in plan.functions]
-    return ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n"
+    return _HEADER + "\n" + ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n"
+
+
+# Unparsed once at import (it is the same for every manifest).
+_HEADER = ast.unparse(ast.Module(body=[ast.Expr(ast.Constant(COMPACT_DOC))], type_ignores=[]))

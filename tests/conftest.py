@@ -1,10 +1,11 @@
-"""Shared fixtures: one real, started Engine on the process backend for the whole session.
+"""Shared fixtures: one real, started Engine on the process backend per test module.
 
 The engine is asynchronous; the tests are plain functions. `EngineHarness` runs the engine's
-event loop in a background thread and offers a blocking `run()`, so every test module reuses the
-same warm pool (starting an engine costs a bubblewrap probe and a cgroup set-up) and stays fast.
-Only one process backend can be open per process (its cgroup parent is named after our pid), so
-this harness is the only one; CLI tests run `ptc` in subprocesses.
+event loop in a background thread and offers a blocking `run()`, so all tests of a module reuse
+one warm pool (starting an engine costs a bubblewrap probe and a cgroup set-up) and stay fast.
+The scope is the module, not the session: only one process backend can be open per process (its
+cgroup parent is named after our pid), so a session-wide engine would lock other test packages
+out of theirs. CLI tests run `ptc` in subprocesses.
 
 `harness.leftovers()` lists what an execution left behind: processes, cgroups, mounts and
 temporary entries that do not belong to the warm pool's idle sandboxes. Tests assert it is empty.
@@ -13,6 +14,7 @@ temporary entries that do not belong to the warm pool's idle sandboxes. Tests as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -28,7 +30,7 @@ import pytest
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.expectations import ExpectedCalls
-from sandbox.handlers import ToolHandler
+from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
 
@@ -40,7 +42,8 @@ POOL_SIZE = 2
 
 def _mounts() -> set[str]:
     return {
-        " ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        " ".join(line.split()[3:5])
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
     }
 
 
@@ -53,7 +56,9 @@ class EngineHarness:
 
     def __init__(self, pool_size: int = POOL_SIZE) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="engine-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="engine-loop", daemon=True
+        )
         self._thread.start()
         self.baseline_mounts = _mounts()
         self.baseline_tmp = _tmp_ptc_entries()
@@ -77,6 +82,7 @@ class EngineHarness:
         policy: str = "none",
         expected_calls: tuple[ExpectedCalls, ...] = (),
         handlers: Mapping[str, ToolHandler] | None = None,
+        approver: Approver | None = None,
     ) -> ExecutionResult:
         """One execution; ``limits`` as on the command line (``{"wall_time": 2}``)."""
         request = ExecutionRequest(
@@ -86,7 +92,12 @@ class EngineHarness:
             policy=policy,  # type: ignore[arg-type]
             expected_calls=expected_calls,
         )
-        return self.call(self.engine.execute(request, handlers=handlers))
+        return self.call(self.engine.execute(request, handlers=handlers, approver=approver))
+
+    def assert_healthy(self) -> None:
+        """The engine still runs a plain script after whatever the test did."""
+        result = self.run("print('still ok')")
+        assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "still ok\n")
 
     # -- what must not survive an execution ---------------------------------------------------
     def _idle(self) -> list[Any]:
@@ -113,10 +124,8 @@ class EngineHarness:
         allowed: set[int] = set()
         for handle in idle:
             allowed.add(handle.proc.pid)
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 allowed.update(c.pid for c in psutil.Process(handle.proc.pid).children(True))
-            except psutil.NoSuchProcess:
-                pass
         for child in psutil.Process().children(recursive=True):
             if child.pid not in allowed:
                 try:
@@ -147,9 +156,20 @@ class EngineHarness:
                     continue
                 if mine:
                     problems.append(f"sandbox-uid process {proc.pid} outside the pool")
-        new_mounts = _mounts() - self.baseline_mounts
+        # Container engines (other engineers' Docker tests) mount under /var/lib and /run.
+        new_mounts = {
+            m
+            for m in _mounts() - self.baseline_mounts
+            if not m.split()[1].startswith(("/var/lib/", "/run/"))
+        }
         problems += [f"mount {m}" for m in sorted(new_mounts)]
-        new_tmp = _tmp_ptc_entries() - self.baseline_tmp - {self.runtime_dir.name}
+        # Runtime dirs of other engines (other processes on this machine) come and go; ours is
+        # checked when the harness closes, the CLI's through a private TMPDIR.
+        new_tmp = {
+            name
+            for name in _tmp_ptc_entries() - self.baseline_tmp
+            if not name.startswith("ptc-runtime-")
+        }
         problems += [f"/tmp/{name}" for name in sorted(new_tmp)]
         return problems
 
@@ -160,7 +180,7 @@ class EngineHarness:
         self.loop.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def harness() -> Iterator[EngineHarness]:
     h = EngineHarness()
     yield h
@@ -178,14 +198,23 @@ def clean(harness: EngineHarness) -> Iterator[EngineHarness]:
     assert harness.leftovers() == []
 
 
-def ptc(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_ptc(
+    *args: str, stdin: str = "", env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Runs the real `ptc` command line (``python -m sandbox.cli``) in a subprocess."""
     return subprocess.run(
         [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin if stdin is not None else "",
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         check=False,
     )
+
+
+@pytest.fixture(scope="session")
+def ptc() -> Any:
+    """`run_ptc`, for tests that drive the command line."""
+    return run_ptc

@@ -54,9 +54,7 @@ def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
         "calls": [
             {"seq": c["seq"], "tool": c["tool"], "status": c["status"]} for c in result["calls"]
         ],
-        "violations": [
-            {"limit": v["limit"], "action": v["action"]} for v in result["violations"]
-        ],
+        "violations": [{"limit": v["limit"], "action": v["action"]} for v in result["violations"]],
     }
 
 
@@ -69,7 +67,9 @@ def verify_tenant(
     """Returns (records seen, problems); each problem names the record and what is wrong."""
     problems: list[str] = []
     execs: dict[str, _Exec] = {}
-    expect_seq, prev = (state.checkpoint[0] + 1, state.checkpoint[1]) if state.checkpoint else (1, "")
+    expect_seq, prev = (
+        (state.checkpoint[0] + 1, state.checkpoint[1]) if state.checkpoint else (1, "")
+    )
     last: Entry | None = None
     last_pruned: dict[str, Any] | None = None
     for entry in entries:

@@ -67,6 +67,10 @@ class SandboxHandle(Protocol):
     has_cgroup_cpu: bool
     has_cgroup_pids: bool
 
+    @property
+    def alive(self) -> bool:
+        """False once the sandbox's main process has exited."""
+
     async def apply_limits(self, limits: ResolvedLimits) -> None:
         """Sets whole-sandbox limits (cgroups) before the job is sent."""
 

@@ -42,13 +42,16 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
         # The cgroup watchdog is exact for the whole sandbox; RLIMIT_CPU is the per-process
         # backstop, one second looser so that the precise check trips first.
         "cpu_s": cpu_s + 1 if handle.has_cgroup_cpu else cpu_s,
-        "as_bytes": limits.memory_bytes,
         "fsize_bytes": limits.file_size_bytes,
         "nofile": limits.open_files,
         "core_bytes": 0,
     }
     if not handle.has_cgroup_pids:
         rlimits["nproc"] = limits.processes
+        # Only without a memory cgroup: RLIMIT_AS counts reserved address space, and every
+        # thread reserves a stack and a malloc arena, so under it a script could start only a
+        # few threads long before the memory or processes limit was near.
+        rlimits["as_bytes"] = limits.memory_bytes
     return {
         "t": "job",
         "script": job.script,
@@ -134,6 +137,21 @@ class _Session:
         self.cancelled = True
         await self.kill("cancelled")
 
+    async def _wait_end(self, serve: asyncio.Task[None], timeout: float) -> bool:
+        """Waits for the sandbox's exit, or for its end report and channel close; False when
+        the wall-time limit came first."""
+        exited = asyncio.ensure_future(self.handle.wait())
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.wait([exited, serve], return_when=asyncio.FIRST_COMPLETED)
+                if not exited.done() and self.end is None:
+                    await exited  # the channel closed without a report: wait for the exit
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            exited.cancel()
+
     async def run(self) -> Outcome:
         handle, limits = self.handle, self.job.limits
         await handle.apply_limits(limits)
@@ -152,17 +170,25 @@ class _Session:
         ]
         exit_code: int
         try:
-            try:
-                exit_code = await asyncio.wait_for(handle.wait(), limits.wall_time_ms / 1000)
-            except TimeoutError:
+            serve = helpers[0]
+            ended = await self._wait_end(serve, limits.wall_time_ms / 1000)
+            if not ended:
                 await self.kill("wall_time")
+                exit_code = await handle.wait()
+            elif self.end is not None and serve.done() and handle.alive:
+                # The guest reported and closed the channel: it is past os._exit. Do not wait
+                # for the sandbox to wind down; what remains of it is killed now, and the exit
+                # code is the one the guest reported.
+                await handle.kill()
+                await handle.wait()
+                exit_code = self.end.exit_code
+            else:
                 exit_code = await handle.wait()
             wall = time.monotonic() - started
             # Output written just before the end is still in the pipes: drain, but not forever.
             _done, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
             for task in pending:
                 task.cancel()
-            serve = helpers[0]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(serve), DRAIN_GRACE_S)
         finally:

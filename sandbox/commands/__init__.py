@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import run, stubs
+    from sandbox.commands import audit, run, serve, stubs, tenants
 
-    return [run, stubs]
+    return [run, stubs, audit, tenants, serve]
 
 
 COMMANDS: list[Command] = _load()

@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="run without cgroup limits when the host cannot provide them",
     )
+    parser.add_argument(
+        "--server", metavar="ADDR", help="run on a `ptc serve` server at ADDR (host:port)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -101,6 +104,27 @@ async def _execute(request: ExecutionRequest, allow_degraded: bool) -> Execution
         return await engine.execute(request)
 
 
+def _execute_remote(server: str, request: ExecutionRequest, manifest: str) -> ExecutionResult:
+    import grpc
+
+    from sandbox.client import Client
+
+    with Client(server) as client:
+        try:
+            return client.run(
+                request.script,
+                manifest,
+                limits=request.limits,
+                backend=request.backend,
+                policy=request.policy,
+                expected_calls=request.expected_calls,
+            )
+        except grpc.RpcError as exc:  # the RPC failed: name the server and the status
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise InvalidArgument(f"server {server}: {code.name}: {details}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
     script = _read(args.script, "script")
     manifest = _read(args.tools, "manifest") if args.tools else "[]"
@@ -112,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         expected_calls=parse_expect(args.expect),
     )
-    result = asyncio.run(_execute(request, args.allow_degraded))
+    if args.server:
+        result = _execute_remote(args.server, request, manifest)
+    else:
+        result = asyncio.run(_execute(request, args.allow_degraded))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:

@@ -160,15 +160,20 @@ class Channel:
             self._pending[call_id] = waiter
         return call_id
 
-    def call(self, tool: str, arguments: dict[str, Any]) -> Any:
-        waiter = _Waiter()
-        call_id = self._register(waiter)
+    def _send_call(self, tool: str, arguments: Any, call_id: int) -> None:
         try:
             self.send_bytes(self._frame(tool, arguments, call_id))
-        except BaseException:
+        except BaseException as exc:
             with self._pending_lock:
                 self._pending.pop(call_id, None)
+            if isinstance(exc, OSError):
+                # A dead channel is a failed call, in the exception type stubs document.
+                raise ToolError(f"tool channel closed: {exc}", tool) from None
             raise
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        waiter = _Waiter()
+        self._send_call(tool, arguments, self._register(waiter))
         assert waiter.event is not None
         waiter.event.wait()
         return _outcome(tool, waiter.reply)
@@ -177,13 +182,7 @@ class Channel:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop)
         waiter.future = loop.create_future()
-        call_id = self._register(waiter)
-        try:
-            self.send_bytes(self._frame(tool, arguments, call_id))
-        except BaseException:
-            with self._pending_lock:
-                self._pending.pop(call_id, None)
-            raise
+        self._send_call(tool, arguments, self._register(waiter))
         return _outcome(tool, await waiter.future)
 
 

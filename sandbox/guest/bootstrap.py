@@ -2,10 +2,10 @@
 
 Started ahead of demand by a backend's warm pool, it imports what scripts commonly need (the
 expensive part of an interpreter start), says `ready`, and blocks until its one job arrives on
-the channel (the socket whose fd is argv[1]). Then, before any untrusted byte runs, it lowers
-its own rlimits, installs the stub runtime and the stub module as `tools`, and runs the script
-with top-level `await` allowed. Finally it reports how the script ended and exits. A sandbox
-never runs a second job.
+the channel (the socket whose fd is argv[1], or the one `--connect DIR` opens in a container).
+Then, before any untrusted byte runs, it lowers its own rlimits, installs the stub runtime and
+the stub module as `tools`, and runs the script with top-level `await` allowed. Finally it
+reports how the script ended and exits. A sandbox never runs a second job.
 
 The report is advisory: once the script has run, everything this process says is untrusted, and
 the host relies on exit status, cgroup accounting and its own clocks for anything that matters.
@@ -33,7 +33,41 @@ import typing  # noqa: F401
 
 import _ptc_runtime  # type: ignore[import-not-found]
 
-CHANNEL_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _connect(path: str) -> int:
+    """Connects to a unix socket the host listens on; returns the fd (bounded retry)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock.detach()
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _channel_fd(argv: list[str]) -> int:
+    """`bootstrap.py FD`: the channel is an inherited socket (the process backend).
+    `bootstrap.py --connect DIR`: the host listens on DIR/stdout.sock, DIR/stderr.sock and
+    DIR/chan.sock (a container's bind mount); stdout and stderr become the first two."""
+    if len(argv) > 2 and argv[1] == "--connect":
+        for fd, name in ((1, "stdout.sock"), (2, "stderr.sock")):
+            stream = _connect(os.path.join(argv[2], name))
+            os.dup2(stream, fd)
+            os.close(stream)
+        return _connect(os.path.join(argv[2], "chan.sock"))
+    return int(argv[1]) if len(argv) > 1 else 3
+
+
+CHANNEL_FD = _channel_fd(sys.argv)
 SCRIPT_NAME = "<script>"
 
 # rlimit name in the job -> resource constant

@@ -10,7 +10,7 @@ while every backend can serve (started, and its warm pool not failing to start s
 NOT_SERVING otherwise; a backend that fails its start-up checks leaves the server running and
 answering UNAVAILABLE, so an operator can see why. Stopping is ordered: health goes NOT_SERVING,
 new RPCs are refused, in-flight executions get `shutdown_grace_s` to finish and are then cancelled
-(and recorded as such), then the pool is drained and the store closed.
+(and recorded as `interrupted`), then the pool is drained and the store closed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -45,6 +44,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SandboxService"].full_name
 HEALTH_POLL_S = 1.0
 FAILED_STARTS_UNHEALTHY = 3
+STOP_BACKSTOP_S = 2.0
 
 
 class SandboxServer:
@@ -66,7 +66,7 @@ class SandboxServer:
             self.config.host_handler_concurrency,
         )
         self.runner = Runner(self.engine, self.store, self.tenancy, self.host)
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
@@ -144,9 +144,10 @@ class SandboxServer:
             self._monitor = None
         await self.health.enter_graceful_shutdown()
         if self._server is not None:
-            # Refuses new RPCs; RPCs still running after the grace are cancelled, which cancels
-            # their executions (recorded as cancelled by the runner).
-            stopping = asyncio.create_task(self._server.stop(grace))
+            # Refuses new RPCs at once; runs still going after the grace are cancelled by the
+            # runner (and recorded as interrupted), and their RPCs then end with that result.
+            # gRPC's own cancellation of what is left comes a little later, as a backstop.
+            stopping = asyncio.create_task(self._server.stop(grace + STOP_BACKSTOP_S))
             await self.runner.drain(grace)
             await stopping
             self._server = None
@@ -166,5 +167,3 @@ def _backend_ok(backend: Backend) -> bool:
         return False  # not started
     failed = getattr(pool, "failed_starts", 0)
     return not (isinstance(failed, int) and failed >= FAILED_STARTS_UNHEALTHY)
-
-

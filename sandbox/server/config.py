@@ -47,8 +47,6 @@ class ServerConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-
-
 def load_config(path: str | Path) -> ServerConfig:
     """Parses a TOML config file, naming the key at fault on any error."""
     try:

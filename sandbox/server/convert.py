@@ -78,7 +78,7 @@ def _enum_name(value: int, prefix: str, enum: Any) -> str:
 def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
     values: dict[str, int] = {}
     for spec in LIMIT_SPECS:
-        if message.HasField(spec.field):  # type: ignore[arg-type]
+        if message.HasField(spec.field):
             value = int(getattr(message, spec.field))
             if value <= 0:
                 raise InvalidArgument(
@@ -106,7 +106,7 @@ def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb
 def _limits_to_human(message: pb.Limits) -> dict[str, float]:
     out: dict[str, float] = {}
     for spec in LIMIT_SPECS:
-        if message.HasField(spec.field):  # type: ignore[arg-type]
+        if message.HasField(spec.field):
             out[spec.name] = spec.to_human(int(getattr(message, spec.field)))
     return out
 
@@ -165,7 +165,7 @@ def request_to_proto(
     if limits is not None:
         message.limits.CopyFrom(limits_to_proto(limits))
     if backend is not None:
-        message.backend = _BACKEND_ENUM[backend]  # type: ignore[assignment]
+        message.backend = _BACKEND_ENUM[backend]
     if policy is not None:
         message.policy = {"none": pb.SCRIPT_POLICY_NONE, "restricted": pb.SCRIPT_POLICY_RESTRICTED}[
             policy
@@ -204,7 +204,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         exit_code=result.exit_code,
         stdout=result.stdout,
         stderr=result.stderr,
-        backend=_BACKEND_ENUM.get(result.backend, pb.BACKEND_UNSPECIFIED),  # type: ignore[arg-type]
+        backend=_BACKEND_ENUM.get(result.backend, pb.BACKEND_UNSPECIFIED),
         isolation=list(result.isolation),
         effective_limits=limits_to_proto(result.effective_limits),
         usage=pb.Usage(
@@ -223,7 +223,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
             seq=call.seq,
             tool=call.tool,
             arguments_json=_json(call.arguments),
-            status=_call_status_enum(call.status),  # type: ignore[arg-type]
+            status=_call_status_enum(call.status),
             result_json=_json(call.result) if call.status == CallStatus.OK else "",
             error=call.error or "",
             start_offset_us=round(call.start_offset_s * 1e6),
@@ -236,7 +236,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
             limit_value=v.limit_value,
             observed=v.observed,
             unit=v.unit,
-            action=_ACTIONS.get(v.action, pb.VIOLATION_ACTION_UNSPECIFIED),  # type: ignore[arg-type]
+            action=_ACTIONS.get(v.action, pb.VIOLATION_ACTION_UNSPECIFIED),
             detail=v.detail,
         )
     if result.error is not None:
@@ -319,7 +319,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
             status=pb.EXECUTION_STATUS_INTERRUPTED
             if record.status == "interrupted"
             else pb.EXECUTION_STATUS_UNSPECIFIED,
-            backend=_BACKEND_ENUM.get(admission.backend, pb.BACKEND_UNSPECIFIED),  # type: ignore[arg-type]
+            backend=_BACKEND_ENUM.get(admission.backend, pb.BACKEND_UNSPECIFIED),
             effective_limits=limits_to_proto(admission.effective_limits),
             started_at=_timestamp(admission.admitted_at),
         )

@@ -33,7 +33,7 @@ def resolve_callable(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InvalidArgument(f"host handler {spec!r}: cannot import {module_name}: {exc}") from exc
-    target = getattr(module, attr, None)
+    target: Callable[..., Any] | None = getattr(module, attr, None)
     if not callable(target):
         raise InvalidArgument(f"host handler {spec!r}: {attr} is not a callable of {module_name}")
     return target
@@ -80,6 +80,5 @@ class HostHandlers:
                 )
             except TimeoutError:
                 raise ToolFailure(
-                    f"the host handler for {call.tool.name!r} took longer than "
-                    f"{self.timeout_s:g} s"
+                    f"the host handler for {call.tool.name!r} took longer than {self.timeout_s:g} s"
                 ) from None

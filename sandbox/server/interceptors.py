@@ -65,13 +65,13 @@ def _wrap_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., 
     return wrapped
 
 
-class ErrorInterceptor(aio.ServerInterceptor):
+class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
+    ) -> Any:
+        handler: Any = await continuation(handler_call_details)
         if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
             return handler
         common = {

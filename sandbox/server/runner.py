@@ -6,7 +6,8 @@ is PERMISSION_DENIED). `Runner.start` runs the execution in its own task, so tha
 cancelled or whose client went away never interrupts the engine halfway: the RPC sets the
 execution's ``cancel`` event instead, the sandbox is killed, and the record is completed as
 `cancelled`. Every admitted execution is written with `admit` before it runs and `complete` after,
-whatever happened. `drain` is the shutdown path: wait for in-flight runs, then cancel the rest.
+whatever happened. `drain` is the shutdown path: wait for in-flight runs, then stop the rest,
+which are recorded as `interrupted`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Runner:
         self.tenancy = tenancy
         self.host = host
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
+        self._draining = False
 
     @property
     def in_flight(self) -> int:
@@ -170,11 +172,15 @@ class Runner:
             except BaseException as exc:
                 self.store.complete(prepared.execution_id, _failed(prepared, exc))
                 raise
+            if self._draining and result.status == ExecutionStatus.CANCELLED:
+                result.status = ExecutionStatus.INTERRUPTED  # the server stopped it
             self.store.complete(prepared.execution_id, result)
             return result
 
     async def drain(self, grace_s: float) -> None:
-        """Lets in-flight executions finish for ``grace_s``, then cancels and awaits the rest."""
+        """Lets in-flight executions finish for ``grace_s``, then cancels and awaits the rest
+        (recorded as `interrupted`)."""
+        self._draining = True
         runs = list(self._runs)
         if not runs:
             return

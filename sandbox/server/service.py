@@ -33,7 +33,7 @@ __all__ = ["SandboxServicer"]
 Context = aio.ServicerContext[Any, Any]
 
 
-class SandboxServicer(pb_grpc.SandboxServiceServicer):
+class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 

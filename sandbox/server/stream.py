@@ -49,7 +49,9 @@ class StreamSession:
         self._asked_tools: set[int] = set()
         self._asked_approvals: set[int] = set()
 
-    async def serve(self, requests: AsyncIterator[pb.ClientMessage]) -> AsyncIterator[pb.ServerEvent]:
+    async def serve(
+        self, requests: AsyncIterator[pb.ClientMessage]
+    ) -> AsyncIterator[pb.ServerEvent]:
         first = await anext(aiter(requests), None)
         if first is None:
             return
@@ -107,9 +109,7 @@ class StreamSession:
             _resolve(self._tools, self._asked_tools, answer.seq, answer, "tool_answer.seq")
         elif kind == "approval":
             decision = message.approval
-            _resolve(
-                self._approvals, self._asked_approvals, decision.seq, decision, "approval.seq"
-            )
+            _resolve(self._approvals, self._asked_approvals, decision.seq, decision, "approval.seq")
         elif kind == "cancel":
             self.cancel.set()
         elif kind == "start":
@@ -131,7 +131,7 @@ class StreamSession:
 
     def _output(self, stream: str, data: bytes) -> None:
         self._events.put_nowait(
-            pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data))  # type: ignore[arg-type]
+            pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data))
         )
 
     async def _client_tool(self, call: ToolCall) -> Any:
@@ -157,7 +157,9 @@ class StreamSession:
         try:
             return json.loads(answer.result_json)
         except ValueError as exc:
-            raise ToolFailure(f"the client answered with a result that is not JSON: {exc}") from None
+            raise ToolFailure(
+                f"the client answered with a result that is not JSON: {exc}"
+            ) from None
 
     async def _approve(self, call: ToolCall) -> Approval:
         future: asyncio.Future[pb.ApprovalDecision] = asyncio.get_running_loop().create_future()

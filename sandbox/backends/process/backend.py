@@ -44,7 +44,9 @@ class ProcessBackendConfig:
     pool_size: int = 2
     uid: int = NOBODY
     gid: int = NOBODY
-    tmp_bytes: int = DEFAULTS.file_size_bytes
+    # The limits pooled sandboxes are started with; a job with another file_size (which sizes
+    # the private tmp) gets a sandbox started on demand.
+    pool_limits: ResolvedLimits = DEFAULTS
     allow_degraded: bool = False
 
 
@@ -59,6 +61,7 @@ class ProcessBackend:
         self._pool: WarmPool[ProcessSandbox] | None = None
         self._names = itertools.count(1)
         self._isolation: list[str] = []
+        self._reaping: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -76,9 +79,9 @@ class ProcessBackend:
             self.cgroups.cleanup_stale()
         self._runtime_dir = self._make_runtime_dir()
         self._pool = WarmPool(
-            factory=lambda: self._spawn(self.config.tmp_bytes),
+            factory=lambda: self._spawn(self.config.pool_limits),
             dispose=lambda h: h.dispose(),
-            alive=lambda h: h.proc.returncode is None,
+            alive=lambda h: h.alive,
             size=self.config.pool_size,
         )
         self._pool.start()
@@ -94,20 +97,31 @@ class ProcessBackend:
             target.chmod(0o644)
         return path
 
-    async def _spawn(self, tmp_bytes: int) -> ProcessSandbox:
+    async def _spawn(self, limits: ResolvedLimits) -> ProcessSandbox:
         assert self._runtime_dir is not None
         settings = SpawnSettings(
             python=self.python,
             runtime_dir=self._runtime_dir,
-            tmp_bytes=tmp_bytes,
+            tmp_bytes=limits.file_size_bytes,
             uid=self.config.uid,
             gid=self.config.gid,
+            limits=limits,
         )
         name = f"sb{next(self._names)}"
-        sandbox = await spawn_sandbox(settings, self.cgroups, name)
+        sandbox = await spawn_sandbox(settings, self.cgroups, name, self._reap)
         if not self._isolation:
             self._isolation = list(sandbox.isolation)
         return sandbox
+
+    def _reap(self, sandbox: ProcessSandbox) -> None:
+        task = asyncio.create_task(asyncio.to_thread(sandbox.release_cgroup))
+        self._reaping.add(task)
+        task.add_done_callback(self._reaping.discard)
+
+    async def drain(self) -> None:
+        """Waits until every finished sandbox's cgroup is removed."""
+        while self._reaping:
+            await asyncio.gather(*list(self._reaping), return_exceptions=True)
 
     @property
     def pool(self) -> WarmPool[ProcessSandbox]:
@@ -116,10 +130,10 @@ class ProcessBackend:
         return self._pool
 
     async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
-        if limits.file_size_bytes == self.config.tmp_bytes:
+        if limits.file_size_bytes == self.config.pool_limits.file_size_bytes:
             return await self.pool.acquire()
         # The private tmp is sized when the sandbox starts: other sizes start on demand.
-        return await self._spawn(limits.file_size_bytes)
+        return await self._spawn(limits)
 
     def isolation(self) -> list[str]:
         return list(self._isolation)
@@ -127,6 +141,7 @@ class ProcessBackend:
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
+        await self.drain()
         if self.cgroups is not None:
             self.cgroups.close()
         if self._runtime_dir is not None:

@@ -6,6 +6,10 @@ from `--info-fd`, moves bwrap and that pid into the sandbox's fresh cgroup, and 
 releases the pipe. Every process the guest or the script ever creates is therefore born inside
 the cgroup. bwrap runs as an unprivileged host uid, so even a kernel bug that let the script out
 of its user namespace would leave it without privileges.
+
+The blocking half of a start (fork/exec, reading the info pipe, cgroup writes, which take
+milliseconds on cgroup v1) runs in a worker thread, so that refilling the warm pool never stalls
+the event loop that is serving running executions. The exit is observed through a pidfd.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import json
 import os
 import signal
 import socket
-import time
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +29,7 @@ from sandbox.backends.base import ResourceUsage
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS, BwrapOptions, bwrap_argv
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.errors import Unavailable
-from sandbox.limits import ResolvedLimits
+from sandbox.limits import DEFAULTS, ResolvedLimits
 from sandbox.protocol import GuestReady, ProtocolViolation, parse_guest_message, read_frame
 
 __all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
@@ -41,7 +46,23 @@ class SpawnSettings:
     tmp_bytes: int
     uid: int
     gid: int
+    limits: ResolvedLimits = DEFAULTS
     ready_timeout_s: float = 15.0
+
+
+@dataclass
+class _Started:
+    """What the worker thread hands back to the event loop."""
+
+    proc: subprocess.Popen[bytes]
+    host_sock: socket.socket
+    cgroup: SandboxCgroup | None
+    isolation: list[str]
+    applied: CgroupLimits | None
+
+
+def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
+    return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
 
 
 class ProcessSandbox:
@@ -49,46 +70,60 @@ class ProcessSandbox:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        started: _Started,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        cgroup: SandboxCgroup | None,
-        isolation: list[str],
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
         tmp_bytes: int,
+        transports: list[asyncio.BaseTransport],
     ) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
-        self.proc = proc
+        self.proc = started.proc
+        self.cgroup = started.cgroup
+        self.isolation = started.isolation
         self.channel_reader = reader
         self.channel_writer = writer
-        self.stdout: asyncio.StreamReader = proc.stdout
-        self.stderr: asyncio.StreamReader = proc.stderr
-        self.cgroup = cgroup
-        self.isolation = isolation
+        self.stdout = stdout
+        self.stderr = stderr
         self.tmp_bytes = tmp_bytes
-        self.has_cgroup_cpu = cgroup is not None
-        self.has_cgroup_pids = cgroup is not None
-        self.created = time.monotonic()
+        self._transports = transports
+        self.reaper: Callable[[ProcessSandbox], None] | None = None
+        self.applied = started.applied
+        self.has_cgroup_cpu = self.cgroup is not None
+        self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
         self._last_usage = ResourceUsage()
+        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pidfd = os.pidfd_open(self.proc.pid)
+        asyncio.get_running_loop().add_reader(self._pidfd, self._on_exit)
+
+    def _on_exit(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        code = self.proc.wait()
+        if not self._exit.done():
+            self._exit.set_result(code)
+
+    @property
+    def alive(self) -> bool:
+        return not self._exit.done()
 
     async def apply_limits(self, limits: ResolvedLimits) -> None:
-        if self.cgroup is not None:
-            self.cgroup.set_limits(
-                CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
-            )
+        wanted = cgroup_limits(limits)
+        if self.cgroup is not None and wanted != self.applied:
+            self.cgroup.set_limits(wanted)
+            self.applied = wanted
 
     async def wait(self) -> int:
-        code = await self.proc.wait()
+        code = await asyncio.shield(self._exit)
         # bwrap reports a guest killed by signal N as exit status 128 + N.
         if code > 128:
             return -(code - 128)
         return code
 
     async def kill(self) -> None:
-        if self.cgroup is not None:
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(self.cgroup.kill_all)
-        # Killing bwrap takes its namespace with it (--die-with-parent kills pid 1 inside).
+        # SIGKILL to bwrap is immediate and total: --die-with-parent kills pid 1 of the
+        # sandbox's pid namespace, and the kernel then kills every process in it. The cgroup is
+        # swept once more (freeze, kill, remove) when the sandbox is disposed of.
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGKILL)
 
@@ -115,9 +150,21 @@ class ProcessSandbox:
         self.channel_writer.close()
         with contextlib.suppress(Exception):
             await self.channel_writer.wait_closed()
-        await self.proc.wait()
+        await self._exit
+        os.close(self._pidfd)
+        for transport in self._transports:
+            transport.close()
+        if self.cgroup is None:
+            return
+        if self.reaper is not None:
+            self.reaper(self)  # the cgroup goes in the background, off the request path
+        else:
+            await asyncio.to_thread(self.release_cgroup)
+
+    def release_cgroup(self) -> None:
+        """Removes the (already killed) sandbox's cgroup; blocking, milliseconds on v1."""
         if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.remove)
+            self.cgroup.remove()
 
 
 def _read_all(fd: int) -> bytes:
@@ -127,81 +174,132 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-async def spawn_sandbox(
-    settings: SpawnSettings, cgroups: CgroupManager | None, name: str
-) -> ProcessSandbox:
-    """Starts one sandbox and waits until its guest is ready for a job."""
+def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name: str) -> _Started:
+    """Fork/exec bwrap, move it into its cgroup, release it. Runs in a worker thread."""
     host_sock, guest_sock = socket.socketpair()
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    argv = bwrap_argv(
-        BwrapOptions(
-            python=settings.python,
-            runtime_dir=settings.runtime_dir,
-            tmp_bytes=settings.tmp_bytes,
-            uid=settings.uid,
-            gid=settings.gid,
-            info_fd=info_w,
-            block_fd=block_r,
-            channel_fd=guest_sock.fileno(),
-        )
-    )
     as_user: dict[str, object] = {}
     if os.getuid() == 0:
         as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
+    proc: subprocess.Popen[bytes] | None = None
     cgroup: SandboxCgroup | None = None
-    proc: asyncio.subprocess.Process | None = None
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        argv = bwrap_argv(
+            BwrapOptions(
+                python=settings.python,
+                runtime_dir=settings.runtime_dir,
+                tmp_bytes=settings.tmp_bytes,
+                uid=settings.uid,
+                gid=settings.gid,
+                info_fd=info_w,
+                block_fd=block_r,
+                channel_fd=guest_sock.fileno(),
+            )
+        )
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             pass_fds=(guest_sock.fileno(), info_w, block_r),
             start_new_session=True,
             # bwrap's own process is pid 1 inside the sandbox and its /proc/1/environ is
             # readable there: it must not inherit the server's environment.
             env=BWRAP_ENV,
-            **as_user,  # type: ignore[arg-type]
+            **as_user,
         )
+        assert proc is not None
         os.close(info_w)
         info_w = -1
         guest_sock.close()
-        info = await asyncio.to_thread(_read_all, info_r)
+        info = _read_all(info_r)
         if not info:
             assert proc.stderr is not None
-            err = (await proc.stderr.read(4000)).decode(errors="replace").strip()
+            proc.wait(timeout=10)
+            err = proc.stderr.read(4000).decode(errors="replace").strip()
             raise Unavailable(f"the process sandbox did not start: {err or 'no reason given'}")
         child_pid = int(json.loads(info)["child-pid"])
         isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if as_user else os.getuid()}"]
+        applied = None
         if cgroups is not None:
             cgroup = cgroups.create(name)
+            applied = cgroup_limits(settings.limits)
+            cgroup.set_limits(applied)
             cgroup.add_pids([proc.pid, child_pid])
             isolation += cgroups.layers()
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
         os.write(block_w, b"1")
-        reader, writer = await asyncio.open_unix_connection(sock=host_sock)
-        frame = await asyncio.wait_for(
-            read_frame(reader, READY_FRAME_BYTES), settings.ready_timeout_s
-        )
-        if not isinstance(parse_guest_message(frame), GuestReady):
-            raise ProtocolViolation("the guest did not say ready")
-        return ProcessSandbox(proc, reader, writer, cgroup, isolation, settings.tmp_bytes)
-    except BaseException as exc:
-        if proc is not None and proc.returncode is None:
+        return _Started(proc, host_sock, cgroup, isolation, applied)
+    except BaseException:
+        if proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
         if cgroup is not None:
             cgroup.remove()
         host_sock.close()
-        if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError, KeyError)):
-            raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
         raise
     finally:
         for fd in (info_r, info_w, block_r, block_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        if not guest_sock._closed:  # type: ignore[attr-defined]
-            guest_sock.close()
+        guest_sock.close()
+
+
+async def _stream_reader(pipe: object) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    return reader, transport
+
+
+async def spawn_sandbox(
+    settings: SpawnSettings,
+    cgroups: CgroupManager | None,
+    name: str,
+    reaper: Callable[[ProcessSandbox], None] | None = None,
+) -> ProcessSandbox:
+    """Starts one sandbox and waits until its guest is ready for a job."""
+    try:
+        started = await asyncio.to_thread(_start_blocking, settings, cgroups, name)
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+        raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
+    sandbox: ProcessSandbox | None = None
+    try:
+        reader, writer = await asyncio.open_unix_connection(sock=started.host_sock)
+        stdout, out_transport = await _stream_reader(started.proc.stdout)
+        stderr, err_transport = await _stream_reader(started.proc.stderr)
+        sandbox = ProcessSandbox(
+            started,
+            reader,
+            writer,
+            stdout,
+            stderr,
+            settings.tmp_bytes,
+            [out_transport, err_transport],
+        )
+        sandbox.reaper = reaper
+        frame = await asyncio.wait_for(
+            read_frame(reader, READY_FRAME_BYTES), settings.ready_timeout_s
+        )
+        if not isinstance(parse_guest_message(frame), GuestReady):
+            raise ProtocolViolation("the guest did not say ready")
+        return sandbox
+    except BaseException as exc:
+        if sandbox is not None:
+            await sandbox.dispose()
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                started.proc.kill()
+            await asyncio.to_thread(started.proc.wait)
+            started.host_sock.close()
+            if started.cgroup is not None:
+                await asyncio.to_thread(started.cgroup.remove)
+        if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):
+            raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
+        raise

@@ -1,0 +1,512 @@
+# ruff: noqa: S608  -- SQL here is assembled from constants and "?" marks; values are bound.
+"""The SQL audit store: chain appends, queries, interruption, retention, over a tiny DB seam.
+
+SQLite and PostgreSQL differ only in how a connection is opened, how a write transaction is
+serialised and how a snapshot read is taken; `Db` is that seam and everything else is here, with
+SQL written once (``?`` placeholders; the PostgreSQL seam rewrites them).
+
+Every write is one transaction that locks the tenant's ``chain_heads`` row (``FOR UPDATE`` on
+PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises writers), appends one entry linked to
+the head, moves the head, and updates the derived index rows. A crash at any point leaves either
+the whole step or none of it, so nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from sandbox.audit._codec import (
+    Entry,
+    admission_from_json,
+    admission_to_json,
+    canonical,
+    entry_hash,
+    result_from_json,
+    result_to_json,
+)
+from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
+from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
+from sandbox.audit._verify import ChainState, verify_tenant
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, VerifyReport
+from sandbox.errors import InvalidArgument, NotFound
+from sandbox.result import ExecutionResult
+
+__all__ = ["Db", "SqlAuditStore", "Tx"]
+
+MAX_PAGE = 1000
+_BATCH = 500
+
+
+class Tx(Protocol):
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
+
+    def stream(self, sql: str, params: Sequence[object] = ()) -> Iterator[tuple[Any, ...]]: ...
+
+
+class Db(Protocol):
+    """One engine's connection handling."""
+
+    for_update: str  # appended to the chain-head SELECT
+
+    def write(self) -> AbstractContextManager[Tx]:
+        """A write transaction, serialised against other writers of the same store."""
+
+    def read(self) -> AbstractContextManager[Tx]:
+        """A read transaction on one consistent snapshot."""
+
+    def lock_migrations(self, tx: Tx) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_ENTRY_COLUMNS = "tenant, seq, kind, execution_id, at_us, payload, prev_hash, entry_hash"
+_EXEC_COLUMNS = (
+    "tenant, admit_seq, status, admitted_at, finished_at, backend, script_sha256, "
+    "manifest_sha256, instance, prev_hash, record_hash"
+)
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class SqlAuditStore:
+    """An `AuditStore` over any `Db`.
+
+    ``instance`` names this server process's host for `mark_interrupted`: at start-up a server
+    marks only the running records *it* admitted, so one server of a fleet restarting never
+    marks its siblings' live executions. It defaults to the host name; give each server of a
+    fleet a stable, distinct one.
+    """
+
+    def __init__(self, db: Db, *, instance: str | None = None) -> None:
+        self._db = db
+        self.instance = instance or socket.gethostname()
+        self._migrate()
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._db.write() as tx:
+            self._db.lock_migrations(tx)
+            tx.execute(VERSION_TABLE)
+            current = tx.execute("SELECT MAX(version) FROM schema_version")[0][0] or 0
+            for version, statements in MIGRATIONS:
+                if version <= current:
+                    continue
+                for statement in statements:
+                    tx.execute(statement)
+                tx.execute(
+                    "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+
+    def schema_version(self) -> int:
+        with self._db.read() as tx:
+            return int(tx.execute("SELECT MAX(version) FROM schema_version")[0][0] or 0)
+
+    # -- chain appends -----------------------------------------------------------------------
+
+    def _lock_head(self, tx: Tx, tenant: str) -> tuple[int, str]:
+        tx.execute(
+            "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
+            "ON CONFLICT (tenant) DO NOTHING",
+            (tenant,),
+        )
+        row = tx.execute(
+            "SELECT seq, head_hash FROM chain_heads WHERE tenant = ?" + self._db.for_update,
+            (tenant,),
+        )[0]
+        return int(row[0]), str(row[1])
+
+    def _append(self, tx: Tx, tenant: str, kind: str, execution_id: str, payload: str) -> Entry:
+        seq, head = self._lock_head(tx, tenant)
+        at_us = _now_us()
+        digest = entry_hash(tenant, seq + 1, kind, execution_id, at_us, payload, head)
+        entry = Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head, digest)
+        tx.execute(
+            f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (tenant, entry.seq, kind, execution_id, at_us, payload, head, digest),
+        )
+        tx.execute(
+            "UPDATE chain_heads SET seq = ?, head_hash = ? WHERE tenant = ?",
+            (entry.seq, digest, tenant),
+        )
+        return entry
+
+    def admit(self, admission: Admission) -> None:
+        admitted_at = admission.admitted_at or time.time()
+        data = admission_to_json(admission, admitted_at)
+        data["instance"] = self.instance
+        payload = canonical(data)
+        with self._db.write() as tx:
+            if tx.execute(
+                "SELECT 1 FROM executions WHERE execution_id = ?", (admission.execution_id,)
+            ):
+                raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            entry = self._append(tx, admission.tenant, "admitted", admission.execution_id, payload)
+            derived = derive(
+                admission.tenant,
+                entry.seq,
+                data,
+                entry.prev_hash,
+                "admitted",
+                entry.entry_hash,
+                None,
+            )
+            self._write_row(tx, admission.execution_id, derived.row, insert=True)
+
+    def complete(self, execution_id: str, result: ExecutionResult) -> None:
+        data = result_to_json(result)
+        data["execution_id"] = execution_id
+        payload = canonical(data)
+        with self._db.write() as tx:
+            tenant = self._tenant_of(tx, execution_id)
+            self._lock_head(tx, tenant)
+            status = tx.execute(
+                "SELECT status FROM executions WHERE execution_id = ?", (execution_id,)
+            )[0][0]
+            if status not in ("running", "interrupted"):
+                raise InvalidArgument(f"execution {execution_id} was already completed")
+            entry = self._append(tx, tenant, "completed", execution_id, payload)
+            self._reindex(tx, tenant, execution_id, entry, data)
+
+    def _tenant_of(self, tx: Tx, execution_id: str) -> str:
+        rows = tx.execute("SELECT tenant FROM executions WHERE execution_id = ?", (execution_id,))
+        if not rows:
+            raise NotFound(f"no admitted execution {execution_id}")
+        return str(rows[0][0])
+
+    def _reindex(self, tx: Tx, tenant: str, execution_id: str, entry: Entry, result: Any) -> None:
+        first = tx.execute(
+            "SELECT seq, payload, prev_hash FROM entries "
+            "WHERE tenant = ? AND execution_id = ? AND kind = 'admitted'",
+            (tenant, execution_id),
+        )[0]
+        derived = derive(
+            tenant,
+            int(first[0]),
+            json.loads(first[1]),
+            str(first[2]),
+            entry.kind,
+            entry.entry_hash,
+            result,
+        )
+        self._write_row(tx, execution_id, derived.row, insert=False)
+        tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
+        tx.execute("DELETE FROM violations WHERE execution_id = ?", (execution_id,))
+        if derived.calls:
+            tx.executemany(
+                "INSERT INTO calls (execution_id, idx, seq, tenant, tool, status) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(execution_id, i, s, tenant, tool, st) for i, s, tool, st in derived.calls],
+            )
+        if derived.violations:
+            tx.executemany(
+                "INSERT INTO violations (execution_id, idx, tenant, limit_name, action) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(execution_id, i, tenant, name, act) for i, name, act in derived.violations],
+            )
+
+    def _write_row(self, tx: Tx, execution_id: str, row: ExecRow, *, insert: bool) -> None:
+        values = (
+            row.tenant,
+            row.admit_seq,
+            row.status,
+            row.admitted_at,
+            row.finished_at,
+            row.backend,
+            row.script_sha256,
+            row.manifest_sha256,
+            row.instance,
+            row.prev_hash,
+            row.record_hash,
+        )
+        if insert:
+            tx.execute(
+                f"INSERT INTO executions (execution_id, {_EXEC_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (execution_id, *values),
+            )
+        else:
+            tx.execute(
+                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
+                "WHERE execution_id = ?",
+                (row.status, row.finished_at, row.record_hash, execution_id),
+            )
+
+    def mark_interrupted(self) -> int:
+        with self._db.read() as tx:
+            running = tx.execute(
+                "SELECT execution_id, tenant FROM executions "
+                "WHERE status = 'running' AND instance = ? ORDER BY tenant, admit_seq",
+                (self.instance,),
+            )
+        marked = 0
+        reason = canonical(
+            {"reason": "the server stopped before the execution ended", "instance": self.instance}
+        )
+        for execution_id, tenant in running:
+            with self._db.write() as tx:
+                self._lock_head(tx, tenant)
+                still = tx.execute(
+                    "SELECT 1 FROM executions WHERE execution_id = ? AND status = 'running'",
+                    (execution_id,),
+                )
+                if not still:
+                    continue
+                entry = self._append(tx, tenant, "interrupted", execution_id, reason)
+                self._reindex(tx, tenant, execution_id, entry, None)
+                marked += 1
+        return marked
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _records(self, tx: Tx, tenant: str, ids: Sequence[str]) -> dict[str, AuditRecord]:
+        by_id: dict[str, list[tuple[Any, ...]]] = {i: [] for i in ids}
+        for start in range(0, len(ids), _BATCH):
+            chunk = ids[start : start + _BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            for row in tx.execute(
+                "SELECT execution_id, kind, payload, prev_hash, entry_hash FROM entries "
+                f"WHERE tenant = ? AND execution_id IN ({marks}) ORDER BY seq",
+                (tenant, *chunk),
+            ):
+                by_id[row[0]].append(row)
+        records: dict[str, AuditRecord] = {}
+        for execution_id, rows in by_id.items():
+            record = _record_from_entries(rows)
+            if record is not None:
+                records[execution_id] = record
+        return records
+
+    def get(self, tenant: str, execution_id: str) -> AuditRecord | None:
+        with self._db.read() as tx:
+            return self._records(tx, tenant, [execution_id]).get(execution_id)
+
+    def list(self, tenant: str, query: AuditQuery) -> tuple[list[AuditRecord], str | None]:
+        where: list[str] = ["tenant = ?"]
+        params: list[object] = [tenant]
+        if query.since is not None:
+            where.append("admitted_at >= ?")
+            params.append(query.since)
+        if query.until is not None:
+            where.append("admitted_at < ?")
+            params.append(query.until)
+        if query.status:
+            where.append("status = ?")
+            params.append(query.status)
+        if query.tool:
+            where.append(
+                "execution_id IN (SELECT execution_id FROM calls WHERE tenant = ? AND tool = ?)"
+            )
+            params += [tenant, query.tool]
+        if query.violation:
+            where.append(
+                "execution_id IN (SELECT execution_id FROM violations "
+                "WHERE tenant = ? AND limit_name = ?)"
+            )
+            params += [tenant, query.violation]
+        if query.page_token:
+            where.append("admit_seq < ?")
+            params.append(_parse_token(query.page_token))
+        size = max(1, min(query.limit or 50, MAX_PAGE))
+        sql = (
+            f"SELECT execution_id, admit_seq FROM executions WHERE {' AND '.join(where)} "
+            f"ORDER BY admit_seq DESC LIMIT {size + 1}"
+        )
+        with self._db.read() as tx:
+            rows = tx.execute(sql, params)
+            page = rows[:size]
+            records = self._records(tx, tenant, [str(r[0]) for r in page])
+        token = f"a{int(page[-1][1])}" if len(rows) > size else None
+        return [records[str(r[0])] for r in page if str(r[0]) in records], token
+
+    def tenants(self) -> builtins.list[str]:
+        """Every tenant with a chain or an index row (an operator's view; not in the protocol)."""
+        with self._db.read() as tx:
+            rows = tx.execute(
+                "SELECT tenant FROM chain_heads UNION SELECT tenant FROM executions ORDER BY 1"
+            )
+        return [str(r[0]) for r in rows]
+
+    def find(self, execution_id: str) -> AuditRecord | None:
+        """A record by id whatever its tenant (the operator's `ptc audit show`)."""
+        with self._db.read() as tx:
+            rows = tx.execute(
+                "SELECT DISTINCT tenant FROM entries WHERE execution_id = ?", (execution_id,)
+            )
+            for (tenant,) in rows:
+                record = self._records(tx, str(tenant), [execution_id]).get(execution_id)
+                if record is not None:
+                    return record
+        return None
+
+    # -- verification and retention ----------------------------------------------------------
+
+    def verify(self, tenant: str | None = None) -> VerifyReport:
+        tenants = [tenant] if tenant is not None else self.tenants()
+        total, problems = 0, []
+        for name in tenants:
+            with self._db.read() as tx:
+                state = _chain_state(tx, name)
+                entries = (
+                    Entry(
+                        str(r[0]),
+                        int(r[1]),
+                        str(r[2]),
+                        str(r[3]),
+                        int(r[4]),
+                        str(r[5]),
+                        str(r[6]),
+                        str(r[7]),
+                    )
+                    for r in tx.stream(
+                        f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE tenant = ? ORDER BY seq",
+                        (name,),
+                    )
+                )
+                count, found = verify_tenant(name, entries, state)
+            total += count
+            problems += found
+        return VerifyReport(tenant=tenant, records=total, problems=problems)
+
+    def prune(self, tenant: str, before: float) -> int:
+        """Deletes the tenant's oldest finished records admitted before ``before``.
+
+        Only a prefix of the chain is removed: it ends at the last entry before which every
+        execution is finished and old enough. The prefix's last hash becomes the tenant's
+        checkpoint (where `verify` starts), and a ``pruned`` entry recording that checkpoint is
+        appended to the chain, so pruning is itself part of the tamper-evident record.
+        Returns how many records were pruned.
+        """
+        with self._db.write() as tx:
+            self._lock_head(tx, tenant)
+            prunable = {
+                str(r[0])
+                for r in tx.execute(
+                    "SELECT execution_id FROM executions "
+                    "WHERE tenant = ? AND admitted_at < ? AND status <> 'running'",
+                    (tenant, before),
+                )
+            }
+            cut: tuple[int, str] | None = None
+            pruned: set[str] = set()
+            open_ids: set[str] = set()
+            for seq, kind, execution_id, digest in tx.execute(
+                "SELECT seq, kind, execution_id, entry_hash FROM entries "
+                "WHERE tenant = ? ORDER BY seq",
+                (tenant,),
+            ):
+                if kind != "pruned":
+                    if execution_id not in prunable:
+                        break
+                    if kind == "admitted":
+                        open_ids.add(execution_id)
+                        pruned.add(execution_id)
+                    else:
+                        open_ids.discard(execution_id)
+                if not open_ids:
+                    cut = (int(seq), str(digest))
+            if cut is None:
+                return 0
+            tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
+            ids = sorted(pruned)
+            for start in range(0, len(ids), _BATCH):
+                chunk = ids[start : start + _BATCH]
+                marks = ", ".join("?" for _ in chunk)
+                for table in ("executions", "calls", "violations"):
+                    tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
+            tx.execute(
+                "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
+                "entry_hash = excluded.entry_hash",
+                (tenant, cut[0], cut[1]),
+            )
+            payload = canonical(
+                {
+                    "through_seq": cut[0],
+                    "through_hash": cut[1],
+                    "records": len(pruned),
+                    "before": before,
+                }
+            )
+            self._append(tx, tenant, "pruned", "", payload)
+        return len(pruned)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _parse_token(token: str) -> int:
+    if not token.startswith("a") or not token[1:].isdigit():
+        raise InvalidArgument(f"page_token {token!r} is not a token this store issued")
+    return int(token[1:])
+
+
+def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
+    """An `AuditRecord` from an execution's entries in sequence order."""
+    if not rows or rows[0][1] != "admitted":
+        return None
+    data = json.loads(rows[0][2])
+    admission = admission_from_json(data)
+    result: ExecutionResult | None = None
+    status = "running"
+    for _, kind, payload, _, _ in rows[1:]:
+        if kind == "completed":
+            result = result_from_json(json.loads(payload))
+            status = str(result.status)
+        elif kind == "interrupted" and result is None:
+            status = "interrupted"
+    return AuditRecord(
+        admission=admission,
+        result=result,
+        status=status,
+        prev_hash=str(rows[0][3]),
+        record_hash=str(rows[-1][4]),
+        script_sha256=str(data["script_sha256"]),
+    )
+
+
+def _chain_state(tx: Tx, tenant: str) -> ChainState:
+    head = tx.execute("SELECT seq, head_hash FROM chain_heads WHERE tenant = ?", (tenant,))
+    checkpoint = tx.execute("SELECT seq, entry_hash FROM checkpoints WHERE tenant = ?", (tenant,))
+    state = ChainState(
+        head=(int(head[0][0]), str(head[0][1])) if head else None,
+        checkpoint=(int(checkpoint[0][0]), str(checkpoint[0][1])) if checkpoint else None,
+    )
+    for row in tx.stream(
+        f"SELECT execution_id, {_EXEC_COLUMNS} FROM executions WHERE tenant = ?", (tenant,)
+    ):
+        state.rows[str(row[0])] = ExecRow(
+            str(row[1]),
+            int(row[2]),
+            str(row[3]),
+            float(row[4]),
+            None if row[5] is None else float(row[5]),
+            str(row[6]),
+            str(row[7]),
+            str(row[8]),
+            str(row[9]),
+            str(row[10]),
+            str(row[11]),
+        )
+    calls: dict[str, list[CallRow]] = state.calls
+    for execution_id, idx, seq, tool, status in tx.stream(
+        "SELECT execution_id, idx, seq, tool, status FROM calls WHERE tenant = ?", (tenant,)
+    ):
+        calls.setdefault(str(execution_id), []).append((int(idx), int(seq), str(tool), str(status)))
+    violations: dict[str, list[ViolationRow]] = state.violations
+    for execution_id, idx, name, action in tx.stream(
+        "SELECT execution_id, idx, limit_name, action FROM violations WHERE tenant = ?", (tenant,)
+    ):
+        violations.setdefault(str(execution_id), []).append((int(idx), str(name), str(action)))
+    return state

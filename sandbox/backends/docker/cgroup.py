@@ -1,0 +1,111 @@
+"""Reading a running container's cgroup counters from the host (cgroup v1 and v2).
+
+The Docker engine enforces the limits; this module only reads what the kernel accounted, because
+the engine's stats API is far too slow to poll every 50 ms and reports nothing once the container
+has exited (its cgroup is removed with it). Readable only when the server runs on the engine's
+host, in its pid namespace; otherwise `ContainerCgroup.locate` returns None and the backend does
+without (no whole-sandbox CPU watchdog, memory peaks unknown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CgroupCounters", "ContainerCgroup"]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class CgroupCounters:
+    cpu_time_ns: int = 0
+    memory_peak_bytes: int = 0
+    oom_kills: int = 0
+    pids_max_events: int = 0
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _keyed(text: str | None, key: str) -> int:
+    """The value of ``key`` in a flat-keyed cgroup file (`oom_kill 1`)."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return 0
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int((text or "").strip() or 0)
+    except ValueError:
+        return 0
+
+
+class ContainerCgroup:
+    """The cgroup directories of one container, found through its init process."""
+
+    def __init__(self, dirs: dict[str, Path], unified: bool) -> None:
+        self._dirs = dirs
+        self.unified = unified
+
+    @classmethod
+    def locate(
+        cls, pid: int, container_id: str, root: Path = CGROUP_ROOT
+    ) -> ContainerCgroup | None:
+        """The cgroup of host process ``pid``, if it is this container's (else None)."""
+        text = _read(Path(f"/proc/{pid}/cgroup"))
+        if not text or container_id not in text:
+            return None
+        v1: dict[str, Path] = {}
+        v2: Path | None = None
+        for line in text.splitlines():
+            _hier, controllers, path = line.split(":", 2)
+            if container_id not in path:
+                continue
+            relative = path.lstrip("/")
+            if controllers == "":
+                v2 = root / relative
+            for controller in controllers.split(","):
+                if controller in ("cpuacct", "memory", "pids"):
+                    v1[controller] = root / controllers / relative
+        if {"cpuacct", "memory", "pids"} <= v1.keys():
+            return cls(v1, unified=False)
+        if v2 is not None and (v2 / "cgroup.controllers").exists():
+            return cls({"cpuacct": v2, "memory": v2, "pids": v2}, unified=True)
+        return None
+
+    def exists(self) -> bool:
+        return self._dirs["pids"].is_dir()
+
+    def read(self) -> CgroupCounters | None:
+        """The counters now; None once the cgroup is gone (the container has exited)."""
+        cpu, memory, pids = self._dirs["cpuacct"], self._dirs["memory"], self._dirs["pids"]
+        if self.unified:
+            cpu_stat = _read(cpu / "cpu.stat")
+            if cpu_stat is None:
+                return None
+            peak = _read(memory / "memory.peak") or _read(memory / "memory.current")
+            return CgroupCounters(
+                cpu_time_ns=_keyed(cpu_stat, "usage_usec") * 1000,
+                memory_peak_bytes=_int(peak),
+                oom_kills=_keyed(_read(memory / "memory.events"), "oom_kill"),
+                pids_max_events=_keyed(_read(pids / "pids.events"), "max"),
+            )
+        usage = _read(cpu / "cpuacct.usage")
+        if usage is None:
+            return None
+        return CgroupCounters(
+            cpu_time_ns=_int(usage),
+            memory_peak_bytes=_int(_read(memory / "memory.max_usage_in_bytes")),
+            oom_kills=_keyed(_read(memory / "memory.oom_control"), "oom_kill"),
+            pids_max_events=_keyed(_read(pids / "pids.events"), "max"),
+        )

@@ -1,0 +1,101 @@
+"""Who owns a sandbox container, and removing what a crashed server left behind.
+
+Every container carries the owner label `<host>:<pid>:<start time>` of the server process that
+created it, and its channel directory lives under `<runtime root>/owner-<pid>-<start time>/`.
+At start-up the backend removes the containers and directories of owners on this host whose
+process is gone (a pid reused since has another start time). Containers of live servers, and of
+other hosts sharing the engine, are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+
+import docker.errors
+from docker import DockerClient
+
+from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
+
+__all__ = ["OwnerToken", "clean_leftovers", "owner_dir_name", "owner_label", "this_owner"]
+
+log = logging.getLogger(__name__)
+_OWNER_DIR = re.compile(r"^owner-(\d+)-(\d+)$")
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat.rpartition(")")[2].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+OwnerToken = tuple[str, int, int]
+
+
+def this_owner() -> OwnerToken:
+    pid = os.getpid()
+    return socket.gethostname(), pid, _start_time(pid) or 0
+
+
+def owner_label(owner: OwnerToken) -> str:
+    return f"{owner[0]}:{owner[1]}:{owner[2]}"
+
+
+def owner_dir_name(owner: OwnerToken) -> str:
+    return f"owner-{owner[1]}-{owner[2]}"
+
+
+def _alive(pid: int, start: int) -> bool:
+    return _start_time(pid) == start
+
+
+def _dead_owner(label: str, hostname: str) -> bool:
+    parts = label.rsplit(":", 2)
+    if len(parts) != 3:
+        return False
+    host, pid_text, start_text = parts
+    if host != hostname or not pid_text.isdigit() or not start_text.isdigit():
+        return False
+    return not _alive(int(pid_text), int(start_text))
+
+
+def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
+    """Removes dead owners' containers and channel directories; returns containers removed."""
+    hostname = socket.gethostname()
+    removed = 0
+    try:
+        leftovers = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
+    except docker.errors.DockerException as exc:
+        log.warning("docker janitor: listing containers failed: %s", exc)
+        leftovers = []
+    for container in leftovers:
+        label = (container.labels or {}).get(LABEL_OWNER, "")
+        if not _dead_owner(label, hostname):
+            continue
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                container.remove(force=True, v=True)
+                removed += 1
+            except docker.errors.DockerException as exc:
+                log.warning("docker janitor: removing %s failed: %s", container.name, exc)
+    if runtime_root.is_dir():
+        for entry in runtime_root.iterdir():
+            match = _OWNER_DIR.match(entry.name)
+            if match and not _alive(int(match[1]), int(match[2])):
+                shutil.rmtree(entry, ignore_errors=True)
+    if removed:
+        log.info("docker janitor: removed %d containers left by a crashed server", removed)
+    return removed

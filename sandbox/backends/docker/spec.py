@@ -1,0 +1,115 @@
+"""What a sandbox container is created with: typed settings in, Docker SDK arguments out.
+
+The one place that decides a container's isolation, so a reviewer can read it in one sitting.
+Nothing from a request reaches the engine except the typed limits below (no passthrough of raw
+`docker run` options). The engine's default seccomp profile stays in force because no
+`seccomp=` security option is ever given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox.backends.docker.channel import GUEST_MOUNT
+
+__all__ = [
+    "LABEL_CHANNEL_DIR",
+    "LABEL_MANAGED",
+    "LABEL_OWNER",
+    "ContainerSettings",
+    "container_kwargs",
+    "isolation_layers",
+]
+
+# Every container and only ours carries LABEL_MANAGED; the janitor finds leftovers by it.
+LABEL_MANAGED = "org.ptc-sandbox.managed"
+LABEL_OWNER = "org.ptc-sandbox.owner"  # "<host>:<pid>:<process start time>" of the server
+LABEL_CHANNEL_DIR = "org.ptc-sandbox.channel-dir"
+
+CPU_CORES = 1.0
+LOG_MAX_BYTES = "1m"
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    image: str
+    name: str
+    owner: str
+    channel_dir: Path
+    memory_bytes: int
+    processes: int
+    tmp_bytes: int
+    user: str = "65532:65532"
+    python: str = "python3"
+    cpu_cores: float = CPU_CORES
+
+
+def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
+    """Keyword arguments for `docker.DockerClient.containers.create`."""
+    return {
+        "image": settings.image,
+        "command": [
+            settings.python,
+            "-I",
+            "-B",
+            "-X",
+            "utf8",
+            "/ptc/bootstrap.py",
+            "--connect",
+            GUEST_MOUNT,
+        ],
+        "name": settings.name,
+        "hostname": "sandbox",
+        "user": settings.user,
+        "working_dir": "/tmp",
+        "environment": {"HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
+        "labels": {
+            LABEL_MANAGED: "1",
+            LABEL_OWNER: settings.owner,
+            LABEL_CHANNEL_DIR: str(settings.channel_dir),
+        },
+        # No network at all: not even loopback is shared with anything.
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={settings.tmp_bytes},mode=1777"},
+        # /dev/shm is the other writable place; it counts against the memory limit too.
+        "shm_size": settings.tmp_bytes,
+        "volumes": {str(settings.channel_dir): {"bind": GUEST_MOUNT, "mode": "ro"}},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "ipc_mode": "private",
+        # Memory without swap; the engine kills on exhaustion and reports State.OOMKilled.
+        "mem_limit": settings.memory_bytes,
+        "memswap_limit": settings.memory_bytes,
+        "pids_limit": settings.processes,
+        "nano_cpus": int(settings.cpu_cores * 1e9),
+        # docker-init (tini) as pid 1: reaps the script's orphans, and a kill needs no grace.
+        "init": True,
+        "stdin_open": False,
+        "tty": False,
+        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_BYTES, "max-file": "1"}},
+    }
+
+
+def isolation_layers(settings: ContainerSettings, cgroup_readable: bool) -> list[str]:
+    layers = [
+        "container",
+        "pidns",
+        "netns:none",
+        "ipcns",
+        "utsns",
+        "mntns",
+        "caps:none",
+        "no_new_privs",
+        "seccomp:default",
+        "fs:readonly-root",
+        f"uid:{settings.user.partition(':')[0]}",
+        "cgroup:memory",
+        "cgroup:pids",
+        "cgroup:cpu",
+    ]
+    if cgroup_readable:
+        layers.append("cgroup:accounting")
+    return [*layers, "rlimits", f"tmpfs:{settings.tmp_bytes}", "stdin:empty"]

@@ -1,0 +1,325 @@
+"""`AsyncClient`: the asyncio client of the sandbox service.
+
+    async with AsyncClient("127.0.0.1:50051") as client:
+        result = await client.run(script, tools=[get_weather], on_output=print_chunk)
+
+`run` streams (`ExecuteStream`): output arrives through ``on_output`` as it is produced, calls of
+the client's own tools run here and their results flow back into the running script, and calls
+that need approval are put to ``approve``. `start` returns the `Execution` itself, which is also
+an async iterator of output chunks. `execute` is the unary RPC for scripts whose tools all run on
+the server. Results are `sandbox.result.ExecutionResult`, the same objects the embedded engine
+returns; a failing script is a result, while a refused request raises `grpc.aio.AioRpcError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.client.tools import ClientTool, ToolLike, build_manifest
+from sandbox.expectations import ExpectedCalls
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+from sandbox.server.convert import request_to_proto, result_from_proto
+
+__all__ = [
+    "ApprovalRequest",
+    "AsyncClient",
+    "Execution",
+    "OutputChunk",
+    "Stubs",
+]
+
+_STREAM_NAMES = {pb.STREAM_STDOUT: "stdout", pb.STREAM_STDERR: "stderr"}
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    stream: str  # "stdout" | "stderr"
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    seq: int
+    tool: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class Stubs:
+    module: str
+    compact: str
+    names: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    manifest_hash: str = ""
+
+
+# approve(request) -> bool | (bool, reason); sync or async.
+Approve = Callable[
+    [ApprovalRequest], "bool | tuple[bool, str] | Awaitable[bool | tuple[bool, str]]"
+]
+OnOutput = Callable[[OutputChunk], Any]
+LimitsLike = Limits | Mapping[str, int] | None
+
+
+def _limits(limits: LimitsLike) -> Limits | None:
+    if limits is None or isinstance(limits, Limits):
+        return limits
+    return Limits.from_mapping(limits)
+
+
+class Execution:
+    """One streamed execution: iterate it for output chunks, await `result()` for the end."""
+
+    def __init__(
+        self,
+        call: aio.StreamStreamCall[pb.ClientMessage, pb.ServerEvent],
+        local: Mapping[str, ClientTool],
+        on_output: OnOutput | None,
+        approve: Approve | None,
+    ) -> None:
+        self._call = call
+        self._local = local
+        self._on_output = on_output
+        self._approve = approve
+        self._write_lock = asyncio.Lock()
+        self._chunks: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.execution_id = ""
+        self._pump = asyncio.create_task(self._read())
+
+    async def _send(self, message: pb.ClientMessage) -> None:
+        async with self._write_lock:
+            with contextlib.suppress(asyncio.InvalidStateError, grpc.RpcError):
+                await self._call.write(message)
+
+    async def _read(self) -> ExecutionResult:
+        try:
+            while True:
+                event = await self._call.read()
+                if not isinstance(event, pb.ServerEvent):  # end of stream
+                    raise ConnectionError("the server ended the stream without a result")
+                kind = event.WhichOneof("event")
+                if kind == "result":
+                    with contextlib.suppress(asyncio.InvalidStateError, grpc.RpcError):
+                        await self._call.done_writing()
+                    return result_from_proto(event.result)
+                if kind == "output":
+                    chunk = OutputChunk(
+                        _STREAM_NAMES.get(event.output.stream, "stdout"), event.output.data
+                    )
+                    self._chunks.put_nowait(chunk)
+                    if self._on_output is not None:
+                        outcome = self._on_output(chunk)
+                        if inspect.isawaitable(outcome):
+                            await outcome
+                elif kind == "started":
+                    self.execution_id = event.started.execution_id
+                elif kind == "tool_call":
+                    self._spawn(self._run_tool(event.tool_call))
+                elif kind == "approval":
+                    self._spawn(self._decide(event.approval))
+        finally:
+            self._chunks.put_nowait(None)
+            for task in self._tasks:
+                task.cancel()
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_tool(self, request: pb.ToolCallRequest) -> None:
+        local = self._local.get(request.tool)
+        answer = pb.ToolCallAnswer(seq=request.seq)
+        if local is None:
+            answer.error = f"the client has no function for tool {request.tool!r}"
+        else:
+            try:
+                answer.result_json = await local.invoke(json.loads(request.arguments_json))
+            except Exception as exc:
+                answer.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        await self._send(pb.ClientMessage(tool_answer=answer))
+
+    async def _decide(self, request: pb.ApprovalRequest) -> None:
+        approved, reason = False, "no approver is configured on the client"
+        if self._approve is not None:
+            try:
+                outcome = self._approve(
+                    ApprovalRequest(request.seq, request.tool, json.loads(request.arguments_json))
+                )
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                approved, reason = outcome if isinstance(outcome, tuple) else (bool(outcome), "")
+            except Exception as exc:
+                approved, reason = False, f"the approver failed: {type(exc).__name__}: {exc}"
+        decision = pb.ApprovalDecision(seq=request.seq, approved=approved, reason=reason)
+        await self._send(pb.ClientMessage(approval=decision))
+
+    async def result(self) -> ExecutionResult:
+        """The full result; cancelling this await cancels the execution."""
+        try:
+            return await asyncio.shield(self._pump)
+        except asyncio.CancelledError:
+            self._call.cancel()
+            raise
+
+    async def cancel(self, reason: str = "") -> None:
+        """Asks the server to end the execution; its result says `cancelled`."""
+        await self._send(pb.ClientMessage(cancel=pb.Cancel(reason=reason)))
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[OutputChunk]:
+        while True:
+            chunk = await self._chunks.get()
+            if chunk is None:
+                return
+            yield chunk
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        target: str,
+        api_key: str | None = None,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        )
+        self._channel = aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_receive_message_length", 32 * 1024 * 1024),
+                ("grpc.max_send_message_length", 32 * 1024 * 1024),
+                *options,
+            ],
+        )
+        self._stub = pb_grpc.SandboxServiceStub(self._channel)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close(None)
+
+    async def start(
+        self,
+        script: str,
+        tools: str | Sequence[ToolLike] = (),
+        *,
+        limits: LimitsLike = None,
+        on_output: OnOutput | None = None,
+        approve: Approve | None = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Starts a streamed execution and returns it while it runs."""
+        manifest, local = build_manifest(tools)
+        request = request_to_proto(
+            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+        )
+        call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
+        await call.write(pb.ClientMessage(start=request))
+        return Execution(call, local, on_output, approve)
+
+    async def run(
+        self,
+        script: str,
+        tools: str | Sequence[ToolLike] = (),
+        *,
+        limits: LimitsLike = None,
+        on_output: OnOutput | None = None,
+        approve: Approve | None = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
+        """Runs ``script`` to the end with the client in the loop; returns the result."""
+        execution = await self.start(
+            script,
+            tools,
+            limits=limits,
+            on_output=on_output,
+            approve=approve,
+            backend=backend,
+            policy=policy,
+            expected_calls=expected_calls,
+            labels=labels,
+            timeout=timeout,
+        )
+        return await execution.result()
+
+    async def execute(
+        self,
+        script: str,
+        tools: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
+        """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
+        manifest, local = build_manifest(tools)
+        if local:
+            raise ValueError("execute() cannot run client functions; use run()")
+        request = request_to_proto(
+            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+        )
+        message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)
+        return result_from_proto(message)
+
+    async def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
+        """The stub module scripts import as `tools`, and its compact form for a prompt."""
+        manifest, _local = build_manifest(tools)
+        response = await self._stub.GenerateStubs(
+            pb.GenerateStubsRequest(manifest=pb.ToolManifest(json=manifest)),
+            metadata=self._metadata,
+        )
+        return Stubs(
+            response.module,
+            response.compact,
+            dict(response.names),
+            list(response.warnings),
+            response.manifest_hash,
+        )
+
+    async def get_execution(self, execution_id: str) -> pb.ExecutionRecord:
+        record: pb.ExecutionRecord = await self._stub.GetExecution(
+            pb.GetExecutionRequest(execution_id=execution_id), metadata=self._metadata
+        )
+        return record
+
+    async def list_executions(
+        self, request: pb.ListExecutionsRequest | None = None
+    ) -> pb.ListExecutionsResponse:
+        response: pb.ListExecutionsResponse = await self._stub.ListExecutions(
+            request or pb.ListExecutionsRequest(), metadata=self._metadata
+        )
+        return response

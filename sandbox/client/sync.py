@@ -1,0 +1,203 @@
+"""`Client`: the blocking flavour of `AsyncClient`, for scripts and frameworks without asyncio.
+
+It owns one event loop on a private daemon thread and runs `AsyncClient` there, so that a
+streamed execution keeps serving tool calls and approvals while the caller blocks. Callbacks
+(``on_output``, ``approve``) run on that thread; plain-function tools run in its worker threads.
+`stream` returns a `SyncExecution`: iterate it for output chunks, then call `result()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.client.aio import (
+    Approve,
+    AsyncClient,
+    Execution,
+    LimitsLike,
+    OnOutput,
+    OutputChunk,
+    Stubs,
+)
+from sandbox.client.tools import ToolLike
+from sandbox.expectations import ExpectedCalls
+from sandbox.result import ExecutionResult
+
+__all__ = ["Client", "SyncExecution"]
+
+T = TypeVar("T")
+
+
+class SyncExecution:
+    def __init__(self, client: Client, execution: Execution) -> None:
+        self._client = client
+        self._execution = execution
+        self._chunks: queue.Queue[OutputChunk | None] = queue.Queue()
+        client._submit(self._forward())
+
+    async def _forward(self) -> None:
+        try:
+            async for chunk in self._execution:
+                self._chunks.put(chunk)
+        finally:
+            self._chunks.put(None)
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        while (chunk := self._chunks.get()) is not None:
+            yield chunk
+
+    @property
+    def execution_id(self) -> str:
+        return self._execution.execution_id
+
+    def result(self, timeout: float | None = None) -> ExecutionResult:
+        return self._client._submit(self._execution.result()).result(timeout)
+
+    def cancel(self, reason: str = "") -> None:
+        self._client._call(self._execution.cancel(reason))
+
+
+class Client:
+    def __init__(self, target: str, api_key: str | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ptc-client", daemon=True
+        )
+        self._thread.start()
+        self._async: AsyncClient = self._call(_make(target, api_key))
+
+    def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coroutine).result()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._call(_shutdown(self._async))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(
+        self,
+        script: str,
+        tools: str | Sequence[ToolLike] = (),
+        *,
+        limits: LimitsLike = None,
+        on_output: OnOutput | None = None,
+        approve: Approve | None = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
+        """Runs ``script`` to the end, serving its client tools and approvals here."""
+        return self._call(
+            self._async.run(
+                script,
+                tools,
+                limits=limits,
+                on_output=on_output,
+                approve=approve,
+                backend=backend,
+                policy=policy,
+                expected_calls=expected_calls,
+                labels=labels,
+                timeout=timeout,
+            )
+        )
+
+    def stream(
+        self,
+        script: str,
+        tools: str | Sequence[ToolLike] = (),
+        *,
+        limits: LimitsLike = None,
+        approve: Approve | None = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> SyncExecution:
+        """Starts an execution; iterate the answer for output, then call `result()`."""
+        execution = self._call(
+            self._async.start(
+                script,
+                tools,
+                limits=limits,
+                approve=approve,
+                backend=backend,
+                policy=policy,
+                expected_calls=expected_calls,
+                labels=labels,
+                timeout=timeout,
+            )
+        )
+        return SyncExecution(self, execution)
+
+    def execute(
+        self,
+        script: str,
+        tools: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecutionResult:
+        """The unary `Execute`: every tool must be served by the server."""
+        return self._call(
+            self._async.execute(
+                script,
+                tools,
+                limits=limits,
+                backend=backend,
+                policy=policy,
+                expected_calls=expected_calls,
+                labels=labels,
+                timeout=timeout,
+            )
+        )
+
+    def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
+        return self._call(self._async.stubs(tools))
+
+    def get_execution(self, execution_id: str) -> pb.ExecutionRecord:
+        return self._call(self._async.get_execution(execution_id))
+
+    def list_executions(
+        self, request: pb.ListExecutionsRequest | None = None
+    ) -> pb.ListExecutionsResponse:
+        return self._call(self._async.list_executions(request))
+
+
+async def _shutdown(client: AsyncClient) -> None:
+    """Closes the channel and ends what is left on the private loop."""
+    await client.close()
+    current = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not current]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
+async def _make(target: str, api_key: str | None) -> AsyncClient:
+    return AsyncClient(target, api_key)  # the channel binds to the running loop

@@ -1,0 +1,86 @@
+"""`ptc serve [--listen HOST:PORT] [--config server.toml] ...`: run the gRPC server.
+
+Prints ``listening on HOST:PORT`` (the real port when asked for port 0) on stdout once it accepts
+requests. SIGTERM or SIGINT stop it gracefully: in-flight executions get the grace period to
+finish and are then stopped and recorded as `interrupted`, the warm pool is drained, and the
+process exits 0 with no sandbox left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from sandbox.server import SandboxServer, ServerConfig, load_config
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser("serve", help="run the gRPC server")
+    parser.add_argument("--config", metavar="TOML", help="server config file")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="address (default 127.0.0.1:50051)")
+    parser.add_argument("--pool-size", type=int, help="warm sandboxes kept ready")
+    parser.add_argument(
+        "--grace", type=float, metavar="SECONDS", help="time in-flight runs get at shutdown"
+    )
+    parser.add_argument(
+        "--host-handler",
+        action="append",
+        default=[],
+        metavar="TOOL=MODULE:FUNCTION",
+        help="serve a host-mode tool with this callable (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-degraded",
+        action="store_true",
+        default=None,
+        help="run without cgroup limits when the host cannot provide them",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    config = load_config(args.config) if args.config else ServerConfig()
+    handlers = dict(config.host_handlers)
+    for item in args.host_handler:
+        tool, sep, spec = item.partition("=")
+        if not sep or not tool:
+            from sandbox.errors import InvalidArgument
+
+            raise InvalidArgument(f"--host-handler {item!r}: expected TOOL=MODULE:FUNCTION")
+        handlers[tool] = spec
+    return config.with_overrides(
+        listen=args.listen,
+        pool_size=args.pool_size,
+        shutdown_grace_s=args.grace,
+        allow_degraded=args.allow_degraded,
+        host_handlers=handlers,
+    )
+
+
+async def _serve(config: ServerConfig) -> None:
+    server = SandboxServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    address = await server.start()
+    print(f"listening on {address}", flush=True)
+    if server.backend_error:
+        print(f"ptc serve: not serving executions: {server.backend_error}", file=sys.stderr)
+    try:
+        await stop.wait()
+    finally:
+        print("shutting down", file=sys.stderr, flush=True)
+        await server.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(_config(args)))
+    return 0

@@ -1,0 +1,42 @@
+"""What a tenant may ask for: effective limits under its ceilings, backends and tool modes.
+
+The server calls these once per request, after `Tenancy.authenticate` and before `admit`, so a
+refused request never takes a slot. Effective limits go through `sandbox.limits.apply_ceilings`
+with the tenant's defaults, ceilings and policy: ``clamp`` lowers a value and reports it as an
+adjustment in the result, ``refuse`` raises `InvalidLimits` naming the limit and the ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sandbox.errors import PermissionDenied
+from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
+from sandbox.tenants.base import Tenant
+
+__all__ = ["check_backend", "check_tool_modes", "effective_limits"]
+
+
+def effective_limits(
+    tenant: Tenant, requested: Limits
+) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
+    """The request's limits (or the tenant's defaults) capped by the tenant's ceilings."""
+    return apply_ceilings(requested, tenant.defaults, tenant.ceilings, tenant.ceiling_policy)
+
+
+def check_backend(tenant: Tenant, backend: str) -> None:
+    if backend not in tenant.backends:
+        allowed = ", ".join(sorted(tenant.backends))
+        raise PermissionDenied(
+            f"tenant {tenant.id} may not use the {backend} backend (allowed: {allowed})"
+        )
+
+
+def check_tool_modes(tenant: Tenant, modes: Iterable[tuple[str, str]]) -> None:
+    """``modes`` are (tool name, handler mode) pairs from the manifest."""
+    for tool, mode in modes:
+        if mode not in tenant.tool_modes:
+            allowed = ", ".join(sorted(tenant.tool_modes))
+            raise PermissionDenied(
+                f"tenant {tenant.id} may not use tool mode {mode} (tool {tool}; allowed: {allowed})"
+            )

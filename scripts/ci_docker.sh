@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# CI set-up and tear-down of the Docker backend's engine and images, on a fresh machine.
+#
+#   eval "$(scripts/ci_docker.sh up)"   # installs docker.io + debootstrap, starts the private
+#                                       # dockerd, builds the images offline; prints the exports
+#   scripts/ci_docker.sh down           # stops the daemon `up` started
+#
+# `up` prints only `export ...` lines on stdout (progress goes to stderr) and also writes them to
+# $PTC_DOCKER_ENV_FILE (default /tmp/ptc-docker.env) for a caller that prefers `source`. The base image
+# build (debootstrap, ~1 minute) is skipped when the engine's data root already holds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ENV_FILE=${PTC_DOCKER_ENV_FILE:-/tmp/ptc-docker.env}
+
+up() {
+  export DEBIAN_FRONTEND=noninteractive
+  local need=()
+  command -v dockerd >/dev/null || need+=(docker.io)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "ci_docker: installing ${need[*]}" >&2
+    apt-get update -qq >&2
+    apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  local exports
+  exports=$(scripts/dockerd.sh start)
+  eval "$exports"
+  local started
+  started=$(date +%s)
+  scripts/build_images.sh >&2
+  echo "ci_docker: images ready in $(( $(date +%s) - started )) s" >&2
+  local image=${PTC_DOCKER_IMAGE:-ptc-sandbox-runtime:latest}
+  {
+    echo "$exports"
+    echo "export PTC_DOCKER_HOST=$DOCKER_HOST"
+    echo "export PTC_DOCKER_IMAGE=$image"
+  } | tee "$ENV_FILE"
+}
+
+down() {
+  scripts/dockerd.sh stop
+  rm -f "$ENV_FILE"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

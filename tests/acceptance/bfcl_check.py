@@ -1,0 +1,44 @@
+"""Runs BFCL's own AST checker over model outputs; executed in `.venv-acceptance`, not imported.
+
+bfcl-eval imports many provider SDKs, so it lives in its own virtualenv (made by
+`scripts/setup_acceptance.sh`). Input on stdin, one JSON object: ``{"cases": [{"id", "category",
+"functions", "model_output", "possible_answer"}]}`` where ``model_output`` is BFCL's decoded
+model-output format (``[{"func.name": {"param": value}}]``). Output on stdout: ``{id: {"valid":
+bool, "error": [...], "error_type": str}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bfcl_eval.constants.enums import Language
+from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+
+# A model whose config keeps dots in function names, so names are compared as the tools define
+# them (the call log records original names).
+MODEL = "gorilla-openfunctions-v2"
+
+
+def main() -> None:
+    cases = json.load(sys.stdin)["cases"]
+    out = {}
+    for case in cases:
+        verdict = ast_checker(
+            case["functions"],
+            case["model_output"],
+            case["possible_answer"],
+            Language.PYTHON,
+            case["category"],
+            MODEL,
+        )
+        out[case["id"]] = {
+            "valid": bool(verdict["valid"]),
+            "error": [str(e) for e in verdict.get("error", [])],
+            "error_type": str(verdict.get("error_type", "")),
+        }
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

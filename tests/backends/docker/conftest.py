@@ -1,0 +1,152 @@
+"""A real Docker engine behind a real Engine, for the container backend's tests.
+
+Skipped, with the reason, when no engine answers (`PTC_DOCKER_HOST` / `DOCKER_HOST`, see
+scripts/dockerd.sh) or the runtime image is missing or stale (scripts/build_images.sh). CI starts
+both (scripts/ci_docker.sh). `DockerHarness.leftovers()` asks the engine and the filesystem for
+anything an execution left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import pytest
+
+from sandbox.backends.docker import engine_client
+from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+from sandbox.backends.docker.janitor import owner_label
+from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.errors import Unavailable
+from sandbox.limits import parse_limit_args
+from sandbox.result import ExecutionResult
+
+T = TypeVar("T")
+POOL_SIZE = 2
+
+
+def docker_unavailable_reason() -> str | None:
+    try:
+        client = engine_client.connect(engine_client.engine_address())
+    except Unavailable as exc:
+        return exc.message
+    try:
+        engine_client.check_image(client, engine_client.default_image())
+    except Unavailable as exc:
+        return exc.message
+    finally:
+        client.close()
+    return None
+
+
+_REASON = docker_unavailable_reason()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "backends/docker" in str(item.path):
+            item.add_marker(pytest.mark.requires_docker)
+            if _REASON is not None:
+                item.add_marker(pytest.mark.skip(reason=f"requires_docker: {_REASON}"))
+
+
+class DockerHarness:
+    """A started Engine with only the docker backend; its loop runs in a daemon thread."""
+
+    def __init__(self, pool_size: int = POOL_SIZE) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.backend = DockerBackend(DockerBackendConfig(pool_size=pool_size))
+        self.engine = Engine(
+            EngineConfig(backends={"docker": self.backend}, default_backend="docker")
+        )
+        self.call(self.engine.start())
+        assert self.backend.unavailable_reason is None, self.backend.unavailable_reason
+        self.call(self.backend.pool.wait_ready(60))
+        self.client = engine_client.connect(self.backend.address)
+        self.owner = owner_label(self.backend.owner)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 110) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def run(
+        self, script: str, limits: Mapping[str, object] | None = None, manifest: Any = "[]"
+    ) -> ExecutionResult:
+        request = ExecutionRequest(
+            script=script,
+            manifest=manifest,
+            limits=parse_limit_args(f"{k}={v}" for k, v in (limits or {}).items()),
+            backend="docker",
+        )
+        return self.call(self.engine.execute(request))
+
+    def assert_healthy(self) -> None:
+        result = self.run("print('still ok')")
+        assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "still ok\n")
+
+    def our_containers(self) -> list[Any]:
+        return self.client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={self.owner}"}
+        )
+
+    def settle(self) -> None:
+        async def _wait() -> None:
+            pool = self.backend.pool
+            for _ in range(3000):
+                if pool.idle >= pool.size and pool._starting == 0 and not self.backend._removals:
+                    return
+                await asyncio.sleep(0.01)
+
+        self.call(_wait())
+
+    def leftovers(self) -> list[str]:
+        """Containers and channel directories that no idle pooled sandbox owns."""
+        self.settle()
+        idle = list(self.backend.pool._idle)
+        idle_ids = {h.container.id for h in idle}
+        problems = [
+            f"container {c.name} ({c.status})"
+            for c in self.our_containers()
+            if c.id not in idle_ids
+        ]
+        idle_dirs = {h.settings.channel_dir for h in idle}
+        owner_dir = self.backend._owner_dir
+        problems += [f"channel dir {p}" for p in owner_dir.iterdir() if p not in idle_dirs]
+        return problems
+
+    def close(self) -> None:
+        self.call(self.engine.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def docker_harness() -> Iterator[DockerHarness]:
+    h = DockerHarness()
+    yield h
+    owner_dir = h.backend._owner_dir
+    client = engine_client.connect(h.backend.address)
+    h.close()
+    try:
+        left = client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={h.owner}"})
+        assert left == [], f"containers survived Engine.close(): {[c.name for c in left]}"
+        assert not owner_dir.exists(), "the channel directory survived Engine.close()"
+        managed = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
+        assert all(c.labels.get(LABEL_OWNER) != h.owner for c in managed)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def dclean(docker_harness: DockerHarness) -> Iterator[DockerHarness]:
+    """The shared harness, checked for leftover containers and directories after the test."""
+    yield docker_harness
+    assert docker_harness.leftovers() == []

@@ -1,0 +1,226 @@
+"""`ptc run` as outside tools use it: DESIGN.md's `--json` contract, exit codes, `-` for stdin,
+`--limit`, `--tools`, `--policy`, the readable summary, and nothing left behind.
+
+Every test runs the real command line in a subprocess with a private TMPDIR, so that the
+runtime directory it creates can be checked gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RunPtc = Callable[..., Any]
+
+MANIFEST = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup-user",
+            "description": "Finds a user.",
+            "parameters": {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}},
+                "required": ["id"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture
+def tmpdir_env() -> Iterator[dict[str, str]]:
+    # World-traversable: the sandbox's uid must reach the runtime dir created in it.
+    private = Path(tempfile.mkdtemp(prefix="clitmp-", dir="/tmp"))
+    private.chmod(0o755)
+    yield {"TMPDIR": str(private)}
+    left = list(private.iterdir())
+    shutil.rmtree(private)
+    assert left == [], "ptc run left files in its TMPDIR"
+    stale = [
+        p
+        for p in Path("/sys/fs/cgroup").glob("*/ptc-*")
+        if p.name.split("-")[-1].isdigit() and not Path(f"/proc/{p.name.split('-')[-1]}").exists()
+    ]
+    assert stale == [], "a cgroup of a finished ptc run survived"
+
+
+@pytest.fixture
+def manifest_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(MANIFEST))
+    return path
+
+
+def run_json(
+    ptc: RunPtc, env: dict[str, str], *args: str, stdin: str = ""
+) -> tuple[int, dict[str, Any]]:
+    proc = ptc("run", *args, "--json", stdin=stdin, env=env)
+    # Exactly one JSON object on stdout, nothing else.
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_json_contract(ptc: RunPtc, tmpdir_env: dict[str, str], manifest_file: Path) -> None:
+    script = "import tools\nprint(tools.lookup_user(id=7))\ntry:\n    tools.lookup_user(id='x')\nexcept tools.InvalidArguments:\n    pass\n"
+    code, out = run_json(ptc, tmpdir_env, "-", "--tools", str(manifest_file), stdin=script)
+    assert code == 0
+    for key in ("status", "exit_code", "stdout", "stderr", "calls", "violations", "usage"):
+        assert key in out
+    assert (out["status"], out["exit_code"], out["stdout"], out["stderr"]) == (
+        "ok", 0, "{'id': 7}\n", "",
+    )  # fmt: skip
+    ok, bad = out["calls"]
+    assert (ok["seq"], ok["tool"], ok["arguments"], ok["status"], ok["result"]) == (
+        1, "lookup-user", {"id": 7}, "ok", {"id": 7},
+    )  # fmt: skip
+    assert (bad["seq"], bad["status"], "result" in bad) == (2, "invalid_arguments", False)
+    assert "'id'" in bad["error"]
+    for call in out["calls"]:
+        assert isinstance(call["start_offset_s"], float) and isinstance(call["duration_s"], float)
+        assert call["idempotency_key"] == f"{out['execution_id']}:{call['seq']}"
+    assert out["violations"] == []
+    assert out["usage"]["tool_calls"] == 2
+    assert out["usage"]["stdout_bytes"] == len("{'id': 7}\n")
+    for key in ("wall_time_s", "cpu_time_s", "peak_memory_bytes", "stderr_bytes"):
+        assert key in out["usage"]
+
+
+def test_json_violation_fields_and_limit_units(ptc: RunPtc, tmpdir_env: dict[str, str]) -> None:
+    code, out = run_json(
+        ptc,
+        tmpdir_env,
+        "-",
+        "--limit", "wall_time=1",
+        "--limit", "stdout_bytes=10",
+        "--limit", "memory=268435456",
+        stdin="print('x' * 20, flush=True)\nimport time\ntime.sleep(30)",
+    )  # fmt: skip
+    assert code == 3
+    assert out["status"] == "limit_exceeded"
+    assert [(v["limit"], v["limit_value"], v["action"]) for v in out["violations"]] == [
+        ("wall_time", 1.0, "killed"),
+        ("stdout_bytes", 10, "truncated"),
+    ]
+    for violation in out["violations"]:
+        assert {"limit", "limit_value", "observed", "action"} <= set(violation)
+    assert out["violations"][1]["observed"] == 21
+    assert out["limits"]["memory"] == 268435456
+    assert out["stdout"].startswith("xxxxxxxxxx\n[ptc: stdout truncated: 11 bytes dropped")
+
+
+@pytest.mark.parametrize(
+    ("script", "extra", "code", "status"),
+    [
+        ("print(1)", [], 0, "ok"),
+        ("raise SystemExit(5)", [], 1, "error"),
+        ("while True: pass", ["--limit", "cpu_time=1"], 3, "limit_exceeded"),
+        ("print(1", [], 4, "rejected"),
+        ("import os", ["--policy", "restricted"], 4, "rejected"),
+    ],
+    ids=["ok", "error", "limit", "syntax", "policy"],
+)
+def test_exit_code_reflects_status(
+    ptc: RunPtc, tmpdir_env: dict[str, str], script: str, extra: list[str], code: int, status: str
+) -> None:
+    got, out = run_json(ptc, tmpdir_env, "-", *extra, stdin=script)
+    assert (got, out["status"]) == (code, status)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/nonexistent/script.py"], "ptc run: script /nonexistent/script.py:"),
+        (["-", "--limit", "wall_time=abc"], "ptc run: limit wall_time: 'abc' is not a number"),
+        (["-", "--limit", "bogus=1"], "ptc run: --limit 'bogus=1': expected NAME=VALUE"),
+        (["-", "--tools", "/nonexistent/tools.json"], "ptc run: manifest /nonexistent/tools.json:"),
+    ],
+    ids=["missing-script", "bad-limit-value", "unknown-limit", "missing-manifest"],
+)
+def test_bad_requests_exit_2_with_a_message(
+    ptc: RunPtc, tmpdir_env: dict[str, str], args: list[str], message: str
+) -> None:
+    proc = ptc("run", *args, "--json", stdin="print(1)", env=tmpdir_env)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(message)
+
+
+def test_bad_manifest_exits_2(ptc: RunPtc, tmpdir_env: dict[str, str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"name": "x", "x-ptc": {"mode": "teleport"}}]')
+    proc = ptc("run", "-", "--tools", str(bad), "--json", stdin="print(1)", env=tmpdir_env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ptc run: manifest")
+
+
+def test_script_from_stdin_never_sees_its_own_source(
+    ptc: RunPtc, tmpdir_env: dict[str, str]
+) -> None:
+    code, out = run_json(
+        ptc, tmpdir_env, "-", stdin="import sys\nprint(repr(sys.stdin.read()))\n# marker"
+    )
+    assert (code, out["stdout"]) == (0, "''\n")
+
+
+def test_script_from_a_file(ptc: RunPtc, tmpdir_env: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("print('from file')")
+    proc = ptc("run", str(script), "--json", stdin="print('from stdin')", env=tmpdir_env)
+    assert (proc.returncode, json.loads(proc.stdout)["stdout"]) == (0, "from file\n")
+
+
+def test_expect_flag(ptc: RunPtc, tmpdir_env: dict[str, str], manifest_file: Path) -> None:
+    code, out = run_json(
+        ptc, tmpdir_env, "-", "--tools", str(manifest_file), "--expect", "lookup-user=2",
+        stdin="import tools\ntools.lookup_user(id=1)",
+    )  # fmt: skip
+    assert (code, out["status"]) == (3, "limit_exceeded")
+    assert [(v["limit"], v["limit_value"], v["observed"]) for v in out["violations"]] == [
+        ("expected_calls", 2, 1)
+    ]
+
+
+def test_readable_summary(ptc: RunPtc, tmpdir_env: dict[str, str], manifest_file: Path) -> None:
+    proc = ptc(
+        "run", "-", "--tools", str(manifest_file), "--limit", "max_tool_calls=1",
+        stdin="import tools\nprint('hello')\ntools.lookup_user(id=1)\ntools.lookup_user(id=2)",
+        env=tmpdir_env,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stdout == "hello\n"
+    assert "── status: limit_exceeded  exit code: 1" in proc.stderr
+    assert "── 2 tool calls" in proc.stderr
+    assert re.search(r"\s1\s+lookup-user\s+ok\s", proc.stderr)
+    assert re.search(r"\s2\s+lookup-user\s+refused\s", proc.stderr)
+    assert "── violation: max_tool_calls = 1 count, observed 2, refused." in proc.stderr
+    assert "── error: CallRefused: the budget of 1 tool calls is spent (line 4)" in proc.stderr
+
+
+def test_no_process_survives_the_cli(ptc: RunPtc, tmpdir_env: dict[str, str]) -> None:
+    code, out = run_json(
+        ptc, tmpdir_env, "-", "--limit", "wall_time=1",
+        stdin="import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)",
+    )  # fmt: skip
+    assert (code, out["status"]) == (3, "limit_exceeded")
+    # The sandbox runs as uid 65534; nothing of this run may be left running as that uid with
+    # the CLI's cgroup.
+    leftovers = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        if "\nUid:\t65534\t" in status and "/ptc-" in cgroup:
+            owner = re.search(r"/ptc-(\d+)/", cgroup)
+            if owner and not Path(f"/proc/{owner.group(1)}").exists():
+                leftovers.append(pid)
+    assert leftovers == []

@@ -1,0 +1,157 @@
+"""Pairs around every limit: just under passes, just over fails with the right violation.
+
+Each case is one limit, a script parametrised by a size, the size just under and just over,
+and the violation the over case must produce (limit, value, action). Nothing here is timed:
+time limits are tripped by scripts that would run far longer than the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import EngineHarness
+
+MiB = 1 << 20
+
+ECHO = [
+    {
+        "name": "echo",
+        "description": "Returns its arguments.",
+        "parameters": {"type": "object", "properties": {"i": {"type": "integer"}}},
+    }
+]
+
+
+@dataclass(frozen=True)
+class Pair:
+    limits: dict[str, int | float]
+    script: str  # formatted with n
+    under: int
+    over: int
+    violation: tuple[str, float, str]
+    manifest: object = "[]"
+
+
+PAIRS = {
+    "wall_time": Pair(
+        {"wall_time": 2},
+        "import time\ntime.sleep({n} / 10)\nprint('done')",
+        1,
+        600,
+        ("wall_time", 2.0, "killed"),
+    ),
+    "cpu_time": Pair(
+        {"cpu_time": 1},
+        "import time\nwhile time.process_time() < {n} / 10:\n    pass\nprint('done')",
+        2,
+        600,
+        ("cpu_time", 1.0, "killed"),
+    ),
+    "memory": Pair(
+        {"memory": 128 * MiB},
+        "block = bytearray({n} * 1024 * 1024)\nblock[::4096] = b'x' * len(block[::4096])\nprint('done')",
+        64,
+        160,
+        ("memory", 128 * MiB, "killed"),
+    ),
+    # The sandbox's init, the guest and its channel thread count too: 3 tasks before the script.
+    "processes": Pair(
+        {"processes": 24},
+        "import threading\nev = threading.Event()\nts = [threading.Thread(target=ev.wait) for _ in range({n})]\n"
+        "try:\n    [t.start() for t in ts]\nfinally:\n    ev.set()\nprint('done')",
+        16,
+        24,
+        ("processes", 24, "refused"),
+    ),
+    "stdout_bytes": Pair(
+        {"stdout_bytes": 1000},
+        "import sys\nsys.stdout.write('a' * {n})",
+        1000,
+        1001,
+        ("stdout_bytes", 1000, "truncated"),
+    ),
+    "stderr_bytes": Pair(
+        {"stderr_bytes": 1000},
+        "import sys\nsys.stderr.write('a' * {n})",
+        1000,
+        1001,
+        ("stderr_bytes", 1000, "truncated"),
+    ),
+    "file_size": Pair(
+        {"file_size": MiB},
+        "with open('/tmp/f', 'wb') as f:\n    f.write(b'f' * {n})\nprint('done')",
+        MiB,
+        MiB + 1,
+        ("file_size", MiB, "refused"),
+    ),
+    "max_tool_calls": Pair(
+        {"max_tool_calls": 20},
+        "import tools\nfor i in range({n}):\n    tools.echo(i=i)\nprint('done')",
+        20,
+        21,
+        ("max_tool_calls", 20, "refused"),
+        ECHO,
+    ),
+    # stdin, stdout, stderr and the channel are open before the script runs.
+    "open_files": Pair(
+        {"open_files": 64},
+        "files = [open('/dev/null') for _ in range({n})]\nprint('done')",
+        56,
+        64,
+        ("open_files", 64, "refused"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_just_under_passes(clean: EngineHarness, name: str) -> None:
+    pair = PAIRS[name]
+    result = clean.run(pair.script.format(n=pair.under), limits=pair.limits, manifest=pair.manifest)
+    assert (result.status, result.exit_code, result.violations) == ("ok", 0, []), result.stderr
+    assert result.effective_limits[name] == pair.limits[name]
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_just_over_fails_with_the_right_violation(clean: EngineHarness, name: str) -> None:
+    pair = PAIRS[name]
+    result = clean.run(pair.script.format(n=pair.over), limits=pair.limits, manifest=pair.manifest)
+    assert result.status == "limit_exceeded"
+    assert [(v.limit, v.limit_value, v.action) for v in result.violations] == [pair.violation]
+    assert "done" not in result.stdout or name.endswith("_bytes")
+    clean.assert_healthy()
+
+
+def test_truncation_marker_counts_the_dropped_bytes(clean: EngineHarness) -> None:
+    result = clean.run("import sys\nsys.stdout.write('a' * 1001)", limits={"stdout_bytes": 1000})
+    assert result.stdout == "a" * 1000 + (
+        "\n[ptc: stdout truncated: 1 bytes dropped of 1001; the cap is 1000 bytes]\n"
+    )
+    violation = result.violations[0]
+    assert (violation.observed, violation.unit, violation.detail) == (
+        1001,
+        "bytes",
+        "1 bytes dropped",
+    )
+
+
+def test_refused_call_over_budget_raises_in_the_script(clean: EngineHarness) -> None:
+    result = clean.run(
+        "import tools\ntools.echo(i=1)\ntry:\n    tools.echo(i=2)\nexcept tools.CallRefused as e:\n    print(e)",
+        manifest=ECHO,
+        limits={"max_tool_calls": 1},
+    )
+    assert result.stdout == "the budget of 1 tool calls is spent\n"
+    assert [(c.seq, c.status) for c in result.calls] == [(1, "ok"), (2, "refused")]
+
+
+def test_limits_above_the_ceiling_are_clamped_and_reported(clean: EngineHarness) -> None:
+    result = clean.run("print(1)", limits={"wall_time": 100_000})
+    assert result.status == "ok"
+    assert result.effective_limits["wall_time"] == 600.0
+    assert [(a.limit, a.requested, a.applied, a.action) for a in result.adjustments] == [
+        ("wall_time", 100_000.0, 600.0, "clamped")
+    ]
