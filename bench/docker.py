@@ -142,12 +142,9 @@ def main() -> None:
     starts = engine_start_rate(image, max(16, args.burst // 2))
 
     warm_p50, run_p50 = statistics.median(latencies), statistics.median(runs)
-    print(
-        f"warm pool print(1)   p50 {warm_p50 * 1000:7.1f} ms  p95 {pct(latencies, 0.95) * 1000:7.1f} ms  (n={len(latencies)})"
-    )
-    print(
-        f"docker run print(1)  p50 {run_p50 * 1000:7.1f} ms  p95 {pct(runs, 0.95) * 1000:7.1f} ms  (n={len(runs)})"
-    )
+    for label, values in (("warm pool print(1)  ", latencies), ("docker run print(1) ", runs)):
+        p50, p95 = statistics.median(values) * 1000, pct(values, 0.95) * 1000
+        print(f"{label} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (n={len(values)})")
     print(f"speed-up (p50)       {run_p50 / warm_p50:7.1f}x  (target >= 20x)")
     print(f"throughput, concurrency {CONCURRENCY}, pool refilling: {rate:6.1f} executions/s")
     print(f"engine container start rate, {CONCURRENCY} at a time:   {starts:6.1f} containers/s")

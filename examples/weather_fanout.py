@@ -29,14 +29,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.client import AsyncClient, tool  # noqa: E402
+from sandbox.client import AsyncClient, tool
 
 CITIES = [f"City{i:03d}" for i in range(100)]
 
 
 def _fake_weather(city: str) -> dict[str, Any]:
     digest = hashlib.sha256(city.encode()).digest()
-    return {"city": city, "temp_c": round(digest[0] / 255 * 45 - 10, 1), "humidity": digest[1] % 100}
+    return {
+        "city": city,
+        "temp_c": round(digest[0] / 255 * 45 - 10, 1),
+        "humidity": digest[1] % 100,
+    }
 
 
 @tool(read_only=True)

@@ -2,7 +2,7 @@
 
 A script that fails or breaks a limit is a *result*, never one of these: these are failures of
 a request or of the service itself. The server converts them to gRPC statuses in one place
-(`sandbox.server.errors_interceptor`); foreign errors are translated at each boundary with
+(`sandbox.server.interceptors`); foreign errors are translated at each boundary with
 ``raise ... from``.
 
     PtcError (INTERNAL)

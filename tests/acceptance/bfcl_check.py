@@ -1,16 +1,17 @@
 """Runs BFCL's own AST checker over model outputs; executed in `.venv-acceptance`, not imported.
 
-bfcl-eval imports many provider SDKs, so it lives in its own virtualenv (made by
-`scripts/setup_acceptance.sh`). Input on stdin, one JSON object: ``{"cases": [{"id", "category",
-"functions", "model_output", "possible_answer"}]}`` where ``model_output`` is BFCL's decoded
-model-output format (``[{"func.name": {"param": value}}]``). Output on stdout: ``{id: {"valid":
-bool, "error": [...], "error_type": str}}``.
+bfcl-eval imports many provider SDKs (about 9 s), so it lives in its own virtualenv (made by
+`scripts/setup_acceptance.sh`) and this process serves many requests: each line on stdin is one
+JSON object ``{"cases": [{"id", "category", "functions", "model_output", "possible_answer"}]}``
+where ``model_output`` is BFCL's decoded model-output format (``[{"func.name": {"param":
+value}}]``); each answer is one line on stdout: ``{id: {"valid", "error", "error_type"}}``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from bfcl_eval.constants.enums import Language
 from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
@@ -20,8 +21,7 @@ from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
 MODEL = "gorilla-openfunctions-v2"
 
 
-def main() -> None:
-    cases = json.load(sys.stdin)["cases"]
+def verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
     for case in cases:
         verdict = ast_checker(
@@ -37,7 +37,13 @@ def main() -> None:
             "error": [str(e) for e in verdict.get("error", [])],
             "error_type": str(verdict.get("error_type", "")),
         }
-    json.dump(out, sys.stdout)
+    return out
+
+
+def main() -> None:
+    for line in sys.stdin:
+        sys.stdout.write(json.dumps(verdicts(json.loads(line)["cases"])) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ DEFAULT_IMAGE = "ptc-sandbox-runtime:latest"
 DEFAULT_ADDRESS = "unix:///var/run/docker.sock"
 LABEL_GUEST_SHA256 = "org.ptc-sandbox.guest-sha256"
 API_TIMEOUT_S = 30
+# Docker 20.10's API; newer engines serve it too. A fixed version spares the client the
+# negotiation round trip, which also leaks its socket when the engine does not answer.
+API_VERSION = "1.41"
 MAX_POOL_CONNECTIONS = 32
 
 
@@ -52,12 +55,18 @@ def guest_sha256() -> str:
 
 def connect(address: str) -> DockerClient:
     """A client for the engine at ``address`` that has answered a ping."""
+    client: DockerClient | None = None
     try:
         client = DockerClient(
-            base_url=address, timeout=API_TIMEOUT_S, max_pool_size=MAX_POOL_CONNECTIONS
+            base_url=address,
+            version=API_VERSION,
+            timeout=API_TIMEOUT_S,
+            max_pool_size=MAX_POOL_CONNECTIONS,
         )
         client.ping()
     except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
         raise Unavailable(
             f"docker backend unavailable: no Docker engine answers at {address} ({exc}); "
             "set PTC_DOCKER_HOST or DOCKER_HOST, or start one with scripts/dockerd.sh start"

@@ -270,10 +270,14 @@ async def spawn_sandbox(
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
+    opened: list[asyncio.BaseTransport | asyncio.StreamWriter] = []
     try:
         reader, writer = await asyncio.open_unix_connection(sock=started.host_sock)
+        opened.append(writer)
         stdout, out_transport = await _stream_reader(started.proc.stdout)
+        opened.append(out_transport)
         stderr, err_transport = await _stream_reader(started.proc.stderr)
+        opened.append(err_transport)
         sandbox = ProcessSandbox(
             started,
             reader,
@@ -297,7 +301,12 @@ async def spawn_sandbox(
             with contextlib.suppress(ProcessLookupError):
                 started.proc.kill()
             await asyncio.to_thread(started.proc.wait)
+            for resource in opened:
+                resource.close()
             started.host_sock.close()
+            for pipe in (started.proc.stdout, started.proc.stderr):
+                if pipe is not None:
+                    pipe.close()  # a no-op for a pipe its transport already closed
             if started.cgroup is not None:
                 await asyncio.to_thread(started.cgroup.remove)
         if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):

@@ -48,7 +48,7 @@ _REASON = docker_unavailable_reason()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "backends/docker" in str(item.path):
+        if {"docker_harness", "dclean", "docker_client"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.requires_docker)
             if _REASON is not None:
                 item.add_marker(pytest.mark.skip(reason=f"requires_docker: {_REASON}"))
@@ -143,6 +143,14 @@ def docker_harness() -> Iterator[DockerHarness]:
         assert all(c.labels.get(LABEL_OWNER) != h.owner for c in managed)
     finally:
         client.close()
+
+
+@pytest.fixture
+def docker_client() -> Iterator[Any]:
+    """A plain SDK client of the engine the tests use."""
+    client = engine_client.connect(engine_client.engine_address())
+    yield client
+    client.close()
 
 
 @pytest.fixture
