@@ -67,10 +67,8 @@ def _verify(store: SqlAuditStore, records: int) -> None:
 
 def _run(name: str, store: SqlAuditStore, records: int) -> None:
     samples = _overhead(store, 2000)
-    q = statistics.quantiles(samples, n=20)
-    print(
-        f"{name}: admit+complete p50 {statistics.median(samples) * 1e3:.3f} ms, p95 {q[18] * 1e3:.3f} ms"
-    )
+    p50, p95 = statistics.median(samples) * 1e3, statistics.quantiles(samples, n=20)[18] * 1e3
+    print(f"{name}: admit+complete p50 {p50:.3f} ms, p95 {p95:.3f} ms")
     _verify(store, records)
 
 

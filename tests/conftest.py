@@ -115,13 +115,14 @@ class EngineHarness:
 
         self.call(_wait())
 
-    def leftovers(self) -> list[str]:
-        """Processes, cgroups, mounts and temporary entries not owned by an idle pooled sandbox."""
+    def leftovers(self, allow: set[int] | frozenset[int] = frozenset()) -> list[str]:
+        """Processes, cgroups, mounts and temporary entries not owned by an idle pooled sandbox
+        (or, for processes, listed in ``allow``: helpers the test itself runs)."""
         self.settle()
         idle = self._idle()
         problems: list[str] = []
         # Processes: every descendant of this test process must belong to an idle sandbox.
-        allowed: set[int] = set()
+        allowed: set[int] = set(allow)
         for handle in idle:
             allowed.add(handle.proc.pid)
             with contextlib.suppress(psutil.NoSuchProcess):

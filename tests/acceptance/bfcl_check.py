@@ -24,14 +24,21 @@ MODEL = "gorilla-openfunctions-v2"
 def verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
     for case in cases:
-        verdict = ast_checker(
-            case["functions"],
-            case["model_output"],
-            case["possible_answer"],
-            Language.PYTHON,
-            case["category"],
-            MODEL,
-        )
+        try:
+            verdict = ast_checker(
+                case["functions"],
+                case["model_output"],
+                case["possible_answer"],
+                Language.PYTHON,
+                case["category"],
+                MODEL,
+            )
+        except Exception as exc:  # the checker's own crash on an entry is that entry's failure
+            verdict = {
+                "valid": False,
+                "error": [f"{type(exc).__name__}: {exc}"],
+                "error_type": "checker:crashed",
+            }
         out[case["id"]] = {
             "valid": bool(verdict["valid"]),
             "error": [str(e) for e in verdict.get("error", [])],

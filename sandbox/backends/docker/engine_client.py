@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 
 import docker
 import docker.errors
@@ -53,10 +54,20 @@ def guest_sha256() -> str:
     return digest.hexdigest()
 
 
+def _probe_unix_socket(address: str) -> None:
+    """Connects once to a unix:// engine address: the SDK leaks its socket when that fails."""
+    if not address.startswith("unix://"):
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(API_TIMEOUT_S)
+        probe.connect(address.removeprefix("unix://"))
+
+
 def connect(address: str) -> DockerClient:
     """A client for the engine at ``address`` that has answered a ping."""
     client: DockerClient | None = None
     try:
+        _probe_unix_socket(address)
         client = DockerClient(
             base_url=address,
             version=API_VERSION,
@@ -64,7 +75,7 @@ def connect(address: str) -> DockerClient:
             max_pool_size=MAX_POOL_CONNECTIONS,
         )
         client.ping()
-    except docker.errors.DockerException as exc:
+    except (docker.errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
         if client is not None:
             client.close()
         raise Unavailable(
