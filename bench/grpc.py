@@ -1,43 +1,78 @@
 """gRPC service benchmark: what the network path adds to an execution, and what it sustains.
 
-Run: ``python -m bench.grpc`` (needs bubblewrap, like the process backend). The server is a real
-``ptc serve`` subprocess on a loopback port; the embedded baseline is `Engine.execute` in this
-process, with a warm pool of the same size. Printed:
+Run: ``python -m bench.grpc [--pool N] [--rounds N]`` (needs bubblewrap, like the process
+backend). Three ways to run the same ``print(1)`` are measured in one run:
 
-1. ``print(1)``: embedded `Engine.execute` vs unary gRPC `Execute`, p50/p95, one side after the
-   other with the same pacing, and the p50 the network path adds (target <= 1.5 ms).
+- ``embedded``: `Engine.execute` in this process;
+- ``in-process gRPC``: a `SandboxServer` in this process, wrapping that very engine (same pool),
+  called over loopback by a client on the same event loop;
+- ``gRPC``: a real ``ptc serve`` subprocess (its own pool of the same size) over loopback.
+
+Fairness: the three are interleaved run by run (in a rotating order, so slow drifts of the load
+on a shared machine hit all alike), and before every timed run both pools are full and idle:
+this process's pool is waited for, and the pause after each run (``PACE_S``) is several times
+the time a pool takes to refill after one run, which is printed as evidence. No pool refills while
+another side is timed.
+
+Floors measured in the same run, against the same subprocess server: a bare unary RPC (health
+``Check``), and a bare bidirectional-stream round trip (a minimal echo servicer in a subprocess,
+``python -m bench.grpc --echo-server``). Printed:
+
+1. ``print(1)`` p50/p95 for the three ways, and what gRPC adds (target <= 1.5 ms p50).
 2. Tool-call round trip as the script sees it (timed inside the sandbox around each call): an
-   `echo` tool served by the server vs a `client` tool whose call travels over the stream to this
-   client and back (target for the client-side call <= 300 us p50; the difference is what the
-   stream adds).
-3. Executions per second of ``print(1)`` at concurrency 32: gRPC `Execute` vs embedded.
+   ``echo`` tool served by the server vs a ``client`` tool whose call travels over the stream to
+   this client and back (target for the client-side call <= 300 us p50), for both servers.
+3. Executions per second of ``print(1)`` at concurrency 32, embedded then gRPC (each while the
+   other side is idle), with the CPU time one execution costs and the sandbox start rate: on a
+   2-vCPU machine that, not the RPC layer, is the bound.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.client import AsyncClient, tool
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.server import SandboxServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-POOL = 4
-ROUNDS = 100
-PACE_S = 0.1  # lets the warm pool refill between sequential runs, on both sides alike
+PACE_S = 0.15  # after each run: lets the pool that served it refill before anything is timed
 CALLS = 300
+SKIP_CALLS = 20  # the first calls of a script warm its caches; not part of the figure
+FLOOR_ROUNDS = 500
 CONCURRENCY = 32
 THROUGHPUT_RUNS = 320
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+Run = Callable[[], Awaitable[Any]]
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def line(label: str, values: list[float], scale: float, unit: str, note: str = "") -> None:
+    digits = 2 if unit == "ms" else 0
+    print(
+        f"  {label:<28} p50 {pct(values, 0.5) * scale:8.{digits}f}  "
+        f"p95 {pct(values, 0.95) * scale:8.{digits}f} {unit}{note}"
+    )
 
 
 @tool(read_only=True)
@@ -58,105 +93,239 @@ def timing_script(tool_name: str) -> str:
     )
 
 
-ECHO_MANIFEST = json.dumps(
-    [
-        {
-            "name": "echo_x",
-            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
-            "x-ptc": {"mode": "echo", "read_only": True},
-        }
-    ]
-)
+ECHO_MANIFEST = [
+    {
+        "name": "echo_x",
+        "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        "x-ptc": {"mode": "echo", "read_only": True},
+    }
+]
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
+# -- subprocesses ------------------------------------------------------------------------------
+def spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Starts a server subprocess; returns it and the address from its first line."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0",
-         "--pool-size", str(POOL)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )  # fmt: skip
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        raise SystemExit(f"ptc serve did not start: {line!r}")
-    return proc, line.split()[-1]
+    first = proc.stdout.readline()
+    if not first.startswith("listening on "):
+        proc.kill()
+        proc.wait()
+        raise SystemExit(f"{args} did not start: {first!r}")
+    return proc, first.split()[-1]
 
 
-async def bench() -> None:
-    proc, address = start_server()
-    backend = ProcessBackend(ProcessBackendConfig(pool_size=POOL))
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system time of a process and its reaped children (the sandboxes it ran)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class _Echo(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
+    """The least a bidirectional stream can do: answer each message with one event."""
+
+    async def ExecuteStream(
+        self, requests: AsyncIterator[pb.ClientMessage], context: Any
+    ) -> AsyncIterator[pb.ServerEvent]:
+        async for message in requests:
+            yield pb.ServerEvent(tool_call=pb.ToolCallRequest(seq=message.tool_answer.seq))
+
+
+async def echo_server() -> None:
+    server = aio.server()
+    pb_grpc.add_SandboxServiceServicer_to_server(_Echo(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    await server.wait_for_termination()
+
+
+# -- floors ------------------------------------------------------------------------------------
+async def unary_floor(address: str) -> list[float]:
+    async with aio.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        request = health_pb2.HealthCheckRequest()
+        times: list[float] = []
+        for i in range(FLOOR_ROUNDS + 50):
+            t = time.perf_counter()
+            await check(request)
+            if i >= 50:
+                times.append(time.perf_counter() - t)
+        return times
+
+
+async def stream_floor(address: str) -> list[float]:
+    async with aio.insecure_channel(address) as channel:
+        call = pb_grpc.SandboxServiceStub(channel).ExecuteStream()
+        times: list[float] = []
+        for i in range(FLOOR_ROUNDS + 50):
+            t = time.perf_counter()
+            await call.write(pb.ClientMessage(tool_answer=pb.ToolCallAnswer(seq=i)))
+            await call.read()
+            if i >= 50:
+                times.append(time.perf_counter() - t)
+        await call.done_writing()
+        await call.read()
+        return times
+
+
+# -- phases ------------------------------------------------------------------------------------
+async def paced(backend: ProcessBackend, refills: list[float]) -> None:
+    """Waits until this process's pool is full again, then the common pause."""
+    t = time.perf_counter()
+    pool = backend.pool
+    while pool.idle < pool.size:
+        await asyncio.sleep(0.002)
+    refills.append(time.perf_counter() - t)
+    await asyncio.sleep(PACE_S)
+
+
+async def latency(ways: dict[str, Run], backend: ProcessBackend, rounds: int) -> None:
+    names = list(ways)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    refills: list[float] = []
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            await paced(backend, refills)
+            t = time.perf_counter()
+            await ways[name]()
+            times[name].append(time.perf_counter() - t)
+    await paced(backend, refills)
+    base = pct(times["embedded"], 0.5)
+    print(f"print(1), {rounds} runs each, interleaved, each against a full idle pool (ms):")
+    for name in names:
+        added = pct(times[name], 0.5) - base
+        note = "" if name == "embedded" else f"   added {added * 1e3:+6.2f}"
+        line(name, times[name], 1e3, "ms", note)
+    print(
+        f"  (pool refill after a run: p50 {pct(refills, 0.5) * 1e3:.0f} ms, "
+        f"max {max(refills) * 1e3:.0f} ms, then {PACE_S * 1e3:.0f} ms pause; target <= 1.5 ms)"
+    )
+
+
+async def tool_round_trips(label: str, client: AsyncClient) -> None:
+    echo = await client.execute(timing_script("echo_x"), ECHO_MANIFEST)
+    streamed = await client.run(timing_script("client_echo"), tools=[client_echo])
+    echo_t = json.loads(echo.stdout)[SKIP_CALLS:]
+    stream_t = json.loads(streamed.stdout)[SKIP_CALLS:]
+    added = (pct(stream_t, 0.5) - pct(echo_t, 0.5)) * 1e6
+    print(f"  {label}:")
+    line("  echo tool (on the server)", echo_t, 1e6, "us")
+    line("  client tool (the stream)", stream_t, 1e6, "us", f"   added {added:+5.0f} us")
+
+
+async def throughput(run: Run, label: str, cpu: Callable[[], float]) -> None:
+    slots = asyncio.Semaphore(CONCURRENCY)
+
+    async def one() -> None:
+        async with slots:
+            await run()
+
+    cpu0, t = cpu(), time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(THROUGHPUT_RUNS)))
+    elapsed = time.perf_counter() - t
+    per_run = (cpu() - cpu0) / THROUGHPUT_RUNS
+    vcpus = os.cpu_count() or 1
+    print(
+        f"  {label:<28} {THROUGHPUT_RUNS / elapsed:6.1f}/s   CPU {per_run * 1e3:5.1f} ms per run "
+        f"(all processes), i.e. at most {vcpus / per_run:5.1f}/s on {vcpus} idle vCPUs"
+    )
+
+
+async def bench(pool_size: int, rounds: int) -> None:
+    print(f"load average before: {os.getloadavg()}")
+    remote_proc, remote_address = spawn(
+        ["-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", str(pool_size)]
+    )
+    echo_proc, echo_address = spawn(["-m", "bench.grpc", "--echo-server"])
+    backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size))
     engine = Engine(EngineConfig(backends={"process": backend}))
-    await engine.start()
-    await backend.pool.wait_ready()
-    request = ExecutionRequest(script="print(1)")
+    local_server = SandboxServer(ServerConfig(listen="127.0.0.1:0"), engine=engine)
     try:
-        async with AsyncClient(address) as client:
-            for _ in range(10):  # warm both paths
-                await client.execute("print(1)")
+        local_address = await local_server.start()  # starts the engine and its pool
+        await backend.pool.wait_ready()
+        request = ExecutionRequest(script="print(1)")
+        async with AsyncClient(remote_address) as remote, AsyncClient(local_address) as local:
+            for _ in range(5):  # warm every path
+                for run in (remote.execute, local.execute):
+                    await run("print(1)")
                 await engine.execute(request)
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
 
-            # One side at a time: the server's pool refills in another process, and while it
-            # does it competes for the same CPUs; pacing lets each refill finish between runs.
-            embedded: list[float] = []
-            remote: list[float] = []
-            for _ in range(ROUNDS):
-                t = time.perf_counter()
-                await engine.execute(request)
-                embedded.append(time.perf_counter() - t)
-                await asyncio.sleep(PACE_S)
-            for _ in range(ROUNDS):
-                t = time.perf_counter()
-                await client.execute("print(1)")
-                remote.append(time.perf_counter() - t)
-                await asyncio.sleep(PACE_S)
-            e50, r50 = pct(embedded, 0.5) * 1e3, pct(remote, 0.5) * 1e3
-            print(f"print(1), {ROUNDS} sequential runs each (ms):")
-            print(
-                f"  embedded Engine.execute  p50 {e50:7.2f}  p95 {pct(embedded, 0.95) * 1e3:7.2f}"
+            floors = {
+                "bare unary RPC (health)": await unary_floor(remote_address),
+                "bare stream round trip": await stream_floor(echo_address),
+            }
+            print(f"floors on loopback, {FLOOR_ROUNDS} each (us):")
+            for name, values in floors.items():
+                line(name, values, 1e6, "us")
+            print()
+            await latency(
+                {
+                    "embedded": lambda: engine.execute(request),
+                    "in-process gRPC": lambda: local.execute("print(1)"),
+                    "gRPC (ptc serve)": lambda: remote.execute("print(1)"),
+                },
+                backend,
+                rounds,
             )
-            print(f"  gRPC Execute             p50 {r50:7.2f}  p95 {pct(remote, 0.95) * 1e3:7.2f}")
-            print(f"  added by gRPC            p50 {r50 - e50:7.2f}  ratio {r50 / e50:.2f}x"
-                  "   (target <= 1.5 ms)")  # fmt: skip
 
-            echo = await client.execute(timing_script("echo_x"), json.loads(ECHO_MANIFEST))
-            streamed = await client.run(timing_script("client_echo"), tools=[client_echo])
-            echo_t = json.loads(echo.stdout)[10:]
-            stream_t = json.loads(streamed.stdout)[10:]
-            s50, c50 = pct(echo_t, 0.5) * 1e6, pct(stream_t, 0.5) * 1e6
-            print(f"\ntool-call round trip seen by the script, {len(echo_t)} calls each (us):")
-            print(f"  echo tool (server)       p50 {s50:7.0f}  p95 {pct(echo_t, 0.95) * 1e6:7.0f}")
-            print(f"  client tool (stream)     p50 {c50:7.0f}  p95 {pct(stream_t, 0.95) * 1e6:7.0f}"
-                  "   (target <= 300 us)")  # fmt: skip
-            print(f"  added by the stream      p50 {c50 - s50:7.0f}  ratio {c50 / s50:.2f}x")
+            print(f"\ntool-call round trip seen by the script, {CALLS - SKIP_CALLS} calls (us):")
+            await tool_round_trips("gRPC (ptc serve)", remote)
+            await tool_round_trips("in-process gRPC", local)
 
-            async def throughput(run: object) -> float:
-                slots = asyncio.Semaphore(CONCURRENCY)
-
-                async def one() -> None:
-                    async with slots:
-                        await run()  # type: ignore[operator]
-
-                t = time.perf_counter()
-                await asyncio.gather(*(one() for _ in range(THROUGHPUT_RUNS)))
-                return THROUGHPUT_RUNS / (time.perf_counter() - t)
-
-            await asyncio.sleep(0.5)
-            grpc_rate = await throughput(lambda: client.execute("print(1)"))
-            await asyncio.sleep(0.5)
-            embedded_rate = await throughput(lambda: engine.execute(request))
-            print(f"\nexecutions/s of print(1) at concurrency {CONCURRENCY}, pool {POOL}, "
-                  f"{THROUGHPUT_RUNS} runs:")  # fmt: skip
-            print(f"  gRPC Execute             {grpc_rate:7.1f}/s")
-            print(f"  embedded Engine.execute  {embedded_rate:7.1f}/s"
-                  f"   (gRPC/embedded {grpc_rate / embedded_rate:.2f}x)")  # fmt: skip
+            print(
+                f"\nexecutions/s of print(1) at concurrency {CONCURRENCY}, {THROUGHPUT_RUNS} runs, "
+                f"pool {pool_size} (one side at a time):"
+            )
+            await asyncio.sleep(1.0)
+            before = backend.pool.started_total
+            await throughput(
+                lambda: engine.execute(request),
+                "embedded",
+                own_cpu_seconds,
+            )
+            print(f"    ({backend.pool.started_total - before} sandboxes started)")
+            await backend.pool.wait_ready()
+            await asyncio.sleep(1.0)
+            await throughput(
+                lambda: remote.execute("print(1)"),
+                "gRPC (ptc serve)",
+                lambda: cpu_seconds(remote_proc.pid) + own_cpu_seconds(),
+            )
     finally:
-        await engine.close()
-        proc.terminate()
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        await local_server.stop()
+        stop(remote_proc)
+        stop(echo_proc)
+    print(f"load average after: {os.getloadavg()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.grpc")
+    parser.add_argument("--pool", type=int, default=4, help="warm pool size of both servers")
+    parser.add_argument("--rounds", type=int, default=100, help="print(1) runs per way")
+    parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        asyncio.run(echo_server())
+    else:
+        asyncio.run(bench(args.pool, args.rounds))
 
 
 if __name__ == "__main__":
-    asyncio.run(bench())
+    main()

@@ -104,9 +104,12 @@ class EngineHarness:
         return list(self.backend.pool._idle)
 
     def settle(self) -> None:
-        """Waits until the pool is full again and no sandbox is starting."""
+        """Waits until cgroups of finished sandboxes are gone, the pool is full again and no
+        sandbox is starting."""
 
         async def _wait() -> None:
+            # Finished sandboxes' cgroups are removed in the background: wait for that first.
+            await self.backend.drain()
             pool = self.backend.pool
             for _ in range(1000):
                 if pool.idle >= pool.size and pool._starting == 0:

@@ -155,9 +155,11 @@ def checker() -> Iterator[Checker]:
     c.close()
 
 
-def expected_exceptions(category: str) -> dict[str, str]:
+def expected_exceptions(category: str) -> dict[str, dict[str, str]]:
+    """``{id: {"outcome": start of the failure we must see, "reason": why}}``."""
     data = json.loads(EXCEPTIONS_FILE.read_text(encoding="utf-8"))
-    section: dict[str, str] = data.get("ptc_run", {}).get(category, {})
+    section: dict[str, dict[str, str]] = data.get("ptc_run", {}).get(category, {})
+    assert all(item["outcome"] and item["reason"] for item in section.values())
     return section
 
 
@@ -225,6 +227,8 @@ def test_bfcl_ground_truth_through_the_sandbox(
     ids = {q["id"] for q, _ in entries}
     expected = {k: v for k, v in expected_exceptions(category).items() if k in ids}
     assert sorted(failures) == sorted(expected), json.dumps(failures, indent=1)[:8000]
+    for entry_id, item in expected.items():
+        assert failures[entry_id].startswith(item["outcome"]), (entry_id, failures[entry_id])
     assert harness.leftovers(allow={checker.proc.pid}) == []
 
 

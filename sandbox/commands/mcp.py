@@ -1,0 +1,103 @@
+"""`ptc mcp [--transport stdio|streamable-http] [--tools MANIFEST] [--upstream "COMMAND ..."]`.
+
+Serves the execute tool over MCP (see `sandbox.integrations.mcp_server`). With stdio, standard
+output is the protocol channel: nothing else is ever printed there. Scripts run on an embedded
+engine unless `--server HOST:PORT` names a `ptc serve` to run them on. Needs the `mcp` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbox.commands.run import parse_expect
+from sandbox.errors import InvalidArgument
+from sandbox.limits import parse_limit_args
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser("mcp", help="serve the execute tool over MCP")
+    parser.add_argument(
+        "--transport", choices=["stdio", "streamable-http"], default="stdio", help="MCP transport"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address (streamable-http)")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port (streamable-http)")
+    parser.add_argument("--tools", metavar="MANIFEST", help="tool manifest (JSON file)")
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar='"COMMAND ..."',
+        help="an upstream MCP server to start over stdio; its tools become stubs (repeatable)",
+    )
+    parser.add_argument(
+        "--limit", action="append", default=[], metavar="NAME=VALUE", help="a limit (repeatable)"
+    )
+    parser.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="TOOL=MIN[:MAX]",
+        help="expected number of calls of a tool in every script (repeatable)",
+    )
+    parser.add_argument("--name", default="execute_python", help="the execute tool's name")
+    parser.add_argument(
+        "--server", metavar="ADDR", help="run scripts on a `ptc serve` server at ADDR"
+    )
+    parser.add_argument("--api-key", help="API key for --server")
+    parser.add_argument(
+        "--allow-degraded",
+        action="store_true",
+        help="run without cgroup limits when the host cannot provide them",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import anyio
+
+        from sandbox.integrations.mcp_server import McpOptions, load_tools_file, serve_mcp
+        from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, ScriptRunner
+    except ImportError as exc:  # the `mcp` extra is missing
+        raise InvalidArgument(f"ptc mcp needs the `mcp` extra: {exc}") from exc
+
+    tools: list[Any] = []
+    if args.tools:
+        try:
+            tools = load_tools_file(Path(args.tools).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidArgument(f"--tools {args.tools}: {exc}") from exc
+    options = McpOptions(
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        tools=tools,
+        upstream=list(args.upstream),
+        limits=parse_limit_args(args.limit),
+        expected_calls=parse_expect(args.expect),
+        tool_name=args.name,
+    )
+    runner: ScriptRunner
+    if args.server:
+        runner = ClientRunner.connect(args.server, args.api_key)
+    else:
+        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+        from sandbox.engine import EngineConfig
+
+        backend = ProcessBackend(
+            ProcessBackendConfig(pool_size=1, allow_degraded=args.allow_degraded)
+        )
+        runner = EmbeddedRunner(EngineConfig(backends={"process": backend}))
+    try:
+        anyio.run(serve_mcp, runner, options)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        runner.close()
+        sys.stderr.flush()
+    return 0

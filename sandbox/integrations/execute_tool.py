@@ -1,0 +1,212 @@
+"""The execute tool: one framework-neutral tool whose argument is a Python script.
+
+    runner = EmbeddedRunner()                      # or ClientRunner.connect("host:port")
+    execute = ExecuteTool(runner, tools=[get_weather, search_manifest_entry])
+    definition = execute.openai_definition()       # or anthropic_definition(), mcp_definition()
+    observation = execute.run_arguments(tool_call_arguments_json)
+    observation.text                               # what goes back to the model
+
+The tool's description carries the calling convention and the compact stub module
+(`stubs_gen.render_compact`), so the model knows every typed function it may call without one
+JSON definition per tool. The same object runs a call — through any `ScriptRunner`, with the
+limits and the expected call counts the agent builder set for the request — and renders the
+observation (`sandbox.integrations.observation`). A request the service refuses (a script too
+large, an unknown tool in `expected_calls`) comes back as an error observation, so the model can
+correct itself; it never raises into the framework's loop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from sandbox.client.tools import ToolLike, build_manifest
+from sandbox.errors import PtcError
+from sandbox.expectations import ExpectedCalls
+from sandbox.integrations.observation import ObservationBudget, render_observation
+from sandbox.integrations.runners import RunRequest, ScriptRunner
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult, ExecutionStatus
+from stubs_gen import Manifest, load_manifest, render_compact
+
+__all__ = ["CALLING_CONVENTION", "CODE_PARAMETER", "ExecuteTool", "Observation"]
+
+CALLING_CONVENTION = """\
+Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).
+The tools below are typed functions of the module `tools`: `import tools`, then call
+`tools.NAME(arg=...)` with keyword arguments. Use loops and branches, and for many independent
+calls fan out with `await asyncio.gather(*(tools.aio.NAME(...) for ...))` (top-level await
+works). A failing call raises `tools.ToolError` (subclasses: `InvalidArguments`, `CallRefused`,
+`CallDenied`); catch it where a failure is expected. Only what you print() comes back, with a
+one-line summary of each tool call, so print the reduced answer, not raw results.
+"""
+
+CODE_PARAMETER: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {
+            "type": "string",
+            "description": "The complete Python script to run.",
+        }
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One execute-tool call's outcome: the model's text and the full result behind it."""
+
+    text: str
+    result: ExecutionResult | None
+
+    @property
+    def is_error(self) -> bool:
+        return self.result is None or self.result.status != ExecutionStatus.OK
+
+
+class ExecuteTool:
+    """The execute tool over ``tools``, run by ``runner``."""
+
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        tools: Sequence[ToolLike] = (),
+        *,
+        name: str = "execute_python",
+        limits: Limits | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        budget: ObservationBudget | None = None,
+        policy: str | None = None,
+        instructions: str = "",
+    ) -> None:
+        self.runner = runner
+        self.tools = list(tools)
+        self.name = name
+        self.limits = limits or Limits()
+        self.expected_calls = tuple(expected_calls)
+        self.budget = budget or ObservationBudget()
+        self.policy = policy
+        manifest_json, _local = build_manifest(self.tools)
+        self.manifest: Manifest = load_manifest(manifest_json)
+        self.stubs = render_compact(self.manifest)
+        self.summary_fields: dict[str, tuple[str, ...]] = {
+            spec.name: tuple(spec.options.summary_fields)
+            for spec in self.manifest.tools
+            if spec.options.summary_fields
+        }
+        self.description = self._describe(instructions)
+
+    def _describe(self, instructions: str) -> str:
+        extra = instructions.strip() + "\n" if instructions.strip() else ""
+        if not self.manifest.tools:
+            return CALLING_CONVENTION + extra + "No tools are available to this script.\n"
+        return f"{CALLING_CONVENTION}{extra}\n```python\n{self.stubs.rstrip()}\n```\n"
+
+    # -- definitions ---------------------------------------------------------------------------
+    @property
+    def parameters(self) -> dict[str, Any]:
+        copy: dict[str, Any] = json.loads(json.dumps(CODE_PARAMETER))  # callers may mutate it
+        return copy
+
+    def openai_definition(self) -> dict[str, Any]:
+        """Chat Completions `tools` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def openai_responses_definition(self) -> dict[str, Any]:
+        """Responses API `tools` entry."""
+        return {
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "strict": True,
+        }
+
+    def anthropic_definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.parameters,
+        }
+
+    def mcp_definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.parameters,
+        }
+
+    # -- running -------------------------------------------------------------------------------
+    def request(
+        self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None
+    ) -> RunRequest:
+        expected = self.expected_calls if expected_calls is None else tuple(expected_calls)
+        return RunRequest(code, self.tools, self.limits, expected, self.policy)
+
+    def observe(self, result: ExecutionResult) -> Observation:
+        return Observation(render_observation(result, self.summary_fields, self.budget), result)
+
+    def run(self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None) -> Observation:
+        try:
+            result = self.runner.run(self.request(code, expected_calls))
+        except (PtcError, grpc.RpcError) as exc:
+            return _refused(exc)
+        return self.observe(result)
+
+    async def arun(
+        self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None
+    ) -> Observation:
+        try:
+            result = await self.runner.arun(self.request(code, expected_calls))
+        except (PtcError, grpc.RpcError) as exc:
+            return _refused(exc)
+        return self.observe(result)
+
+    def run_arguments(self, arguments: str | Mapping[str, Any] | None) -> Observation:
+        """Runs a tool call given its raw arguments (JSON text or an already parsed mapping)."""
+        code = parse_code(arguments)
+        if code is None:
+            return Observation(_BAD_ARGUMENTS, None)
+        return self.run(code)
+
+    async def arun_arguments(self, arguments: str | Mapping[str, Any] | None) -> Observation:
+        code = parse_code(arguments)
+        if code is None:
+            return Observation(_BAD_ARGUMENTS, None)
+        return await self.arun(code)
+
+
+_BAD_ARGUMENTS = 'error: the tool takes one argument, {"code": "<a Python script>"}'
+
+
+def parse_code(arguments: str | Mapping[str, Any] | None) -> str | None:
+    """The ``code`` argument of a tool call, or None when the call did not carry one."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, Mapping):
+        return None
+    code = arguments.get("code")
+    return code if isinstance(code, str) else None
+
+
+def _refused(exc: Exception) -> Observation:
+    if isinstance(exc, grpc.RpcError):
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        return Observation(f"error: the sandbox service refused the request: {details}", None)
+    return Observation(f"error: the sandbox refused the request: {exc}", None)

@@ -1,0 +1,64 @@
+"""The execute tool as a LangChain tool (`langchain-core`).
+
+    tool = as_langchain_tool(ExecuteTool(runner, tools=[...]))
+    model_with_tools = chat_model.bind_tools([tool])
+    ...
+    tool_message = tool.invoke(ai_message.tool_calls[0])   # a ToolMessage with the observation
+
+The tool's single argument is ``code``; its description carries the stub module. Both `invoke`
+(blocking) and `ainvoke` (on the caller's loop) run the script; the observation text is the
+tool's output, and a script that did not end `ok` is reported with `status="error"` on the
+`ToolMessage` (the observation itself says why).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, Field
+
+from sandbox.integrations.execute_tool import ExecuteTool, Observation
+
+__all__ = ["ExecuteLangChainTool", "as_langchain_tool", "mark_errors"]
+
+
+class CodeInput(BaseModel):
+    code: str = Field(description="The complete Python script to run.")
+
+
+class ExecuteLangChainTool(BaseTool):
+    """A LangChain `BaseTool` running its ``code`` argument through an `ExecuteTool`."""
+
+    execute: Any = None  # ExecuteTool; Any keeps pydantic from inspecting it
+    args_schema: type[BaseModel] = CodeInput
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+
+    def _format(self, observation: Observation) -> tuple[str, Any]:
+        result = observation.result
+        artifact = result.to_json() if result is not None else None
+        return observation.text, artifact
+
+    def _run(self, code: str, **_: Any) -> tuple[str, Any]:
+        return self._format(self._tool().run(code))
+
+    async def _arun(self, code: str, **_: Any) -> tuple[str, Any]:
+        return self._format(await self._tool().arun(code))
+
+    def _tool(self) -> ExecuteTool:
+        if not isinstance(self.execute, ExecuteTool):
+            raise TypeError("ExecuteLangChainTool needs an ExecuteTool")
+        return self.execute
+
+
+def as_langchain_tool(execute: ExecuteTool) -> ExecuteLangChainTool:
+    return ExecuteLangChainTool(name=execute.name, description=execute.description, execute=execute)
+
+
+def mark_errors(message: ToolMessage) -> ToolMessage:
+    """Sets ``status="error"`` on a tool message whose execution did not end `ok`."""
+    artifact = message.artifact
+    if not isinstance(artifact, dict) or artifact.get("status") != "ok":
+        message.status = "error"
+    return message

@@ -1,0 +1,180 @@
+"""Where an execute-tool call runs: a `ptc serve` server through the client SDK, or an embedded
+`Engine` — one small interface, `ScriptRunner`, so every adapter works with both.
+
+A runner takes the script, the tools (manifest entries, plain functions, `ClientTool`s), limits
+and expected call counts, and returns the `ExecutionResult`. It offers a blocking `run` (for
+frameworks that call tools synchronously: LangChain's `_run`, smolagents' executor) and an
+awaitable `arun` (OpenAI Agents, the MCP server). Both flavours own a private event loop on a
+daemon thread, so they can be called from any thread and from inside someone else's loop.
+
+`EmbeddedRunner` serves `client`-mode tools itself: the engine's `client` handler looks the tool
+up among the functions of this run and calls it, so a plain Python function is a tool with no
+server in between, exactly as it is through `Client.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from sandbox.client import Client
+from sandbox.client.tools import ClientTool, ToolLike, build_manifest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.expectations import ExpectedCalls
+from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+
+__all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One script to run, with everything the request implies about it."""
+
+    script: str
+    tools: Sequence[ToolLike] = ()
+    limits: Limits = field(default_factory=Limits)
+    expected_calls: tuple[ExpectedCalls, ...] = ()
+    policy: str | None = None
+
+
+class ScriptRunner(Protocol):
+    def run(self, request: RunRequest) -> ExecutionResult: ...
+
+    async def arun(self, request: RunRequest) -> ExecutionResult: ...
+
+    def close(self) -> None: ...
+
+
+class ClientRunner:
+    """Runs scripts on a `ptc serve` server; client-mode tools run here, in this process."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls, target: str, api_key: str | None = None) -> ClientRunner:
+        return cls(Client(target, api_key))
+
+    def run(self, request: RunRequest) -> ExecutionResult:
+        return self.client.run(
+            request.script,
+            list(request.tools),
+            limits=request.limits,
+            policy=request.policy,
+            expected_calls=request.expected_calls,
+        )
+
+    async def arun(self, request: RunRequest) -> ExecutionResult:
+        # `Client` blocks on its own loop thread; a worker thread keeps the caller's loop free.
+        return await asyncio.to_thread(self.run, request)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> ClientRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LoopThread:
+    """A private event loop on a daemon thread: coroutines go in from any thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def acall(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return await asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class EmbeddedRunner:
+    """Runs scripts on an in-process `Engine` (the process backend unless configured)."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self._loop = _LoopThread("ptc-embedded")
+        self.engine = Engine(config)
+        try:
+            self._loop.call(self.engine.start())
+        except BaseException:
+            self._loop.stop()
+            raise
+        self._closed = False
+
+    async def _execute(self, request: RunRequest) -> ExecutionResult:
+        manifest, local = build_manifest(list(request.tools))
+        execution = ExecutionRequest(
+            script=request.script,
+            manifest=manifest,
+            limits=request.limits,
+            policy="restricted" if request.policy == "restricted" else "none",
+            expected_calls=request.expected_calls,
+        )
+        return await self.engine.execute(execution, handlers={"client": _client_handler(local)})
+
+    def run(self, request: RunRequest) -> ExecutionResult:
+        return self._loop.call(self._execute(request))
+
+    async def arun(self, request: RunRequest) -> ExecutionResult:
+        return await self._loop.acall(self._execute(request))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.call(self._settle())
+            self._loop.call(self.engine.close())
+        finally:
+            self._loop.stop()
+
+    async def _settle(self) -> None:
+        # Closing a backend while its warm pool is still starting a sandbox leaks that
+        # sandbox's channel (see sandbox/backends/process/sandbox.py): let refills finish.
+        for backend in self.engine.config.backends.values():
+            pool = getattr(backend, "pool", None)
+            wait_ready = getattr(pool, "wait_ready", None)
+            if wait_ready is not None:
+                await wait_ready()
+
+    def __enter__(self) -> EmbeddedRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _client_handler(local: Mapping[str, ClientTool]) -> ToolHandler:
+    async def handle(call: ToolCall) -> Any:
+        tool = local.get(call.tool.name)
+        if tool is None:
+            raise ToolFailure(f"no function serves tool {call.tool.name!r}")
+        try:
+            text = await tool.invoke(call.arguments)
+        except ToolFailure:
+            raise
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise ToolFailure(message) from exc
+        return json.loads(text)
+
+    return handle
