@@ -22,7 +22,12 @@ demo: setup     ## the main job: one script through the embedded default (proces
 	.venv/bin/ptc run examples/weather.py --tools examples/weather_tools.json
 
 test:           ## all set-up on a fresh machine, then the whole test suite
-	./scripts/test.sh
+	./scripts/test.sh $(ARGS)
 
-bench:
+bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.stubs
+	$(PY) -m bench.sandbox
+	$(PY) -m bench.grpc
+	$(PY) -m bench.tokens
+	$(PY) -m bench.audit
+	$(PY) -m bench.docker

@@ -187,9 +187,7 @@ async def stream_floor(address: str) -> list[float]:
 async def paced(backend: ProcessBackend, refills: list[float]) -> None:
     """Waits until this process's pool is full again, then the common pause."""
     t = time.perf_counter()
-    pool = backend.pool
-    while pool.idle < pool.size:
-        await asyncio.sleep(0.002)
+    await backend.pool.wait_ready()
     refills.append(time.perf_counter() - t)
     await asyncio.sleep(PACE_S)
 
@@ -261,11 +259,13 @@ async def bench(pool_size: int, rounds: int) -> None:
         await backend.pool.wait_ready()
         request = ExecutionRequest(script="print(1)")
         async with AsyncClient(remote_address) as remote, AsyncClient(local_address) as local:
+            refills: list[float] = []
             for _ in range(5):  # warm every path
                 for run in (remote.execute, local.execute):
                     await run("print(1)")
+                    await paced(backend, refills)
                 await engine.execute(request)
-            await asyncio.sleep(1.0)
+                await paced(backend, refills)
 
             floors = {
                 "bare unary RPC (health)": await unary_floor(remote_address),

@@ -27,6 +27,7 @@ import statistics
 import struct
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -34,6 +35,7 @@ import psutil
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.handlers import ToolCall
+from sandbox.limits import Limits
 
 HEADER = struct.Struct(">I")
 REAL_PYTHON = os.path.realpath("/usr/bin/python3")
@@ -80,8 +82,12 @@ async def latency(engine: Engine, backend: ProcessBackend, rounds: int) -> None:
         assert result.stdout == "1\n", result.to_json()
     b50, o50 = statistics.median(bare), statistics.median(ours)
     print("1. print(1), end to end, warm pool")
-    print(f"   python3 -I -S -c pass ({REAL_PYTHON}): p50 {b50 * 1e3:.2f} ms  p95 {pct(bare, 0.95) * 1e3:.2f} ms")
-    print(f"   Engine.execute print(1):            p50 {o50 * 1e3:.2f} ms  p95 {pct(ours, 0.95) * 1e3:.2f} ms")
+    for label, values in (
+        (f"python3 -I -S -c pass ({REAL_PYTHON})", bare),
+        ("Engine.execute print(1)", ours),
+    ):
+        p50, p95 = statistics.median(values) * 1e3, pct(values, 0.95) * 1e3
+        print(f"   {label:<40} p50 {p50:.2f} ms  p95 {p95:.2f} ms")
     print(f"   ratio p50 {o50 / b50:.2f}x  (target < 1)")
 
 
@@ -144,10 +150,7 @@ print(time.perf_counter() - t)
 async def call_overhead(engine: Engine) -> None:
     n = 10_000
     bare = statistics.median(bare_round_trips(n) for _ in range(3))
-    limits = engine.effective_limits(engine.config.defaults.as_limits())[0]
-    from dataclasses import replace
-
-    limits = replace(limits, max_tool_calls=n)
+    limits = replace(engine.effective_limits(Limits())[0], max_tool_calls=n)
     result = await engine.execute(
         ExecutionRequest(CALLS_SCRIPT.format(n=n), ECHO), limits=(limits, [])
     )
@@ -183,7 +186,7 @@ async def throughput(engine: Engine, total: int) -> None:
     for concurrency in (2, 8, 32):
         slots = asyncio.Semaphore(concurrency)
 
-        async def one() -> None:
+        async def one(slots: asyncio.Semaphore = slots) -> None:
             async with slots:
                 result = await engine.execute(ExecutionRequest("print(1)"))
                 assert result.status == "ok"
@@ -191,7 +194,9 @@ async def throughput(engine: Engine, total: int) -> None:
         t = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(total)))
         elapsed = time.perf_counter() - t
-        print(f"   concurrency {concurrency:>2}: {total / elapsed:6.1f} executions/s ({total} runs)")
+        print(
+            f"   concurrency {concurrency:>2}: {total / elapsed:6.1f} executions/s ({total} runs)"
+        )
 
 
 def memory(backend: ProcessBackend) -> None:

@@ -234,9 +234,17 @@ class Engine:
                 str(end.error.get("message", ""))[:2000],
                 _line(end.error.get("line")),
             )
-        elif end is None and result.exit_code != 0:
+        elif end is None and result.exit_code < 0:
             result.error = ScriptError(
-                "Killed", f"the sandbox ended without a report (exit {result.exit_code})"
+                "Killed", f"the sandbox was killed by signal {-result.exit_code}"
+            )
+        elif end is None:
+            # The bootstrap reports every ending it sees; no report means the script closed
+            # or broke the tool channel, or left through os._exit.
+            result.error = ScriptError(
+                "NoReport",
+                f"the script exited with code {result.exit_code} without the bootstrap's "
+                "report (it closed the tool channel or called os._exit)",
             )
         result.usage = Usage(
             wall_time_s=outcome.wall_time_s,

@@ -1,7 +1,32 @@
 #!/usr/bin/env bash
-# The README's test command (`make test`): on a fresh Debian machine, installs and starts what
-# the tests need, runs the whole suite, and stops what it started.
+# The README's test command (`make test`): on a fresh Debian machine, as root, installs and
+# starts everything the suites need, runs the whole suite, and stops what it started.
+#
+#   - system packages and .venv with the dev extras       scripts/setup.sh --dev
+#   - BFCL's checker in its own venv (.venv-acceptance)   scripts/setup_acceptance.sh
+#   - a private dockerd and the runtime image, offline     scripts/ci_docker.sh up|down
+#   - a private PostgreSQL cluster                         scripts/postgres.sh start|stop
+#
+# Extra arguments go to pytest (e.g. `make test ARGS="-k broker"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
 ./scripts/setup.sh --dev
-exec .venv/bin/python -m pytest "$@"
+./scripts/setup_acceptance.sh
+
+cleanup() {
+  local rc=$?
+  scripts/ci_docker.sh down >/dev/null 2>&1 || true
+  scripts/postgres.sh stop >/dev/null 2>&1 || true
+  exit $rc
+}
+trap cleanup EXIT
+
+scripts/ci_docker.sh up >/dev/null
+# shellcheck disable=SC1091
+source "${PTC_DOCKER_ENV_FILE:-/tmp/ptc-docker.env}"
+scripts/postgres.sh start >/dev/null
+# shellcheck disable=SC1091
+source "${PTC_PG_DIR:-/tmp/ptc-postgres}/env"
+
+.venv/bin/python -m pytest "$@"

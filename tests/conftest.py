@@ -155,7 +155,7 @@ class EngineHarness:
                     continue
                 cg = Path(f"/proc/{proc.pid}/cgroup")
                 try:
-                    mine = f"/ptc-{os.getpid()}/" in cg.read_text()
+                    mine = f"/ptc-{os.getpid()}-" in cg.read_text()
                 except OSError:
                     continue
                 if mine:

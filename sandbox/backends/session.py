@@ -137,20 +137,13 @@ class _Session:
         self.cancelled = True
         await self.kill("cancelled")
 
-    async def _wait_end(self, serve: asyncio.Task[None], timeout: float) -> bool:
-        """Waits for the sandbox's exit, or for its end report and channel close; False when
-        the wall-time limit came first."""
-        exited = asyncio.ensure_future(self.handle.wait())
+    async def _wait_end(self, timeout: float) -> bool:
+        """Waits for the sandbox's exit; False when the wall-time limit came first."""
         try:
-            async with asyncio.timeout(timeout):
-                await asyncio.wait([exited, serve], return_when=asyncio.FIRST_COMPLETED)
-                if not exited.done() and self.end is None:
-                    await exited  # the channel closed without a report: wait for the exit
-            return True
+            await asyncio.wait_for(self.handle.wait(), timeout)
         except TimeoutError:
             return False
-        finally:
-            exited.cancel()
+        return True
 
     async def run(self) -> Outcome:
         handle, limits = self.handle, self.job.limits
@@ -171,19 +164,12 @@ class _Session:
         exit_code: int
         try:
             serve = helpers[0]
-            ended = await self._wait_end(serve, limits.wall_time_ms / 1000)
+            ended = await self._wait_end(limits.wall_time_ms / 1000)
             if not ended:
                 await self.kill("wall_time")
-                exit_code = await handle.wait()
-            elif self.end is not None and serve.done() and handle.alive:
-                # The guest reported and closed the channel: it is past os._exit. Do not wait
-                # for the sandbox to wind down; what remains of it is killed now, and the exit
-                # code is the one the guest reported.
-                await handle.kill()
-                await handle.wait()
-                exit_code = self.end.exit_code
-            else:
-                exit_code = await handle.wait()
+            # The exit code is always the kernel's, never the guest's report: a script can
+            # forge an `end` frame and then exit otherwise.
+            exit_code = await handle.wait()
             wall = time.monotonic() - started
             # Output written just before the end is still in the pipes: drain, but not forever.
             _done, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)

@@ -13,11 +13,14 @@ import asyncio
 import logging
 import signal
 import sys
+from dataclasses import replace
 from typing import Any
 
 from sandbox.server import SandboxServer, ServerConfig, load_config
 
 __all__ = ["register", "run"]
+
+DEFAULT_AUDIT_DB = "ptc-audit.db"
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -34,6 +37,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="TOOL=MODULE:FUNCTION",
         help="serve a host-mode tool with this callable (repeatable)",
+    )
+    parser.add_argument(
+        "--audit-db",
+        metavar="PATH|URL",
+        help="audit store: SQLite file or postgresql:// URL (default ./ptc-audit.db; "
+        "'memory' keeps records in memory only)",
+    )
+    parser.add_argument("--tenants", metavar="TOML", help="tenants file (default: one tenant)")
+    parser.add_argument("--instance-id", help="this server's id in a shared audit store")
+    parser.add_argument(
+        "--docker", action="store_true", default=None, help="also offer the Docker backend"
     )
     parser.add_argument(
         "--allow-degraded",
@@ -54,7 +68,12 @@ def _config(args: argparse.Namespace) -> ServerConfig:
 
             raise InvalidArgument(f"--host-handler {item!r}: expected TOOL=MODULE:FUNCTION")
         handlers[tool] = spec
+    audit_db = args.audit_db or config.audit_db or DEFAULT_AUDIT_DB
+    config = replace(config, audit_db=None if audit_db == "memory" else audit_db)
     return config.with_overrides(
+        tenants=args.tenants,
+        instance_id=args.instance_id,
+        docker=args.docker,
         listen=args.listen,
         pool_size=args.pool_size,
         shutdown_grace_s=args.grace,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 
 from grpc import aio
@@ -28,7 +29,7 @@ from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit.base import AuditStore
 from sandbox.backends.base import Backend
 from sandbox.engine import Engine, EngineConfig
-from sandbox.errors import PtcError, Unavailable
+from sandbox.errors import InvalidArgument, PtcError, Unavailable
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
@@ -58,8 +59,8 @@ class SandboxServer:
     ) -> None:
         self.config = config or ServerConfig()
         self.engine = engine or Engine(EngineConfig(backends=self._default_backends()))
-        self.store: AuditStore = store or MemoryAuditStore()
-        self.tenancy: Tenancy = tenancy or SingleTenant()
+        self.store: AuditStore = store or self._open_store()
+        self.tenancy: Tenancy = tenancy or self._load_tenancy()
         self.host = HostHandlers(
             self.config.host_handlers,
             self.config.host_handler_timeout_s,
@@ -75,16 +76,46 @@ class SandboxServer:
     def _default_backends(self) -> dict[str, Backend]:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 
-        return {
+        backends: dict[str, Backend] = {
             "process": ProcessBackend(
                 ProcessBackendConfig(
                     pool_size=self.config.pool_size, allow_degraded=self.config.allow_degraded
                 )
             )
         }
+        if self.config.docker:
+            from sandbox.backends.docker.backend import DockerBackend
+
+            backends["docker"] = DockerBackend()
+        return backends
+
+    def _open_store(self) -> AuditStore:
+        if self.config.audit_db is None:
+            return MemoryAuditStore()
+        from sandbox.audit import open_store
+
+        store = open_store(self.config.audit_db, instance=self.config.instance_id)
+        # Records this instance admitted before a crash never completed: say so, once.
+        interrupted = store.mark_interrupted()
+        if interrupted:
+            log.warning("audit: %d executions were interrupted by a restart", interrupted)
+        return store
+
+    def _load_tenancy(self) -> Tenancy:
+        if self.config.tenants is None:
+            return SingleTenant()
+        from sandbox.tenants import load_tenancy
+
+        return load_tenancy(self.config.tenants)
 
     async def start(self) -> str:
         """Starts the backends and the server; returns the address it listens on."""
+        host = self.config.listen.rpartition(":")[0].strip("[]")
+        if not self.tenancy.requires_auth and not _is_loopback(host):
+            raise InvalidArgument(
+                f"listen: {self.config.listen} is not a loopback address, and without a tenants "
+                "file nothing authenticates callers; configure tenants or listen on 127.0.0.1"
+            )
         try:
             await self.engine.start()
         except PtcError as exc:
@@ -116,9 +147,12 @@ class SandboxServer:
         return self.address
 
     def serving(self) -> bool:
+        """Health follows the default backend; another one (Docker without an engine) being
+        unavailable is answered per request with UNAVAILABLE."""
         if self.backend_error is not None:
             return False
-        return all(_backend_ok(b) for b in self.engine.config.backends.values())
+        default = self.engine.config.backends.get(self.engine.config.default_backend)
+        return default is not None and _backend_ok(default)
 
     async def _set_health(self) -> None:
         status = (
@@ -158,6 +192,15 @@ class SandboxServer:
     async def wait(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _backend_ok(backend: Backend) -> bool:

@@ -8,6 +8,10 @@ can never name code for the host to import. Example::
     pool_size = 4
     allow_degraded = false
     shutdown_grace_s = 10
+    audit_db = "/var/lib/ptc/audit.db"     # or postgresql://...; unset: in memory
+    tenants = "/etc/ptc/tenants.toml"      # unset: one tenant, loopback only
+    instance_id = "ptc-1"                  # unique per server sharing one audit store
+    docker = true                          # also offer the Docker backend
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -41,6 +45,12 @@ class ServerConfig:
     host_handler_timeout_s: float = 10.0
     host_handler_concurrency: int = 16
     max_message_bytes: int = 32 * 1024 * 1024
+    # Audit store: a SQLite path or a postgresql:// URL; None keeps records in memory only.
+    audit_db: str | None = None
+    # Tenants file (TOML); None runs the single-tenant default, which listens on loopback only.
+    tenants: str | None = None
+    instance_id: str | None = None
+    docker: bool = False
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -63,13 +73,13 @@ def load_config(path: str | Path) -> ServerConfig:
             values["host_handlers"] = dict(value)
         elif key == "host_handler_limits":
             values.update(_handler_limits(path, value))
-        elif key in ("listen",):
+        elif key in ("listen", "audit_db", "tenants", "instance_id"):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
         elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key == "allow_degraded":
+        elif key in ("allow_degraded", "docker"):
             values[key] = _typed(path, key, value, bool)
         else:
             raise InvalidArgument(f"config {path}: unknown key {key!r}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -245,13 +244,13 @@ def test_remove_kills_what_is_still_running(
 def test_cleanup_stale_removes_a_dead_servers_tree(manager: CgroupManager) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = [p.parent / f"{PREFIX}-{dead.pid}" for p in manager.parent_paths]
+    stale = [p.parent / f"{PREFIX}-{dead.pid}-1" for p in manager.parent_paths]
     orphan = subprocess.Popen(["sleep", "30"])
     try:
         for parent in stale:
             (parent / "left-over").mkdir(parents=True)
             (parent / "left-over" / "cgroup.procs").write_text(str(orphan.pid))
-        live = [p.parent / f"{PREFIX}-{os.getpid()}" for p in manager.parent_paths]
+        live = list(manager.parent_paths)
         assert manager.cleanup_stale() == 1
         assert orphan.wait(timeout=5) == -9
         assert not [p for p in stale if p.exists()]

@@ -174,10 +174,11 @@ def test_duplicate_call_id_in_flight(clean: EngineHarness) -> None:
 
 def test_forged_end_frame_cannot_claim_success(clean: EngineHarness) -> None:
     result = clean.run(
-        RAW + "frame({'t': 'end', 'status': 'ok', 'exit_code': 0, 'error': None})\nos._exit(3)"
+        RAW + "frame({'t': 'end', 'status': 'ok', 'exit_code': 0, 'error': None})\n"
+        "os.close(fd)\ntime.sleep(0.5)\nos._exit(3)"
     )
     # The host trusts the exit status it observed, not the report the script forged.
-    assert (result.status, result.exit_code) == ("error", 3)
+    assert (result.status, result.exit_code) == ("error", 3), result.to_json()
     clean.assert_healthy()
 
 

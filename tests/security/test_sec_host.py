@@ -55,18 +55,20 @@ for pid in ("self", "1"):
     clean.assert_healthy()
 
 
-def test_proc_1_is_the_sandbox_init_not_the_host(clean: EngineHarness, host_secret: str) -> None:
+def test_proc_1_is_the_guest_itself_not_the_host(clean: EngineHarness, host_secret: str) -> None:
     result = clean.run(
         """
 import os
+print(os.getpid())
 print(open("/proc/1/environ", "rb").read())
 print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
 """
     )
     assert result.status == "ok"
-    environ, pids = result.stdout.splitlines()
-    assert environ == "b'PATH=/usr/bin:/bin\\x00LANG=C.UTF-8\\x00'"
-    assert pids == "[1, 2]"  # bwrap's init and the guest: no host process is visible
+    pid, environ, pids = result.stdout.splitlines()
+    assert pid == "1"  # bwrap --as-pid-1: the guest is the namespace's init
+    assert environ == "b'PATH=/usr/bin:/bin\\x00HOME=/tmp\\x00LANG=C.UTF-8\\x00PWD=/tmp\\x00'"
+    assert pids == "[1]"  # no bwrap reaper, and no host process is visible
     assert host_secret not in result.stdout
     clean.assert_healthy()
 
@@ -206,13 +208,15 @@ for pid in (os.getppid(), -1):
 print("alive")
 """
     )
-    # The parent is the namespace's init, which ignores signals from inside it; -1 reaches
-    # every process the script may signal except itself and init: none (ESRCH).
+    # The script is the namespace's init (pid 1) and its parent is outside the namespace, so
+    # getppid() is 0 and kill(0) targets the script's own process group: init ignores signals
+    # without a handler from inside its namespace. -1 reaches every process the script may
+    # signal except itself: none (ESRCH). Nothing outside is reachable.
     assert result.status == "ok"
     assert result.stdout.splitlines() == [
-        "ppid 1",
-        "1 sent",
-        "1 sent",
+        "ppid 0",
+        "0 sent",
+        "0 sent",
         "-1 3",
         "-1 3",
         "alive",

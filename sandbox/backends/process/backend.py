@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -89,7 +90,11 @@ class ProcessBackend:
     @staticmethod
     def _make_runtime_dir() -> Path:
         """Copies the guest files where the unprivileged sandbox uid can read them."""
-        path = Path(tempfile.mkdtemp(prefix="ptc-runtime-"))
+        # The sandbox uid must traverse the parent: a private $TMPDIR would not do.
+        parent = Path(tempfile.gettempdir())
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            parent = Path("/tmp")
+        path = Path(tempfile.mkdtemp(prefix="ptc-runtime-", dir=parent))
         path.chmod(0o755)
         for name in GUEST_FILES:
             target = path / name

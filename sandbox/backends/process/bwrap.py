@@ -67,6 +67,10 @@ def bwrap_argv(options: BwrapOptions) -> list[str]:
         bwrap,
         "--unshare-user",
         "--unshare-pid",
+        # The guest is pid 1 itself, with no bwrap reaper in between: its exit ends the pid
+        # namespace at once (the kernel kills every other process in it) and bwrap outside
+        # reports its status without a second hop.
+        "--as-pid-1",
         "--unshare-net",
         "--unshare-ipc",
         "--unshare-uts",

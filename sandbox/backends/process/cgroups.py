@@ -2,7 +2,7 @@
 
 This module owns every write to a cgroup filesystem. The process backend asks it for one fresh
 cgroup per sandbox, nested under the server's own cgroup in a per-server parent directory
-(``<prefix>-<server pid>``), puts the sandbox's first process into it, and later reads usage and
+(``<prefix>-<server pid>-<n>``), puts the sandbox's first process into it, and later reads usage and
 kills whatever is left. Limits set here bind all processes and threads of the sandbox together,
 which per-process rlimits cannot do:
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import re
 import signal
@@ -58,6 +59,7 @@ _CFS_MIN_QUOTA_US = 1_000
 _KILL_TIMEOUT_S = 2.0
 _FREEZE_TIMEOUT_S = 0.2
 _RMDIR_TIMEOUT_S = 1.0
+_INSTANCES = itertools.count(1)
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
@@ -447,7 +449,7 @@ def _rmdir(path: Path) -> None:
 
 
 class CgroupManager:
-    """Creates sandbox cgroups under ``<own cgroup>/<prefix>-<pid>`` in each hierarchy."""
+    """Creates sandbox cgroups under ``<own cgroup>/<prefix>-<pid>-<n>`` in each hierarchy."""
 
     _unavailable: ClassVar[str | None] = None
     _live_parents: ClassVar[set[str]] = set()
@@ -457,7 +459,9 @@ class CgroupManager:
         self.version: Literal[1, 2] = version
         self.prefix = prefix
         self._hierarchies = hierarchies
-        self._name = f"{prefix}-{os.getpid()}"
+        # One parent per manager: several backends may live in one process (tests, a server
+        # and a benchmark), each with its own parent directory.
+        self._name = f"{prefix}-{os.getpid()}-{next(_INSTANCES)}"
         self._freezer = version == 2 or any("freezer" in h.controllers for h in hierarchies)
         self._closed = False
 
@@ -594,7 +598,7 @@ class CgroupManager:
 
     def cleanup_stale(self) -> int:
         """Kill and remove what a dead earlier server left (``<prefix>-<dead pid>``); count them."""
-        pattern = re.compile(re.escape(self.prefix) + r"-([0-9]+)")
+        pattern = re.compile(re.escape(self.prefix) + r"-([0-9]+)(?:-[0-9]+)?")
         stale: set[str] = set()
         for h in self._hierarchies:
             try:

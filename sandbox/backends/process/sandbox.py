@@ -258,6 +258,23 @@ async def _stream_reader(pipe: object) -> tuple[asyncio.StreamReader, asyncio.Ba
     return reader, transport
 
 
+async def _abandon(
+    started: _Started, opened: list[asyncio.BaseTransport | asyncio.StreamWriter]
+) -> None:
+    """Kills and releases a sandbox that never became ready."""
+    with contextlib.suppress(ProcessLookupError):
+        started.proc.kill()
+    await asyncio.to_thread(started.proc.wait)
+    for resource in opened:
+        resource.close()
+    started.host_sock.close()
+    for pipe in (started.proc.stdout, started.proc.stderr):
+        if pipe is not None:
+            pipe.close()  # a no-op for a pipe its transport already closed
+    if started.cgroup is not None:
+        await asyncio.to_thread(started.cgroup.remove)
+
+
 async def spawn_sandbox(
     settings: SpawnSettings,
     cgroups: CgroupManager | None,
@@ -265,8 +282,15 @@ async def spawn_sandbox(
     reaper: Callable[[ProcessSandbox], None] | None = None,
 ) -> ProcessSandbox:
     """Starts one sandbox and waits until its guest is ready for a job."""
+    starting = asyncio.ensure_future(asyncio.to_thread(_start_blocking, settings, cgroups, name))
     try:
-        started = await asyncio.to_thread(_start_blocking, settings, cgroups, name)
+        started = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        # The thread cannot be interrupted: let it finish, then undo what it started.
+        with contextlib.suppress(Exception):
+            leftover = await starting
+            await _abandon(leftover, [])
+        raise
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
@@ -298,17 +322,7 @@ async def spawn_sandbox(
         if sandbox is not None:
             await sandbox.dispose()
         else:
-            with contextlib.suppress(ProcessLookupError):
-                started.proc.kill()
-            await asyncio.to_thread(started.proc.wait)
-            for resource in opened:
-                resource.close()
-            started.host_sock.close()
-            for pipe in (started.proc.stdout, started.proc.stderr):
-                if pipe is not None:
-                    pipe.close()  # a no-op for a pipe its transport already closed
-            if started.cgroup is not None:
-                await asyncio.to_thread(started.cgroup.remove)
+            await _abandon(started, opened)
         if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):
             raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
         raise
