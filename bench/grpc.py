@@ -40,6 +40,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its __init__)
+
+# isort: split
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 

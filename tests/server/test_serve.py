@@ -21,6 +21,8 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() els
 
 
 def _start_server(*extra: str) -> tuple[subprocess.Popen[str], str]:
+    if "--audit-db" not in extra:
+        extra = ("--audit-db", "memory", *extra)
     proc = subprocess.Popen(
         [
             PYTHON,
