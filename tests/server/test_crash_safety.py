@@ -17,9 +17,9 @@ from pathlib import Path
 
 import grpc
 import psutil
+from test_serve import PYTHON, ROOT, _start_server
 
 from sandbox.client import Client
-from test_serve import PYTHON, ROOT, _start_server
 
 BURST = 24
 
