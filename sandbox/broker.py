@@ -17,9 +17,16 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox.handlers import Approver, ToolCall, ToolFailure, ToolHandler
+from sandbox.handlers import (
+    Approver,
+    ToolCall,
+    ToolFailure,
+    ToolHandler,
+    echo_handler,
+    mock_handler,
+)
 from sandbox.limits import ResolvedLimits
-from sandbox.protocol import GuestCall
+from sandbox.protocol import GuestCall, encode_frame
 from sandbox.result import CallRecord, CallStatus, Violation
 from stubs_gen import Manifest
 
@@ -73,42 +80,83 @@ class Broker:
             )
         ]
 
-    async def handle(self, call: GuestCall) -> dict[str, Any]:
-        """Answers one guest call frame with a reply frame."""
+    def immediate(self, call: GuestCall) -> bool:
+        """True when the call completes without waiting (a built-in echo or mock tool, no
+        approval, no side-effect call ahead of it): `handle_now` may then serve it inline."""
+        spec = self.manifest.tool(call.tool)
+        if spec is None:
+            return True  # refused at once
+        mode = spec.options.mode
+        return (
+            mode in _IMMEDIATE
+            and self.handlers.get(mode) is _IMMEDIATE[mode]
+            and not spec.options.needs_approval
+            and (spec.options.read_only or not self._side_effects.locked())
+        )
+
+    async def handle(self, call: GuestCall) -> bytes:
+        """Answers one guest call frame with an encoded reply frame."""
+        record = self._record(call)
+        try:
+            tool_call = self._admit(call, record)
+            if tool_call.tool.options.read_only:
+                value = await self._dispatch(tool_call)
+            else:
+                async with self._side_effects:
+                    value = await self._dispatch(tool_call)
+            return self._succeed(call, record, value)
+        except ToolFailure as failure:
+            return self._fail(call, record, failure)
+
+    def handle_now(self, call: GuestCall) -> bytes:
+        """`handle` for a call that `immediate` accepted, without awaiting anything."""
+        record = self._record(call)
+        try:
+            tool_call = self._admit(call, record)
+            value = _IMMEDIATE_VALUE[tool_call.tool.options.mode](tool_call)
+            return self._succeed(call, record, value)
+        except ToolFailure as failure:
+            return self._fail(call, record, failure)
+
+    def _record(self, call: GuestCall) -> CallRecord:
         seq = len(self.calls) + 1
+        now = time.monotonic()
         record = CallRecord(
             seq=seq,
             tool=call.tool,
             arguments=call.arguments,
-            start_offset_s=time.monotonic() - self._t0,
+            start_offset_s=now - self._t0,
             idempotency_key=f"{self.execution_id}:{seq}",
         )
         self.calls.append(record)
-        started = time.monotonic()
-        try:
-            value = await self._serve(call, record)
-        except ToolFailure as failure:
-            invalid = isinstance(failure, _InvalidArguments)
-            record.status = CallStatus.INVALID_ARGUMENTS if invalid else _STATUS[failure.kind]
-            record.error = failure.message
-            reply: dict[str, Any] = {
+        return record
+
+    def _succeed(self, call: GuestCall, record: CallRecord, value: Any) -> bytes:
+        frame = _result_frame(call.id, value)  # raises ToolFailure for a value it cannot send
+        record.status = CallStatus.OK
+        record.result = value
+        record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
+        return frame
+
+    def _fail(self, call: GuestCall, record: CallRecord, failure: ToolFailure) -> bytes:
+        invalid = isinstance(failure, _InvalidArguments)
+        record.status = CallStatus.INVALID_ARGUMENTS if invalid else _STATUS[failure.kind]
+        record.error = failure.message
+        record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
+        if record.status in (CallStatus.ERROR, CallStatus.INVALID_ARGUMENTS):
+            self._failures[_call_key(call)] += 1
+        return encode_frame(
+            {
                 "t": "result",
                 "id": call.id,
                 "ok": False,
                 "kind": _KIND[record.status],
                 "message": failure.message,
             }
-        else:
-            record.status = CallStatus.OK
-            record.result = value
-            reply = {"t": "result", "id": call.id, "ok": True, "value": value}
-        finally:
-            record.duration_s = time.monotonic() - started
-        if record.status in (CallStatus.ERROR, CallStatus.INVALID_ARGUMENTS):
-            self._failures[_call_key(call)] += 1
-        return reply
+        )
 
-    async def _serve(self, call: GuestCall, record: CallRecord) -> Any:
+    def _admit(self, call: GuestCall, record: CallRecord) -> ToolCall:
+        """The checks before dispatch, in the documented order; raises ToolFailure."""
         spec = self.manifest.tool(call.tool)
         if spec is None:
             names = ", ".join(t.name for t in self.manifest.tools) or "none"
@@ -124,23 +172,17 @@ class Broker:
             raise ToolFailure(
                 f"the budget of {self.limits.max_tool_calls} tool calls is spent", "refused"
             )
-        if self._failures[_call_key(call)] >= self.repeat_failure_limit:
+        failures = self._failures[_call_key(call)] if self._failures else 0
+        if failures >= self.repeat_failure_limit:
             raise ToolFailure(
-                f"this exact call of {call.tool!r} has already failed "
-                f"{self._failures[_call_key(call)]} times; try a different approach "
-                "(other arguments or another tool) instead of repeating it",
+                f"this exact call of {call.tool!r} has already failed {failures} times; try a "
+                "different approach (other arguments or another tool) instead of repeating it",
                 "refused",
             )
         problems = self.manifest.validate(call.tool, call.arguments)
         if problems:
             raise _InvalidArguments("; ".join(problems))
-        tool_call = ToolCall(
-            self.execution_id, record.seq, spec, call.arguments, record.idempotency_key
-        )
-        if spec.options.read_only:
-            return await self._dispatch(tool_call)
-        async with self._side_effects:
-            return await self._dispatch(tool_call)
+        return ToolCall(self.execution_id, record.seq, spec, call.arguments, record.idempotency_key)
 
     async def _dispatch(self, call: ToolCall) -> Any:
         if call.tool.options.needs_approval:
@@ -160,20 +202,11 @@ class Broker:
                 "refused",
             )
         try:
-            value = await handler(call)
+            return await handler(call)
         except ToolFailure:
             raise
         except Exception as exc:  # a handler's bug is the call's error, not the server's
             raise ToolFailure(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            encoded = json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ToolFailure(f"the tool returned a value that is not JSON: {exc}") from exc
-        if len(encoded) > MAX_RESULT_BYTES:
-            raise ToolFailure(
-                f"the tool's result of {len(encoded)} bytes is over the {MAX_RESULT_BYTES}-byte cap"
-            )
-        return value
 
     def finish(self) -> None:
         """Marks calls still without an outcome as cancelled (the execution ended first)."""
@@ -198,6 +231,26 @@ _KIND = {
     CallStatus.REFUSED: "refused",
     CallStatus.INVALID_ARGUMENTS: "invalid_arguments",
 }
+
+
+_IMMEDIATE: dict[str, ToolHandler] = {"echo": echo_handler, "mock": mock_handler}
+_IMMEDIATE_VALUE = {
+    "echo": lambda call: call.arguments,
+    "mock": lambda call: call.tool.options.mock,
+}
+
+
+def _result_frame(call_id: int, value: Any) -> bytes:
+    """The reply frame of a successful call; the result is encoded once, here, and checked."""
+    try:
+        frame = encode_frame({"t": "result", "id": call_id, "ok": True, "value": value})
+    except (TypeError, ValueError) as exc:
+        raise ToolFailure(f"the tool returned a value that is not JSON: {exc}") from exc
+    if len(frame) > MAX_RESULT_BYTES:
+        raise ToolFailure(
+            f"the tool's result of {len(frame)} bytes is over the {MAX_RESULT_BYTES}-byte cap"
+        )
+    return frame
 
 
 def _call_key(call: GuestCall) -> str:

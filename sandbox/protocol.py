@@ -59,7 +59,8 @@ GuestMessage = GuestReady | GuestCall | GuestEnd
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    """Strict JSON (no NaN or Infinity) with its length; raises TypeError/ValueError."""
+    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
     return HEADER.pack(len(body)) + body
 
 

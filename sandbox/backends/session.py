@@ -33,6 +33,7 @@ __all__ = ["run_session"]
 CPU_POLL_S = 0.05
 DRAIN_GRACE_S = 1.0
 FRAME_OVERHEAD = 4096
+WRITE_HIGH_WATER = 1 << 20
 
 
 def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
@@ -82,7 +83,6 @@ class _Session:
         self.protocol_error: str | None = None
         self.killed_for: str | None = None
         self.cancelled = False
-        self._write_lock = asyncio.Lock()
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._kill_done = asyncio.Event()
 
@@ -93,11 +93,11 @@ class _Session:
             self._kill_done.set()
 
     async def reply(self, call: GuestCall) -> None:
-        reply = await self.broker.handle(call)
-        async with self._write_lock:
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                self.handle.channel_writer.write(encode_frame(reply))
-                await self.handle.channel_writer.drain()
+        frame = await self.broker.handle(call)
+        # One write() per frame is atomic on the event loop: replies never interleave.
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self.handle.channel_writer.write(frame)
+            await self.handle.channel_writer.drain()
 
     async def serve_channel(self) -> None:
         reader = self.handle.channel_reader
@@ -111,7 +111,14 @@ class _Session:
                 if isinstance(message, GuestCall):
                     if message.id in self._calls and not self._calls[message.id].done():
                         raise ProtocolViolation(f"call id {message.id} is already in flight")
-                    self._calls[message.id] = asyncio.create_task(self.reply(message))
+                    if self.broker.immediate(message):
+                        # echo, mock, refusals: answered inline, no task, no extra loop turn.
+                        writer = self.handle.channel_writer
+                        writer.write(self.broker.handle_now(message))
+                        if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                            await writer.drain()
+                    else:
+                        self._calls[message.id] = asyncio.create_task(self.reply(message))
                 elif isinstance(message, GuestEnd):
                     self.end = message
                 else:

@@ -2,8 +2,13 @@
 
 Runs inside the sandbox (standard library only). Generated stub modules import `call`,
 `acall` and the exception classes from here. A plain call sends one frame and blocks until its
-answer; `acall` lets many calls be in flight at once. One reader thread receives every answer and
-wakes the caller it belongs to, so sync and async calls can be mixed freely.
+answer; `acall` lets many calls be in flight at once.
+
+Two modes, switched once and one way. Until the first async call, a plain call reads its own
+answer from the socket (under a lock, so one call is in flight): no thread handoff, which on
+these VMs costs two cross-CPU wake-ups per call. From the first async call on, one reader thread
+receives every answer and wakes the caller it belongs to, so sync and async calls can be mixed
+freely.
 
 Frames are a 4-byte big-endian length and a UTF-8 JSON object. Nothing here is trusted by the
 host: the broker re-checks every frame; this side is only the honest client.
@@ -76,6 +81,8 @@ class Channel:
         self._closed: str | None = None
         self.max_call_bytes = max_call_bytes
         self._reader: threading.Thread | None = None
+        self._direct = threading.Lock()  # held by a plain call in direct mode
+        self._threaded = False
 
     # -- framing ---------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -103,9 +110,17 @@ class Channel:
         return message
 
     # -- calls -----------------------------------------------------------------------------
-    def start_reader(self) -> None:
-        self._reader = threading.Thread(target=self._read_loop, name="ptc-channel", daemon=True)
-        self._reader.start()
+    def _ensure_reader(self) -> None:
+        """Switches to threaded mode (once): waits for a direct call in flight to finish."""
+        if self._threaded:
+            return
+        with self._direct:
+            if not self._threaded:
+                self._reader = threading.Thread(
+                    target=self._read_loop, name="ptc-channel", daemon=True
+                )
+                self._reader.start()
+                self._threaded = True
 
     def _read_loop(self) -> None:
         try:
@@ -171,7 +186,29 @@ class Channel:
                 raise ToolError(f"tool channel closed: {exc}", tool) from None
             raise
 
+    def _direct_call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """One call, answer read by the caller itself; the lock keeps one call in flight."""
+        if self._closed is not None:
+            raise ToolError(self._closed, tool)
+        call_id = next(self._ids)
+        frame = self._frame(tool, arguments, call_id)
+        try:
+            self.send_bytes(frame)
+            reply = self.recv()
+            # Answers nobody waits for (frames written to the socket behind the runtime's back)
+            # are skipped, as the reader thread skips them.
+            while reply.get("id") != call_id:
+                reply = self.recv()
+        except (EOFError, OSError, ValueError) as exc:
+            self._closed = f"tool channel closed: {exc}"
+            raise ToolError(self._closed, tool) from None
+        return _outcome(tool, reply)
+
     def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        if not self._threaded:
+            with self._direct:
+                if not self._threaded:
+                    return self._direct_call(tool, arguments)
         waiter = _Waiter()
         self._send_call(tool, arguments, self._register(waiter))
         assert waiter.event is not None
@@ -179,6 +216,7 @@ class Channel:
         return _outcome(tool, waiter.reply)
 
     async def acall(self, tool: str, arguments: dict[str, Any]) -> Any:
+        self._ensure_reader()
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop)
         waiter.future = loop.create_future()

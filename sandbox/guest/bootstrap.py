@@ -155,7 +155,6 @@ def main() -> None:
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     _apply_rlimits(job["rlimits"])
     _ptc_runtime.install(channel)
-    channel.start_reader()
     _install_tools(job["stubs"])
 
     status, exit_code, error = "ok", 0, None
