@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="expected number of calls of a tool (repeatable)",
     )
     parser.add_argument(
+        "--audit-db",
+        metavar="PATH|URL",
+        default=os.environ.get("PTC_AUDIT_DB"),
+        help="record the execution in this audit store (SQLite file or postgresql:// URL; "
+        "default $PTC_AUDIT_DB, else not recorded)",
+    )
+    parser.add_argument(
         "--allow-degraded",
         action="store_true",
         help="run without cgroup limits when the host cannot provide them",
@@ -86,7 +94,9 @@ def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
     return tuple(out)
 
 
-async def _execute(request: ExecutionRequest, allow_degraded: bool) -> ExecutionResult:
+async def _execute(
+    request: ExecutionRequest, allow_degraded: bool, audit_db: str | None = None
+) -> ExecutionResult:
     backends: dict[str, Any] = {}
     if request.backend == "docker":
         from sandbox.backends.docker.backend import DockerBackend
@@ -101,7 +111,45 @@ async def _execute(request: ExecutionRequest, allow_degraded: bool) -> Execution
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:
-        return await engine.execute(request)
+        if audit_db is None:
+            return await engine.execute(request)
+        return await _execute_audited(engine, request, audit_db)
+
+
+async def _execute_audited(
+    engine: Engine, request: ExecutionRequest, audit_db: str
+) -> ExecutionResult:
+    """One execution recorded like the server records it: admitted first, then completed."""
+    import time
+    import uuid
+
+    from sandbox.audit import open_store
+    from sandbox.audit.base import Admission
+
+    store = open_store(audit_db, instance="ptc-run")
+    try:
+        store.mark_interrupted()
+        manifest = engine.manifest(request)
+        limits = engine.effective_limits(request.limits)
+        execution_id = uuid.uuid4().hex
+        store.admit(
+            Admission(
+                execution_id=execution_id,
+                tenant="default",
+                script=request.script,
+                manifest_json=request.manifest if isinstance(request.manifest, str) else "[]",
+                manifest_sha256=manifest.sha256,
+                backend=request.backend or "process",
+                policy=request.policy,
+                effective_limits=limits[0].to_json(),
+                admitted_at=time.time(),
+            )
+        )
+        result = await engine.execute(request, limits=limits, execution_id=execution_id)
+        store.complete(execution_id, result)
+        return result
+    finally:
+        store.close()
 
 
 def _execute_remote(server: str, request: ExecutionRequest, manifest: str) -> ExecutionResult:
@@ -139,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     if args.server:
         result = _execute_remote(args.server, request, manifest)
     else:
-        result = asyncio.run(_execute(request, args.allow_degraded))
+        result = asyncio.run(_execute(request, args.allow_degraded, args.audit_db))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:

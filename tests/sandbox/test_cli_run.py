@@ -224,3 +224,31 @@ def test_no_process_survives_the_cli(ptc: RunPtc, tmpdir_env: dict[str, str]) ->
             if owner and not Path(f"/proc/{owner.group(1)}").exists():
                 leftovers.append(pid)
     assert leftovers == []
+
+
+def test_audit_db_records_the_execution(
+    ptc: RunPtc, tmpdir_env: dict[str, str], manifest_file: Path, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "audit.db")
+    done = ptc(
+        "run",
+        "-",
+        "--tools",
+        str(manifest_file),
+        "--json",
+        "--audit-db",
+        db,
+        stdin="import tools\ntools.lookup_user(id=7)\nprint('done')",
+        env=tmpdir_env,
+    )
+    assert done.returncode == 0, done.stderr
+    execution_id = json.loads(done.stdout)["execution_id"]
+    listing = ptc("audit", "list", "--db", db, "--json")
+    assert listing.returncode == 0, listing.stderr
+    records = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert [(r["execution_id"], r["status"]) for r in records] == [(execution_id, "ok")]
+    shown = ptc("audit", "show", execution_id, "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert "lookup-user" in shown.stdout
+    verify = ptc("audit", "verify", "--db", db)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
