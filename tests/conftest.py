@@ -9,12 +9,16 @@ out of theirs. CLI tests run `ptc` in subprocesses.
 
 `harness.leftovers()` lists what an execution left behind: processes, cgroups, mounts and
 temporary entries that do not belong to the warm pool's idle sandboxes. Tests assert it is empty.
+
+Tests marked `requires_docker` (anywhere under tests/) are skipped, with the reason, when no Docker
+engine answers or the runtime image is missing or stale: `docker_unavailable_reason()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import pytest
 
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
@@ -49,6 +54,33 @@ def _mounts() -> set[str]:
 
 def _tmp_ptc_entries() -> set[str]:
     return {p.name for p in Path("/tmp").iterdir() if p.name.startswith("ptc")}
+
+
+@functools.cache
+def docker_unavailable_reason() -> str | None:
+    """Why the Docker backend cannot run here (no engine, missing or stale image), or None."""
+    from sandbox.backends.docker import engine_client
+
+    try:
+        client = engine_client.connect(engine_client.engine_address())
+    except Unavailable as exc:
+        return exc.message
+    try:
+        engine_client.check_image(client, engine_client.default_image())
+    except Unavailable as exc:
+        return exc.message
+    finally:
+        client.close()
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after other conftests have marked their Docker tests
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("requires_docker") is not None:
+            reason = docker_unavailable_reason()
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=f"requires_docker: {reason}"))
 
 
 class EngineHarness:

@@ -7,7 +7,13 @@ parameter whose first value is "" is omitted), the script runs in a real sandbox
 (original tool names, arguments as the broker received them) is converted to BFCL's model-output
 format and given to `bfcl_eval`'s `ast_checker`, which runs in `.venv-acceptance`
 (`scripts/setup_acceptance.sh`). The full set goes through the embedded engine (the API
-`ptc run` uses); a sample goes through `ptc run --json` itself.
+`ptc run` uses) on the process backend; a sample goes through `ptc run --json` itself.
+
+The set runs again on the Docker backend (skipped, with the reason, without an engine and the
+runtime image: see tests/conftest.py), one fresh container per entry from a warm pool: every
+`DOCKER_EVERY`-th entry and every listed exception (all entries with PTC_BFCL_DOCKER_EVERY=1).
+Each entry must end exactly as on the process backend (status, call log, failure), so both
+backends pass the same entries.
 
 Entries that fail are exactly those listed, with their reason, under ``"ptc_run"`` in
 ``tests/data/bfcl_exceptions.json``; the pass rate must be at least 99%.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -25,7 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandbox.engine import ExecutionRequest
+from sandbox.backends.docker import engine_client
+from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+from sandbox.backends.docker.janitor import owner_label
+from sandbox.backends.docker.spec import LABEL_OWNER
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.result import ExecutionResult
 from stubs_gen import load_manifest
 
@@ -42,6 +53,13 @@ CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
 CLI_SAMPLE_EVERY = 25  # every 25th entry also goes through `ptc run --json`
 CONCURRENCY = 2
 CHUNK = 100
+# A container per entry: throughput is bound by how fast the engine starts and removes containers
+# (3-4 a second on 2 cores), not by the pool; a few in flight keep the engine busy while jobs run.
+# By default every 2nd entry (and every listed exception) runs on Docker, about 2 minutes on 2
+# cores; PTC_BFCL_DOCKER_EVERY=1 runs all of them (about twice that).
+DOCKER_POOL_SIZE = 4
+DOCKER_CONCURRENCY = 4
+DOCKER_EVERY = int(os.environ.get("PTC_BFCL_DOCKER_EVERY", "2"))
 EXIT_CODES = {"ok": 0, "error": 1, "limit_exceeded": 3, "rejected": 4}
 
 pytestmark = [
@@ -108,17 +126,78 @@ def model_output(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{c["tool"]: c["arguments"]} for c in result["calls"] if c["status"] == "ok"]
 
 
-def run_all(harness: EngineHarness, jobs: list[tuple[str, Any]]) -> list[ExecutionResult]:
+def run_all(
+    harness: EngineHarness,
+    jobs: list[tuple[str, Any]],
+    engine: Engine | None = None,
+    concurrency: int = CONCURRENCY,
+) -> list[ExecutionResult]:
+    """Runs the jobs on ``engine`` (default: the harness's process engine) on the harness's loop."""
+    target = engine or harness.engine
+
     async def go() -> list[ExecutionResult]:
-        slots = asyncio.Semaphore(CONCURRENCY)
+        slots = asyncio.Semaphore(concurrency)
 
         async def one(script: str, manifest: Any) -> ExecutionResult:
             async with slots:
-                return await harness.engine.execute(ExecutionRequest(script, manifest))
+                return await target.execute(ExecutionRequest(script, manifest))
 
         return await asyncio.gather(*(one(s, m) for s, m in jobs))
 
     return harness.call(go())
+
+
+class DockerEngine:
+    """An Engine with only the Docker backend, started on the process harness's event loop."""
+
+    def __init__(self, harness: EngineHarness) -> None:
+        self.harness = harness
+        self.backend = DockerBackend(DockerBackendConfig(pool_size=DOCKER_POOL_SIZE))
+        self.engine = Engine(
+            EngineConfig(backends={"docker": self.backend}, default_backend="docker")
+        )
+        harness.call(self.engine.start())
+        assert self.backend.unavailable_reason is None, self.backend.unavailable_reason
+        harness.call(self.backend.pool.wait_ready(60))
+        self.client = engine_client.connect(self.backend.address)
+        self.owner = owner_label(self.backend.owner)
+        self.owner_dir = self.backend._owner_dir
+
+    def containers(self) -> list[Any]:
+        """Our containers (pooled or not), as the engine lists them."""
+        label = f"{LABEL_OWNER}={self.owner}"
+        return self.client.containers.list(all=True, filters={"label": label})
+
+    def leftovers(self) -> list[str]:
+        """Containers and channel directories that no idle pooled sandbox owns."""
+
+        async def settle() -> None:
+            pool = self.backend.pool
+            for _ in range(3000):
+                if pool.idle >= pool.size and pool._starting == 0 and not self.backend._removals:
+                    return
+                await asyncio.sleep(0.01)
+
+        self.harness.call(settle())
+        idle = list(self.backend.pool._idle)
+        idle_ids = {h.container.id for h in idle}
+        idle_dirs = {h.settings.channel_dir for h in idle}
+        problems = [
+            f"container {c.name} ({c.status})" for c in self.containers() if c.id not in idle_ids
+        ]
+        problems += [f"channel dir {p}" for p in self.owner_dir.iterdir() if p not in idle_dirs]
+        return problems
+
+    def close(self) -> list[str]:
+        """Closes the engine; returns what survived it (containers, the channel directory)."""
+        try:
+            self.harness.call(self.engine.close())
+            left = [f"container {c.name}" for c in self.containers()]
+            if self.owner_dir.exists():
+                left.append(f"channel dir {self.owner_dir}")
+            return left
+        finally:
+            self.client.close()
 
 
 class Checker:
@@ -180,6 +259,48 @@ def _chunks() -> list[tuple[str, int]]:
     return out
 
 
+Entry = tuple[dict[str, Any], dict[str, Any]]
+# What each entry of a chunk ended as on the process backend: (status, model output, failure).
+Outcome = tuple[str, list[dict[str, Any]], str | None]
+PROCESS_OUTCOMES: dict[tuple[str, int], dict[str, Outcome]] = {}
+
+
+def judge(
+    checker: Checker, category: str, entries: list[Entry], as_json: list[dict[str, Any]]
+) -> dict[str, Outcome]:
+    """Checks one chunk's call logs with BFCL's checker; the failures must be the expected ones."""
+    verdicts = checker.check(
+        [
+            {
+                "id": q["id"],
+                "category": category,
+                "functions": q["function"],
+                "model_output": model_output(r),
+                "possible_answer": a["ground_truth"],
+            }
+            for (q, a), r in zip(entries, as_json, strict=True)
+        ]
+    )
+    outcomes: dict[str, Outcome] = {}
+    for (question, _), result in zip(entries, as_json, strict=True):
+        reason = failure_reason(result, verdicts[question["id"]])
+        outcomes[question["id"]] = (result["status"], model_output(result), reason)
+    failures = {k: reason for k, (_, _, reason) in outcomes.items() if reason is not None}
+    ids = {q["id"] for q, _ in entries}
+    expected = {k: v for k, v in expected_exceptions(category).items() if k in ids}
+    assert sorted(failures) == sorted(expected), json.dumps(failures, indent=1)[:8000]
+    for entry_id, item in expected.items():
+        assert failures[entry_id].startswith(item["outcome"]), (entry_id, failures[entry_id])
+    return outcomes
+
+
+def chunk_jobs(category: str, start: int) -> tuple[list[Entry], list[str], list[tuple[str, Any]]]:
+    entries = load_category(category)[start : start + CHUNK]
+    scripts = [ground_truth_script(q["function"], a) for q, a in entries]
+    jobs = [(s, q["function"]) for s, (q, _) in zip(scripts, entries, strict=True)]
+    return entries, scripts, jobs
+
+
 @pytest.mark.parametrize(("category", "start"), _chunks(), ids=lambda v: str(v))
 def test_bfcl_ground_truth_through_the_sandbox(
     harness: EngineHarness,
@@ -189,9 +310,7 @@ def test_bfcl_ground_truth_through_the_sandbox(
     start: int,
     tmp_path: Path,
 ) -> None:
-    entries = load_category(category)[start : start + CHUNK]
-    scripts = [ground_truth_script(q["function"], a) for q, a in entries]
-    jobs = [(s, q["function"]) for s, (q, _) in zip(scripts, entries, strict=True)]
+    entries, scripts, jobs = chunk_jobs(category, start)
     as_json = [r.to_json() for r in run_all(harness, jobs)]
 
     # A sample through the real command line: the same outcome as through the engine.
@@ -207,29 +326,35 @@ def test_bfcl_ground_truth_through_the_sandbox(
         )
         assert proc.returncode == EXIT_CODES[via_cli["status"]]
 
-    verdicts = checker.check(
-        [
-            {
-                "id": q["id"],
-                "category": category,
-                "functions": q["function"],
-                "model_output": model_output(r),
-                "possible_answer": a["ground_truth"],
-            }
-            for (q, a), r in zip(entries, as_json, strict=True)
-        ]
-    )
-    failures = {}
-    for (question, _), result in zip(entries, as_json, strict=True):
-        reason = failure_reason(result, verdicts[question["id"]])
-        if reason is not None:
-            failures[question["id"]] = reason
-    ids = {q["id"] for q, _ in entries}
-    expected = {k: v for k, v in expected_exceptions(category).items() if k in ids}
-    assert sorted(failures) == sorted(expected), json.dumps(failures, indent=1)[:8000]
-    for entry_id, item in expected.items():
-        assert failures[entry_id].startswith(item["outcome"]), (entry_id, failures[entry_id])
+    PROCESS_OUTCOMES[(category, start)] = judge(checker, category, entries, as_json)
     assert harness.leftovers(allow={checker.proc.pid}) == []
+
+
+@pytest.fixture(scope="module")
+def docker(harness: EngineHarness) -> Iterator[DockerEngine]:
+    engine = DockerEngine(harness)
+    yield engine
+    assert engine.close() == [], "survived Engine.close()"
+
+
+@pytest.mark.requires_docker
+@pytest.mark.parametrize(("category", "start"), _chunks(), ids=lambda v: str(v))
+def test_bfcl_ground_truth_on_docker(
+    harness: EngineHarness, docker: DockerEngine, checker: Checker, category: str, start: int
+) -> None:
+    entries, _, jobs = chunk_jobs(category, start)
+    excepted = expected_exceptions(category)
+    picked = [i for i, (q, _) in enumerate(entries) if i % DOCKER_EVERY == 0 or q["id"] in excepted]
+    entries = [entries[i] for i in picked]
+    results = run_all(harness, [jobs[i] for i in picked], docker.engine, DOCKER_CONCURRENCY)
+    assert {r.backend for r in results} == {"docker"}
+    outcomes = judge(checker, category, entries, [r.to_json() for r in results])
+    # Entry by entry as on the process backend (when its run of this chunk is in this session).
+    on_process = PROCESS_OUTCOMES.get((category, start))
+    if on_process is not None:
+        differ = {k: (v, on_process[k]) for k, v in outcomes.items() if on_process[k] != v}
+        assert differ == {}, json.dumps(differ, indent=1)[:8000]
+    assert docker.leftovers() == []
 
 
 def test_pass_rate_is_at_least_99_percent() -> None:

@@ -1,9 +1,9 @@
 """A real Docker engine behind a real Engine, for the container backend's tests.
 
-Skipped, with the reason, when no engine answers (`PTC_DOCKER_HOST` / `DOCKER_HOST`, see
-scripts/dockerd.sh) or the runtime image is missing or stale (scripts/build_images.sh). CI starts
-both (scripts/ci_docker.sh). `DockerHarness.leftovers()` asks the engine and the filesystem for
-anything an execution left behind.
+Skipped, with the reason (by tests/conftest.py), when no engine answers (`PTC_DOCKER_HOST` /
+`DOCKER_HOST`, see scripts/dockerd.sh) or the runtime image is missing or stale
+(scripts/build_images.sh). CI starts both (scripts/ci_docker.sh). `DockerHarness.leftovers()`
+asks the engine and the filesystem for anything an execution left behind.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 from sandbox.backends.docker.janitor import owner_label
 from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
-from sandbox.errors import Unavailable
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
 
@@ -29,29 +28,10 @@ T = TypeVar("T")
 POOL_SIZE = 2
 
 
-def docker_unavailable_reason() -> str | None:
-    try:
-        client = engine_client.connect(engine_client.engine_address())
-    except Unavailable as exc:
-        return exc.message
-    try:
-        engine_client.check_image(client, engine_client.default_image())
-    except Unavailable as exc:
-        return exc.message
-    finally:
-        client.close()
-    return None
-
-
-_REASON = docker_unavailable_reason()
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if {"docker_harness", "dclean", "docker_client"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.requires_docker)
-            if _REASON is not None:
-                item.add_marker(pytest.mark.skip(reason=f"requires_docker: {_REASON}"))
+            item.add_marker(pytest.mark.requires_docker)  # tests/conftest.py skips them
 
 
 class DockerHarness:
