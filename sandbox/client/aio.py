@@ -147,7 +147,7 @@ class Execution:
             answer.error = f"the client has no function for tool {request.tool!r}"
         else:
             try:
-                answer.result_json = await local.invoke(json.loads(request.arguments_json))
+                answer.result_json = await local.invoke_json(request.arguments_json)
             except Exception as exc:
                 answer.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await self._send(pb.ClientMessage(tool_answer=answer))

@@ -46,7 +46,13 @@ class ClientTool:
 
     async def invoke(self, arguments: Any) -> str:
         """Validates ``arguments``, calls the function, returns its result as JSON text."""
-        model = self.arguments.model_validate(arguments)
+        return await self._call(self.arguments.model_validate(arguments))
+
+    async def invoke_json(self, arguments_json: str | bytes) -> str:
+        """`invoke` for arguments as JSON text, validated as they are parsed (one pass)."""
+        return await self._call(self.arguments.model_validate_json(arguments_json))
+
+    async def _call(self, model: pydantic.BaseModel) -> str:
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
         if inspect.iscoroutinefunction(self.function):
             value = await self.function(**kwargs)

@@ -9,6 +9,7 @@ client sees INTERNAL without internals. Cancellation passes through untouched.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -86,4 +87,7 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
             return grpc.unary_stream_rpc_method_handler(
                 _wrap_stream(handler.unary_stream), **common
             )
-        return grpc.stream_stream_rpc_method_handler(_wrap_stream(handler.stream_stream), **common)
+        behaviour = handler.stream_stream
+        # A handler that reads and writes through its context is a coroutine, not a generator.
+        wrap = _wrap_stream if inspect.isasyncgenfunction(behaviour) else _wrap_unary
+        return grpc.stream_stream_rpc_method_handler(wrap(behaviour), **common)

@@ -57,10 +57,9 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
     async def ExecuteStream(
         self, request_iterator: AsyncIterator[pb.ClientMessage], context: Context
-    ) -> AsyncIterator[pb.ServerEvent]:
-        session = StreamSession(self.runner, self._tenant(context))
-        async for event in session.serve(request_iterator):
-            yield event
+    ) -> None:
+        # Reads and writes go through the context (see `StreamSession`), not the iterator.
+        await StreamSession(self.runner, self._tenant(context), context).serve()
 
     async def GenerateStubs(
         self, request: pb.GenerateStubsRequest, context: Context

@@ -11,6 +11,12 @@ script's wall-time limit, which ends the run and with it every pending call. A c
 `Cancel`, cancels the RPC or disconnects sets the run's cancel event: the sandbox is killed and
 the record says `cancelled`. A malformed client message ends the stream with INVALID_ARGUMENT
 naming the field (and cancels the run the same way).
+
+The session reads and writes through the servicer context (``context.read``/``context.write``)
+rather than an async generator fed by a queue: a tool call is written by the task that makes it,
+at once, and only events that arrive while another write is in flight wait in a small outbox,
+which the writing task empties in order. Half the latency of a client-side tool call is these
+hops, so they are kept to what gRPC itself needs (see bench/grpc.py).
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections import deque
 from typing import Any
+
+from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.engine import StartedInfo
@@ -32,28 +40,30 @@ from sandbox.tenants.base import Tenant
 __all__ = ["StreamSession"]
 
 _STREAMS = {"stdout": pb.STREAM_STDOUT, "stderr": pb.STREAM_STDERR}
-
-
-class _Done:
-    """Queued after the run's last event."""
+Context = aio.ServicerContext[pb.ClientMessage, pb.ServerEvent]
 
 
 class StreamSession:
-    def __init__(self, runner: Runner, tenant: Tenant) -> None:
+    def __init__(self, runner: Runner, tenant: Tenant, context: Context) -> None:
         self.runner = runner
         self.tenant = tenant
+        self.context = context
         self.cancel = asyncio.Event()
-        self._events: asyncio.Queue[pb.ServerEvent | BaseException | _Done] = asyncio.Queue()
+        self._outbox: deque[pb.ServerEvent] = deque()
+        self._writing = False
+        self._quiet = asyncio.Event()  # set while no write is in flight
+        self._quiet.set()
+        self._writers: set[asyncio.Task[None]] = set()
+        self._failed: asyncio.Future[InvalidArgument] = asyncio.get_running_loop().create_future()
         self._tools: dict[int, asyncio.Future[pb.ToolCallAnswer]] = {}
         self._approvals: dict[int, asyncio.Future[pb.ApprovalDecision]] = {}
         self._asked_tools: set[int] = set()
         self._asked_approvals: set[int] = set()
 
-    async def serve(
-        self, requests: AsyncIterator[pb.ClientMessage]
-    ) -> AsyncIterator[pb.ServerEvent]:
-        first = await anext(aiter(requests), None)
-        if first is None:
+    async def serve(self) -> None:
+        """Runs the stream to its end; raises `InvalidArgument` for a malformed client message."""
+        first = await self.context.read()
+        if not isinstance(first, pb.ClientMessage):  # the client closed without a request
             return
         kind = first.WhichOneof("message")
         if kind != "start":
@@ -68,31 +78,32 @@ class StreamSession:
             on_output=self._output,
             on_started=self._started,
         )
-        run.add_done_callback(lambda _task: self._events.put_nowait(_Done()))
-        reader = asyncio.create_task(self._read(requests))
+        reader = asyncio.create_task(self._read())
         try:
-            while True:
-                item = await self._events.get()
-                if isinstance(item, _Done):
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-            yield pb.ServerEvent(result=result_to_proto(run.result()))
+            ends: list[asyncio.Future[Any]] = [run, self._failed]
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            if self._failed.done():
+                raise self._failed.result()
+            final = pb.ServerEvent(result=result_to_proto(run.result()))
+            while self._writing:  # another writer holds the stream: let it finish first
+                await self._quiet.wait()
+            await self._write(final)  # after whatever is still queued
         finally:
             if not run.done():
                 self.cancel.set()
-            reader.cancel()
+            for task in (reader, *self._writers):
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+                await asyncio.gather(reader, *self._writers)
 
     # -- client → server -----------------------------------------------------------------------
-    async def _read(self, requests: AsyncIterator[pb.ClientMessage]) -> None:
+    async def _read(self) -> None:
         try:
-            async for message in requests:
+            while isinstance(message := await self.context.read(), pb.ClientMessage):
                 self._dispatch(message)
         except InvalidArgument as exc:
-            self._events.put_nowait(exc)
+            if not self._failed.done():
+                self._failed.set_result(exc)
         except asyncio.CancelledError:
             raise
         except Exception:  # the client went away: the RPC's own cancellation follows
@@ -118,8 +129,37 @@ class StreamSession:
             raise InvalidArgument("message: empty client message")
 
     # -- server → client -----------------------------------------------------------------------
+    def _emit(self, event: pb.ServerEvent) -> None:
+        """Sends ``event`` after those before it, from a callback that cannot wait."""
+        self._outbox.append(event)
+        if not self._writing:
+            task = asyncio.create_task(self._write(None))
+            self._writers.add(task)
+            task.add_done_callback(self._writers.discard)
+
+    async def _write(self, event: pb.ServerEvent | None) -> None:
+        """Writes ``event`` (if any) and everything queued, in order; when another write is in
+        flight, queues ``event`` for that writer instead."""
+        if self._writing:
+            if event is not None:
+                self._outbox.append(event)
+            return
+        self._writing = True
+        self._quiet.clear()
+        try:
+            # The outbox goes first: it holds what was emitted before ``event``.
+            if event is not None:
+                self._outbox.append(event)
+            while self._outbox:
+                await self.context.write(self._outbox.popleft())
+        except (asyncio.InvalidStateError, RuntimeError, ConnectionError):
+            self._outbox.clear()  # the RPC is ending; its cancellation ends the run
+        finally:
+            self._writing = False
+            self._quiet.set()
+
     def _started(self, info: StartedInfo) -> None:
-        self._events.put_nowait(
+        self._emit(
             pb.ServerEvent(
                 started=pb.Started(
                     execution_id=info.execution_id,
@@ -130,15 +170,13 @@ class StreamSession:
         )
 
     def _output(self, stream: str, data: bytes) -> None:
-        self._events.put_nowait(
-            pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data))
-        )
+        self._emit(pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data)))
 
     async def _client_tool(self, call: ToolCall) -> Any:
         future: asyncio.Future[pb.ToolCallAnswer] = asyncio.get_running_loop().create_future()
         self._tools[call.seq] = future
         self._asked_tools.add(call.seq)
-        self._events.put_nowait(
+        await self._write(
             pb.ServerEvent(
                 tool_call=pb.ToolCallRequest(
                     seq=call.seq,
@@ -165,7 +203,7 @@ class StreamSession:
         future: asyncio.Future[pb.ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._approvals[call.seq] = future
         self._asked_approvals.add(call.seq)
-        self._events.put_nowait(
+        await self._write(
             pb.ServerEvent(
                 approval=pb.ApprovalRequest(
                     seq=call.seq,

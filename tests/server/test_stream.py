@@ -53,6 +53,34 @@ def test_streamed_output_callback_and_iterator(server):
     assert execution.result().stdout == "0\n1\n2\n"
 
 
+def test_events_reach_the_client_in_the_order_the_script_made_them(server):
+    # Output written before a tool call must arrive before that call's request, although
+    # output is sent from a callback and the call's request by the task making it.
+    seen: list[str] = []
+
+    @tool(read_only=True)
+    async def mark(i: int) -> int:
+        """Records that call ``i`` reached the client."""
+        seen.append(f"call {i}")
+        return i
+
+    script = (
+        "import tools\n"
+        "for i in range(20):\n"
+        "    print(f'out {i}', flush=True)\n"
+        "    assert tools.mark(i=i) == i\n"
+        "print('end', flush=True)\n"
+    )
+
+    def on_output(chunk: OutputChunk) -> None:
+        seen.extend(line for line in chunk.data.decode().splitlines() if line)
+
+    result = server.client.run(script, tools=[mark], on_output=on_output)
+    assert result.status == "ok", result.stderr
+    expected = [item for i in range(20) for item in (f"out {i}", f"call {i}")] + ["end"]
+    assert seen == expected
+
+
 def test_client_tool_result_flows_back_into_the_script(server):
     script = "import tools\nx = tools.double(n=21)\nprint(x, type(x).__name__)"
     result = server.client.run(script, tools=[double])
