@@ -1,8 +1,10 @@
 """A warm pool of single-use sandboxes, so that starting one is off the request path.
 
 The pool keeps `size` sandboxes started and ready; taking one triggers a refill in the
-background. A sandbox leaves the pool exactly once and is never returned to it. Starts run at
-most `max_starting` at a time so that a burst of demand does not starve running scripts of CPU.
+background (deferred by `REFILL_DELAY_S` while others are still idle). A sandbox leaves the
+pool exactly once and is never returned to it. Starts run at most `max_starting` at a time so
+that a burst of demand does not starve running scripts of CPU; a failed start is retried after
+a growing back-off.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Generic, TypeVar
 __all__ = ["WarmPool"]
 
 H = TypeVar("H")
+REFILL_DELAY_S = 0.05
 log = logging.getLogger(__name__)
 
 
@@ -41,6 +44,7 @@ class WarmPool(Generic[H]):
         self.started_total = 0
         self.failed_starts = 0
         self.last_error: BaseException | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> int:
@@ -53,10 +57,25 @@ class WarmPool(Generic[H]):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _refill_soon(self) -> None:
+        """Refills at once when nothing is idle; otherwise a moment later, so that starting a
+        replacement (tens of ms of CPU) does not compete with the execution that just took
+        one, on machines with few cores."""
+        if not self._idle:
+            self._refill()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(REFILL_DELAY_S, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._refill()
+
     async def _start_one(self) -> None:
+        failed = False
         try:
             handle = await self._create()
         except Exception as exc:
+            failed = True
             self.failed_starts += 1
             self.last_error = exc
             log.warning("warm pool: a sandbox failed to start: %s", exc)
@@ -64,6 +83,8 @@ class WarmPool(Generic[H]):
             return
         finally:
             self._starting -= 1
+            if failed and not self._closed:
+                self._refill()  # try again after the back-off, not only at the next acquire
         if self._closed:
             await self._dispose(handle)
             return
@@ -92,7 +113,7 @@ class WarmPool(Generic[H]):
         while self._idle:
             handle = self._idle.popleft()
             if self._alive(handle):
-                self._refill()
+                self._refill_soon()
                 return handle
             await self._dispose(handle)
         self._refill()
@@ -100,6 +121,9 @@ class WarmPool(Generic[H]):
 
     async def close(self) -> None:
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for task in list(self._tasks):
             task.cancel()
         with contextlib.suppress(Exception):
