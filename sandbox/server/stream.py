@@ -41,6 +41,7 @@ __all__ = ["StreamSession"]
 
 _STREAMS = {"stdout": pb.STREAM_STDOUT, "stderr": pb.STREAM_STDERR}
 Context = aio.ServicerContext[pb.ClientMessage, pb.ServerEvent]
+WRITE_SETTLE_S = 2.0
 
 
 class StreamSession:
@@ -51,6 +52,7 @@ class StreamSession:
         self.cancel = asyncio.Event()
         self._outbox: deque[pb.ServerEvent] = deque()
         self._writing = False
+        self._closing = False  # the stream is ending: nothing more is written
         self._quiet = asyncio.Event()  # set while no write is in flight
         self._quiet.set()
         self._writers: set[asyncio.Task[None]] = set()
@@ -89,8 +91,15 @@ class StreamSession:
                 await self._quiet.wait()
             await self._write(final)  # after whatever is still queued
         finally:
+            self._closing = True
             if not run.done():
                 self.cancel.set()
+            reader.cancel()
+            # gRPC allows one write in flight per call, and cancelling the task that awaits it
+            # does not withdraw it: let it complete before the RPC ends (an abort would
+            # otherwise collide with it).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), WRITE_SETTLE_S)
             for task in (reader, *self._writers):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -131,6 +140,8 @@ class StreamSession:
     # -- server → client -----------------------------------------------------------------------
     def _emit(self, event: pb.ServerEvent) -> None:
         """Sends ``event`` after those before it, from a callback that cannot wait."""
+        if self._closing:
+            return
         self._outbox.append(event)
         if not self._writing:
             task = asyncio.create_task(self._write(None))
@@ -140,6 +151,8 @@ class StreamSession:
     async def _write(self, event: pb.ServerEvent | None) -> None:
         """Writes ``event`` (if any) and everything queued, in order; when another write is in
         flight, queues ``event`` for that writer instead."""
+        if self._closing:
+            return
         if self._writing:
             if event is not None:
                 self._outbox.append(event)
@@ -150,7 +163,7 @@ class StreamSession:
             # The outbox goes first: it holds what was emitted before ``event``.
             if event is not None:
                 self._outbox.append(event)
-            while self._outbox:
+            while self._outbox and not self._closing:
                 await self.context.write(self._outbox.popleft())
         except (asyncio.InvalidStateError, RuntimeError, ConnectionError):
             self._outbox.clear()  # the RPC is ending; its cancellation ends the run

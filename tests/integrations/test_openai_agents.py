@@ -3,6 +3,7 @@ tracing off), and a two-step task through the function tool."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -71,10 +72,13 @@ def test_openai_agents_two_step_task(embedded: EmbeddedRunner) -> None:
     agent = Agent(
         name="analyst", instructions="Answer with the execute tool.", tools=[tool], model=model
     )
-    result = Runner.run_sync(
-        agent,
-        "Which city is warmest, and how humid is it?",
-        run_config=RunConfig(tracing_disabled=True),
+    # Runner.run_sync leaves the event loop it creates unclosed; asyncio.run closes its own.
+    result = asyncio.run(
+        Runner.run(
+            agent,
+            "Which city is warmest, and how humid is it?",
+            run_config=RunConfig(tracing_disabled=True),
+        )
     )
     assert result.final_output == "Quito, humidity 40."
     assert [t.name for t in model.tools] == ["execute_python"]
