@@ -12,6 +12,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -36,8 +37,13 @@ def _ptc(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
+    """Graceful stop (SIGTERM), with SIGKILL only as the backstop of a hung server."""
     if proc.poll() is None:
-        proc.kill()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     proc.wait()
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
@@ -97,9 +103,16 @@ def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
     assert running_before, "executions admitted but cut off by the kill are recorded as running"
     assert set(finished) <= set(statuses)
 
-    # The restart marks them interrupted; the chain verifies.
+    # The restart marks them interrupted, and sweeps what the killed server left on the host
+    # (its runtime directory, its cgroups); the chain verifies.
+    killed_pid = proc.pid
     restarted, _address = _start_server("--audit-db", db, "--instance-id", "crash-test")
     _stop(restarted)
+    assert restarted.returncode == 0
+    for pid in (killed_pid, restarted.pid):
+        assert not list(Path(tempfile.gettempdir()).glob(f"ptc-runtime-{pid}-*"))
+        assert not list(Path("/tmp").glob(f"ptc-runtime-{pid}-*"))
+        assert not list(Path("/sys/fs/cgroup/pids").glob(f"ptc-{pid}-*"))
     verify = _ptc("audit", "verify", "--db", db)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     listing = _ptc("audit", "list", "--db", db, "--json", "--limit", "1000")

@@ -11,9 +11,7 @@ import asyncio
 import itertools
 import os
 import shutil
-import stat
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +19,9 @@ from sandbox.backends.base import SandboxHandle
 from sandbox.backends.pool import WarmPool
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
+from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
 from sandbox.errors import Unavailable
-from sandbox.guest import GUEST_DIR, GUEST_FILES
 from sandbox.limits import DEFAULTS, ResolvedLimits
 
 __all__ = ["ProcessBackend", "ProcessBackendConfig", "default_guest_python"]
@@ -78,7 +76,8 @@ class ProcessBackend:
                 )
         else:
             self.cgroups.cleanup_stale()
-        self._runtime_dir = self._make_runtime_dir()
+        sweep_stale_runtime_dirs()
+        self._runtime_dir = make_runtime_dir()
         self._pool = WarmPool(
             factory=lambda: self._spawn(self.config.pool_limits),
             dispose=lambda h: h.dispose(),
@@ -86,21 +85,6 @@ class ProcessBackend:
             size=self.config.pool_size,
         )
         self._pool.start()
-
-    @staticmethod
-    def _make_runtime_dir() -> Path:
-        """Copies the guest files where the unprivileged sandbox uid can read them."""
-        # The sandbox uid must traverse the parent: a private $TMPDIR would not do.
-        parent = Path(tempfile.gettempdir())
-        if not parent.stat().st_mode & stat.S_IXOTH:
-            parent = Path("/tmp")
-        path = Path(tempfile.mkdtemp(prefix="ptc-runtime-", dir=parent))
-        path.chmod(0o755)
-        for name in GUEST_FILES:
-            target = path / name
-            shutil.copyfile(GUEST_DIR / name, target)
-            target.chmod(0o644)
-        return path
 
     async def _spawn(self, limits: ResolvedLimits) -> ProcessSandbox:
         assert self._runtime_dir is not None
