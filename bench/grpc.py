@@ -35,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -250,9 +251,14 @@ async def throughput(run: Run, label: str, cpu: Callable[[], float]) -> None:
 
 async def bench(pool_size: int, rounds: int) -> None:
     print(f"load average before: {os.getloadavg()}")
+    # `ptc serve` records every execution, as in production: in a SQLite file of this run's.
+    audit_dir = tempfile.TemporaryDirectory(prefix="ptc-bench-")
     remote_proc, remote_address = spawn(
-        ["-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", str(pool_size)]
-    )
+        [
+            "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0",
+            "--pool-size", str(pool_size), "--audit-db", f"{audit_dir.name}/audit.db",
+        ]
+    )  # fmt: skip
     echo_proc, echo_address = spawn(["-m", "bench.grpc", "--echo-server"])
     backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size))
     engine = Engine(EngineConfig(backends={"process": backend}))
@@ -315,6 +321,7 @@ async def bench(pool_size: int, rounds: int) -> None:
         await local_server.stop()
         stop(remote_proc)
         stop(echo_proc)
+        audit_dir.cleanup()
     print(f"load average after: {os.getloadavg()}")
 
 
