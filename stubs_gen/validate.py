@@ -6,11 +6,18 @@ Uses ``jsonschema``'s Draft 2020-12 validator (the schema was normalised by `sch
 pass (names the schema does not declare) are rejected unless the schema itself allows extra
 properties at the top level. Messages name the argument by its JSON path inside the arguments
 and say what was expected: ``argument 'city': expected string, got 42``.
+
+The broker validates every call, so the common shape gets a fast path: a flat object whose
+properties are only typed scalars (most real tools) is checked by a few `isinstance` calls with
+the Draft 2020-12 type semantics (``integer`` includes ``1.0``, ``number`` excludes booleans).
+The fast path only ever *accepts*: anything it does not accept goes to ``jsonschema``, which
+decides and writes the messages, so both paths agree by construction.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -76,6 +83,68 @@ def _message(error: ValidationError) -> str:
     return f"{label}: {error.message}"
 
 
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+_SCALAR_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": _is_integer,
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated"})
+_FAST_OBJECT_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
+
+
+def _scalar_check(schema: Any) -> Callable[[Any], bool] | None:
+    """The check of a property schema that is only a scalar type (or a list of them)."""
+    if not isinstance(schema, dict) or not set(schema) <= _ANNOTATIONS | {"type"}:
+        return None
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    checks = [_SCALAR_CHECKS.get(k) if isinstance(k, str) else None for k in kinds]
+    if not checks or None in checks:
+        return None
+    if len(checks) == 1:
+        return checks[0]
+    return lambda v: any(check(v) for check in checks)  # type: ignore[misc]
+
+
+def _fast_accept(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """An accept-only check for a flat object of typed scalars, or None for other shapes."""
+    if not set(schema) <= _FAST_OBJECT_KEYS or schema.get("type") != "object":
+        return None
+    if schema.get("additionalProperties", False) is not False:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, sub in properties.items():
+        check = _scalar_check(sub)
+        if check is None:
+            return None
+        checks[name] = check
+    needed = tuple(required)
+
+    def accept(arguments: dict[str, Any]) -> bool:
+        for name in needed:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            check = checks.get(name)
+            if check is None or not check(value):
+                return False
+        return True
+
+    return accept
+
+
 class ArgumentValidator:
     """A compiled validator for one tool's arguments."""
 
@@ -84,11 +153,14 @@ class ArgumentValidator:
         if not any(k in schema for k in _OPEN_KEYS) and isinstance(schema.get("properties"), dict):
             schema["additionalProperties"] = False
         self._validator = Draft202012Validator(schema)
+        self._fast = _fast_accept(schema)
 
     def check(self, arguments: Any) -> list[str]:
         """Problems with ``arguments``, sorted by path; ``[]`` when they are valid."""
         if not isinstance(arguments, dict):
             return [f"arguments: expected object, got {_show(arguments)}"]
+        if self._fast is not None and self._fast(arguments):
+            return []
         try:
             errors = list(self._validator.iter_errors(arguments))
         except RecursionError:

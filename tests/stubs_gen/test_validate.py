@@ -95,3 +95,57 @@ def test_extra_top_level_arguments_allowed_when_schema_says_so() -> None:
         ]
     )
     assert manifest.validate("t", {"anything": 1}) == []
+
+
+# -- the fast path agrees with jsonschema ------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from jsonschema import Draft202012Validator  # noqa: E402
+
+from stubs_gen.validate import ArgumentValidator, _fast_accept  # noqa: E402
+
+_SCALAR_TYPES = ["string", "integer", "number", "boolean", "null"]
+_scalar_schema = st.one_of(
+    st.sampled_from(_SCALAR_TYPES).map(lambda t: {"type": t}),
+    st.lists(st.sampled_from(_SCALAR_TYPES), min_size=1, max_size=3, unique=True).map(
+        lambda ts: {"type": ts, "description": "d"}
+    ),
+)
+_flat_schema = st.dictionaries(
+    st.sampled_from(["a", "b", "c", "d"]), _scalar_schema, max_size=4
+).flatmap(
+    lambda props: st.lists(st.sampled_from(sorted(props) or ["a"]), unique=True).map(
+        lambda req: {"type": "object", "properties": props, "required": req}
+    )
+)
+_json_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1.0, -3.0, 0.0, 2.5]),
+    st.text(max_size=5),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_flat_schema, st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), _json_scalar))
+def test_fast_path_accepts_only_what_jsonschema_accepts(schema, arguments):
+    validator = ArgumentValidator(schema)
+    strict = dict(schema, additionalProperties=False)
+    fast = _fast_accept(strict)
+    assert fast is not None  # these flat shapes all take the fast path
+    expected_valid = Draft202012Validator(strict).is_valid(arguments)
+    if fast(arguments):
+        assert expected_valid, (schema, arguments)
+    assert (validator.check(arguments) == []) == expected_valid
+
+
+def test_fast_path_declines_other_shapes():
+    assert (
+        _fast_accept({"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}})
+        is None
+    )
+    assert _fast_accept({"type": "object", "properties": {"a": {"type": "array"}}}) is None
+    assert _fast_accept({"type": "object", "properties": {}, "additionalProperties": True}) is None
