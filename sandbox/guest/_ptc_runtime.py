@@ -28,6 +28,7 @@ from typing import Any
 __all__ = ["CallDenied", "CallRefused", "InvalidArguments", "ToolError", "acall", "call"]
 
 _HEADER = struct.Struct(">I")
+_READ_SIZE = 64 * 1024
 
 
 class ToolError(Exception):
@@ -82,6 +83,7 @@ class Channel:
         self.max_call_bytes = max_call_bytes
         self._reader: threading.Thread | None = None
         self._direct = threading.Lock()  # held by a plain call in direct mode
+        self._rbuf = bytearray()
         self._threaded = False
 
     # -- framing ---------------------------------------------------------------------------
@@ -92,19 +94,23 @@ class Channel:
         with self._send_lock:
             self._sock.sendall(_HEADER.pack(len(body)) + body)
 
-    def _recv_exact(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self._sock.recv(min(n, 1 << 20))
+    def _fill(self, n: int) -> None:
+        """Reads until the buffer holds ``n`` bytes; one read usually brings a whole frame."""
+        while len(self._rbuf) < n:
+            chunk = self._sock.recv(max(n - len(self._rbuf), _READ_SIZE))
             if not chunk:
                 raise EOFError("the host closed the channel")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            self._rbuf += chunk
 
     def recv(self) -> dict[str, Any]:
-        (length,) = _HEADER.unpack(self._recv_exact(_HEADER.size))
-        message = json.loads(self._recv_exact(length))
+        """The next frame; only one reader at a time (the direct caller or the reader thread)."""
+        self._fill(_HEADER.size)
+        (length,) = _HEADER.unpack_from(self._rbuf)
+        end = _HEADER.size + length
+        self._fill(end)
+        body = bytes(self._rbuf[_HEADER.size : end])
+        del self._rbuf[:end]
+        message = json.loads(body)
         if not isinstance(message, dict):
             raise ValueError("frame is not an object")
         return message
