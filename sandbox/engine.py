@@ -134,18 +134,11 @@ class Engine:
             self._stubs[manifest.sha256] = module
         return module
 
-    def effective_limits(
-        self,
-        limits: Limits,
-        ceilings: ResolvedLimits | None = None,
-        defaults: ResolvedLimits | None = None,
-        policy: Literal["clamp", "refuse"] | None = None,
-    ) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
+    def effective_limits(self, limits: Limits) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
+        """The request's limits under this engine's defaults and ceilings (a server passes its
+        tenant's instead, through `sandbox.tenants.policy.effective_limits`)."""
         return apply_ceilings(
-            limits,
-            defaults or self.config.defaults,
-            ceilings or self.config.ceilings,
-            policy or self.config.ceiling_policy,
+            limits, self.config.defaults, self.config.ceilings, self.config.ceiling_policy
         )
 
     def backend(self, name: str | None) -> Backend:

@@ -10,7 +10,7 @@ passed unchanged to the broker and the backend.
 |----------------|------------------|----------|---------------------------------------------------
 | wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox
 | cpu_time       | cpu_time_ms      | 10 s     | RLIMIT_CPU per process; cgroup cpuacct overall
-| memory         | memory_bytes     | 256 MiB  | cgroup memory limit; RLIMIT_AS per process
+| memory         | memory_bytes     | 256 MiB  | cgroup memory limit; RLIMIT_AS without cgroups
 | processes      | processes        | 64       | cgroup pids limit
 | stdout_bytes   | stdout_bytes     | 1 MiB    | host capture; the rest dropped with a marker
 | stderr_bytes   | stderr_bytes     | 256 KiB  | host capture; the rest dropped with a marker

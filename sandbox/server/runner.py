@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.capture import OutputCallback
 from sandbox.engine import MAX_SCRIPT_BYTES, Engine, ExecutionRequest, StartedInfo
-from sandbox.errors import InvalidArgument, PermissionDenied, PtcError
+from sandbox.errors import InvalidArgument, PtcError
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import LimitAdjustment, ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.tenants.base import Tenancy, Tenant
+from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
 from stubs_gen import Manifest
 
 __all__ = ["Prepared", "Runner"]
@@ -76,11 +77,7 @@ class Runner:
                     f"manifest: tools[{index}] {tool.name!r}: is a 'client'-mode tool, which "
                     "needs ExecuteStream (Execute serves echo, mock and host tools)"
                 )
-            if mode not in tenant.tool_modes:
-                raise PermissionDenied(
-                    f"manifest: tools[{index}] {tool.name!r}: tenant {tenant.id!r} may not use "
-                    f"{mode!r}-mode tools"
-                )
+        check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
         self.host.check(manifest)
         for index, expected in enumerate(request.expected_calls):
             if manifest.tool(expected.tool) is None:
@@ -88,15 +85,9 @@ class Runner:
                     f"expected_calls[{index}].tool: unknown tool {expected.tool!r}"
                 )
         backend = request.backend or self.engine.config.default_backend
-        if backend not in tenant.backends:
-            raise PermissionDenied(f"backend: tenant {tenant.id!r} may not use {backend!r}")
+        check_backend(tenant, backend)
         self.engine.backend(backend)  # UNAVAILABLE when this server does not have it
-        limits = self.engine.effective_limits(
-            request.limits,
-            ceilings=tenant.ceilings,
-            defaults=tenant.defaults,
-            policy=tenant.ceiling_policy,
-        )
+        limits = effective_limits(tenant, request.limits)
         return Prepared(
             execution_id=uuid.uuid4().hex,
             tenant=tenant,

@@ -28,15 +28,16 @@ def check_backend(tenant: Tenant, backend: str) -> None:
     if backend not in tenant.backends:
         allowed = ", ".join(sorted(tenant.backends))
         raise PermissionDenied(
-            f"tenant {tenant.id} may not use the {backend} backend (allowed: {allowed})"
+            f"backend: tenant {tenant.id!r} may not use {backend!r} (allowed: {allowed})"
         )
 
 
 def check_tool_modes(tenant: Tenant, modes: Iterable[tuple[str, str]]) -> None:
-    """``modes`` are (tool name, handler mode) pairs from the manifest."""
-    for tool, mode in modes:
+    """``modes`` are (tool name, handler mode) pairs, in manifest order."""
+    for index, (tool, mode) in enumerate(modes):
         if mode not in tenant.tool_modes:
             allowed = ", ".join(sorted(tenant.tool_modes))
             raise PermissionDenied(
-                f"tenant {tenant.id} may not use tool mode {mode} (tool {tool}; allowed: {allowed})"
+                f"manifest: tools[{index}] {tool!r}: tenant {tenant.id!r} may not use "
+                f"{mode!r}-mode tools (allowed: {allowed})"
             )
