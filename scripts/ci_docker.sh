@@ -26,6 +26,15 @@ up() {
   local exports
   exports=$(scripts/dockerd.sh start)
   eval "$exports"
+  # The engine's data root is kept between runs as an image cache: start the tests from no
+  # sandbox containers at all, whatever an interrupted earlier run left (even `Dead` ones).
+  local stale
+  stale=$(/usr/bin/docker ps -aq --filter label=org.ptc-sandbox.managed)
+  if [ -n "$stale" ]; then
+    echo "ci_docker: removing $(echo "$stale" | wc -l) sandbox containers of earlier runs" >&2
+    # shellcheck disable=SC2086
+    /usr/bin/docker rm -f $stale >/dev/null
+  fi
   local started
   started=$(date +%s)
   scripts/build_images.sh >&2

@@ -37,6 +37,7 @@ from sandbox.limits import DEFAULTS, ResolvedLimits
 __all__ = ["DockerBackend", "DockerBackendConfig", "default_runtime_root"]
 
 log = logging.getLogger(__name__)
+REMOVE_ATTEMPTS = 5
 SANDBOX_UID = 65532
 
 
@@ -171,10 +172,19 @@ class DockerBackend:
         task.add_done_callback(self._removals.discard)
 
     async def _remove(self, sandbox: DockerSandbox) -> None:
-        try:
-            await asyncio.to_thread(remove_container, sandbox.container)
-        except Exception as exc:
-            log.warning("docker backend: removing %s failed: %s", sandbox.container.name, exc)
+        # A busy engine can refuse or time out a removal (409 "already in progress", read
+        # timeouts): retry a few times, and `close()` sweeps whatever still carries our label.
+        for attempt in range(REMOVE_ATTEMPTS):
+            try:
+                await asyncio.to_thread(remove_container, sandbox.container)
+                return
+            except Exception as exc:
+                if attempt == REMOVE_ATTEMPTS - 1:
+                    log.warning(
+                        "docker backend: removing %s failed: %s", sandbox.container.name, exc
+                    )
+                    return
+                await asyncio.sleep(0.2 * (attempt + 1))
 
     @property
     def pool(self) -> WarmPool[DockerSandbox]:
@@ -202,6 +212,7 @@ class DockerBackend:
         while self._removals:
             await asyncio.gather(*list(self._removals), return_exceptions=True)
         if self._client is not None:
+            await asyncio.to_thread(janitor.remove_owned, self._client, self.owner)
             self._client.close()
             self._client = None
         shutil.rmtree(self._owner_dir, ignore_errors=True)

@@ -22,7 +22,14 @@ from docker import DockerClient
 
 from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
 
-__all__ = ["OwnerToken", "clean_leftovers", "owner_dir_name", "owner_label", "this_owner"]
+__all__ = [
+    "OwnerToken",
+    "clean_leftovers",
+    "owner_dir_name",
+    "owner_label",
+    "remove_owned",
+    "this_owner",
+]
 
 log = logging.getLogger(__name__)
 _OWNER_DIR = re.compile(r"^owner-(\d+)-(\d+)$")
@@ -98,4 +105,25 @@ def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
                 shutil.rmtree(entry, ignore_errors=True)
     if removed:
         log.info("docker janitor: removed %d containers left by a crashed server", removed)
+    return removed
+
+
+def remove_owned(client: DockerClient, owner: OwnerToken) -> int:
+    """Removes every container this owner still has: the last sweep of `close()`, for removals
+    that failed while the engine was busy. Returns how many it removed."""
+    removed = 0
+    try:
+        mine = client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={owner_label(owner)}"}
+        )
+    except docker.errors.DockerException as exc:
+        log.warning("docker backend: listing own containers failed: %s", exc)
+        return 0
+    for container in mine:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                container.remove(force=True, v=True)
+                removed += 1
+            except docker.errors.DockerException as exc:
+                log.warning("docker backend: removing %s failed: %s", container.name, exc)
     return removed

@@ -86,7 +86,7 @@ def test_janitor_removes_what_a_dead_server_left(docker_client: Any, tmp_path: P
     made[1].start()
     try:
         removed = clean_leftovers(docker_client, tmp_path)
-        assert removed == 2
+        assert removed >= 2  # ours, and any other dead server's on this engine
         remaining = {
             c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_MANAGED})
         }
