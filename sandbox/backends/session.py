@@ -78,19 +78,16 @@ class _Session:
         self.cancel = cancel
         self.stdout = CappedOutput("stdout", job.limits.stdout_bytes)
         self.stderr = CappedOutput("stderr", job.limits.stderr_bytes)
-        self.violations: list[Violation] = []
         self.end: GuestEnd | None = None
         self.protocol_error: str | None = None
         self.killed_for: str | None = None
         self.cancelled = False
         self._calls: dict[int, asyncio.Task[None]] = {}
-        self._kill_done = asyncio.Event()
 
     async def kill(self, reason: str) -> None:
         if self.killed_for is None:
             self.killed_for = reason
             await self.handle.kill()
-            self._kill_done.set()
 
     async def reply(self, call: GuestCall) -> None:
         frame = await self.broker.handle(call)
