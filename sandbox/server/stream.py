@@ -185,24 +185,33 @@ class StreamSession:
     def _output(self, stream: str, data: bytes) -> None:
         self._emit(pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data)))
 
-    async def _client_tool(self, call: ToolCall) -> Any:
-        future: asyncio.Future[pb.ToolCallAnswer] = asyncio.get_running_loop().create_future()
-        self._tools[call.seq] = future
-        self._asked_tools.add(call.seq)
-        await self._write(
-            pb.ServerEvent(
-                tool_call=pb.ToolCallRequest(
-                    seq=call.seq,
-                    tool=call.tool.name,
-                    arguments_json=json.dumps(call.arguments, ensure_ascii=False),
-                    idempotency_key=call.idempotency_key,
-                )
-            )
-        )
+    async def _ask(
+        self,
+        seq: int,
+        pending: dict[int, asyncio.Future[Any]],
+        asked: set[int],
+        event: pb.ServerEvent,
+    ) -> Any:
+        """Sends a request to the client and waits for its answer of the same seq."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending[seq] = future
+        asked.add(seq)
+        await self._write(event)
         try:
-            answer = await future
+            return await future
         finally:
-            self._tools.pop(call.seq, None)
+            pending.pop(seq, None)
+
+    async def _client_tool(self, call: ToolCall) -> Any:
+        request = pb.ToolCallRequest(
+            seq=call.seq,
+            tool=call.tool.name,
+            arguments_json=json.dumps(call.arguments, ensure_ascii=False),
+            idempotency_key=call.idempotency_key,
+        )
+        answer: pb.ToolCallAnswer = await self._ask(
+            call.seq, self._tools, self._asked_tools, pb.ServerEvent(tool_call=request)
+        )
         if answer.WhichOneof("outcome") == "error":
             raise ToolFailure(answer.error or "the client's tool failed")
         try:
@@ -213,22 +222,14 @@ class StreamSession:
             ) from None
 
     async def _approve(self, call: ToolCall) -> Approval:
-        future: asyncio.Future[pb.ApprovalDecision] = asyncio.get_running_loop().create_future()
-        self._approvals[call.seq] = future
-        self._asked_approvals.add(call.seq)
-        await self._write(
-            pb.ServerEvent(
-                approval=pb.ApprovalRequest(
-                    seq=call.seq,
-                    tool=call.tool.name,
-                    arguments_json=json.dumps(call.arguments, ensure_ascii=False),
-                )
-            )
+        request = pb.ApprovalRequest(
+            seq=call.seq,
+            tool=call.tool.name,
+            arguments_json=json.dumps(call.arguments, ensure_ascii=False),
         )
-        try:
-            decision = await future
-        finally:
-            self._approvals.pop(call.seq, None)
+        decision: pb.ApprovalDecision = await self._ask(
+            call.seq, self._approvals, self._asked_approvals, pb.ServerEvent(approval=request)
+        )
         return Approval(decision.approved, decision.reason)
 
 
