@@ -8,7 +8,6 @@ produces a result or raises `ToolFailure`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -70,10 +69,3 @@ async def mock_handler(call: ToolCall) -> Any:
 
 def builtin_handlers() -> dict[str, ToolHandler]:
     return {"echo": echo_handler, "mock": mock_handler}
-
-
-def merge_handlers(*layers: Mapping[str, ToolHandler]) -> dict[str, ToolHandler]:
-    merged: dict[str, ToolHandler] = {}
-    for layer in layers:
-        merged.update(layer)
-    return merged

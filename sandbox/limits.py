@@ -165,9 +165,6 @@ class ResolvedLimits:
         """The limit's value in its report unit (seconds for times)."""
         return SPEC_BY_NAME[name].to_human(self.value(name))
 
-    def as_limits(self) -> Limits:
-        return Limits(**dataclasses.asdict(self))
-
     def to_json(self) -> dict[str, float]:
         return {spec.name: self.human(spec.name) for spec in LIMIT_SPECS}
 

@@ -61,10 +61,6 @@ class Runner:
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
         self._draining = False
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._runs)
-
     def prepare(self, tenant: Tenant, request: ExecutionRequest, *, streamed: bool) -> Prepared:
         if len(request.script.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
             raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")

@@ -192,3 +192,10 @@ def test_a_sandbox_never_runs_a_second_job(clean: EngineHarness) -> None:
     second = clean.run("import os\nprint(os.path.exists('/tmp/mark'))")
     assert (first.status, second.stdout) == ("ok", "False\n")
     assert first.execution_id != second.execution_id
+
+
+def test_signals_the_script_sends_itself_are_ignored_as_for_any_init(clean: EngineHarness) -> None:
+    # The guest is pid 1 of its namespace: the kernel drops signals sent to it from inside
+    # without a handler, SIGKILL included (SECURITY.md, pid namespace).
+    result = clean.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint('alive')")
+    assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "alive\n")
