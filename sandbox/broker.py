@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from sandbox.handlers import (
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestCall, encode_frame
 from sandbox.result import CallRecord, CallStatus, Violation
-from stubs_gen import Manifest
+from stubs_gen import Manifest, ToolOptions
 
 __all__ = ["Broker"]
 
@@ -59,6 +60,8 @@ class Broker:
         self.calls: list[CallRecord] = []
         self._failures: Counter[str] = Counter()
         self._side_effects = asyncio.Lock()
+        self._side_effects_waiting = 0  # side-effect calls handed to `complete`, not yet done
+        self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._refused_over_budget = 0
 
@@ -80,43 +83,64 @@ class Broker:
             )
         ]
 
-    def immediate(self, call: GuestCall) -> bool:
-        """True when the call completes without waiting (a built-in echo or mock tool, no
-        approval, no side-effect call ahead of it): `handle_now` may then serve it inline."""
-        spec = self.manifest.tool(call.tool)
-        if spec is None:
-            return True  # refused at once
-        mode = spec.options.mode
+    def receive(self, call: GuestCall) -> tuple[CallRecord, bytes | None]:
+        """Records a call as it arrives (its seq is its arrival order) and, when it completes
+        without waiting (a built-in echo or mock tool, no approval, no side-effect call ahead of
+        it, or a refusal), answers it at once. Otherwise the reply is None and `complete` gives
+        it later. Thread-safe: the channel thread calls this while handlers run on the loop."""
+        with self._lock:
+            record = self._record(call)
+            spec = self.manifest.tool(call.tool)
+            if spec is not None and not self._immediate(spec.options):
+                if not spec.options.read_only:
+                    self._side_effects_waiting += 1
+                return record, None
+            try:
+                tool_call = self._admit(call, record)
+                value = _IMMEDIATE_VALUE[tool_call.tool.options.mode](tool_call)
+                return record, self._succeed(call, record, value)
+            except ToolFailure as failure:
+                return record, self._fail(call, record, failure)
+
+    def _immediate(self, options: ToolOptions) -> bool:
+        mode = options.mode
         return (
             mode in _IMMEDIATE
             and self.handlers.get(mode) is _IMMEDIATE[mode]
-            and not spec.options.needs_approval
-            and (spec.options.read_only or not self._side_effects.locked())
+            and not options.needs_approval
+            and (options.read_only or not self._side_effects_waiting)
         )
 
-    async def handle(self, call: GuestCall) -> bytes:
-        """Answers one guest call frame with an encoded reply frame."""
-        record = self._record(call)
+    async def complete(self, call: GuestCall, record: CallRecord) -> bytes:
+        """Answers a call that `receive` did not: checks, approval, handler."""
+        read_only = self._read_only(call)
         try:
-            tool_call = self._admit(call, record)
-            if tool_call.tool.options.read_only:
+            with self._lock:
+                tool_call = self._admit(call, record)
+            if read_only:
                 value = await self._dispatch(tool_call)
             else:
+                # FIFO: side-effect calls run one at a time, in the order they arrived.
                 async with self._side_effects:
                     value = await self._dispatch(tool_call)
-            return self._succeed(call, record, value)
+            with self._lock:
+                return self._succeed(call, record, value)
         except ToolFailure as failure:
-            return self._fail(call, record, failure)
+            with self._lock:
+                return self._fail(call, record, failure)
+        finally:
+            if not read_only:
+                with self._lock:
+                    self._side_effects_waiting -= 1
 
-    def handle_now(self, call: GuestCall) -> bytes:
-        """`handle` for a call that `immediate` accepted, without awaiting anything."""
-        record = self._record(call)
-        try:
-            tool_call = self._admit(call, record)
-            value = _IMMEDIATE_VALUE[tool_call.tool.options.mode](tool_call)
-            return self._succeed(call, record, value)
-        except ToolFailure as failure:
-            return self._fail(call, record, failure)
+    async def handle(self, call: GuestCall) -> bytes:
+        """`receive` and, when needed, `complete`: one call's encoded reply frame."""
+        record, reply = self.receive(call)
+        return reply if reply is not None else await self.complete(call, record)
+
+    def _read_only(self, call: GuestCall) -> bool:
+        spec = self.manifest.tool(call.tool)
+        return spec is None or spec.options.read_only
 
     def _record(self, call: GuestCall) -> CallRecord:
         seq = len(self.calls) + 1

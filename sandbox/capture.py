@@ -8,12 +8,14 @@ past the cap so that the script never blocks on a full pipe; the wall-time limit
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 
-__all__ = ["CappedOutput", "OutputCallback", "pump"]
+__all__ = ["CappedOutput", "OutputCallback", "OutputStream"]
 
 OutputCallback = Callable[[str, bytes], None]
 _CHUNK = 64 * 1024
+CATCH_UP_BYTES = 1 << 20
 
 
 class CappedOutput:
@@ -45,14 +47,76 @@ class CappedOutput:
         return out
 
 
-async def pump(
-    reader: asyncio.StreamReader, sink: CappedOutput, on_output: OutputCallback | None
-) -> None:
-    """Drains a pipe into ``sink`` until end of file."""
-    while True:
-        chunk = await reader.read(_CHUNK)
-        if not chunk:
+class OutputStream(asyncio.Protocol):
+    """One output pipe or socket of a sandbox, read by the event loop as data arrives.
+
+    A protocol rather than a StreamReader drained by a task: every chunk reaches the sink in
+    the very callback that read it, with no buffer in between, so `catch_up` can take what the
+    kernel holds right now. The session calls it before a tool call's request leaves, which
+    keeps output written before the call ahead of the call, although calls arrive on the
+    channel's own thread.
+    """
+
+    def __init__(self) -> None:
+        self._sink: CappedOutput | None = None
+        self._on_output: OutputCallback | None = None
+        self._early: list[bytes] = []  # before `attach`: the bootstrap's own words, if any
+        self._detached = False
+        self._fd = -1
+        self._transport: asyncio.BaseTransport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        source = transport.get_extra_info("pipe") or transport.get_extra_info("socket")
+        self._fd = source.fileno() if source is not None else -1
+
+    def data_received(self, data: bytes) -> None:
+        if self._sink is None:
+            if not self._detached:
+                self._early.append(data)
             return
-        kept = sink.feed(chunk)
-        if kept and on_output is not None:
-            on_output(sink.name, kept)
+        kept = self._sink.feed(data)
+        if kept and self._on_output is not None:
+            self._on_output(self._sink.name, kept)
+
+    def eof_received(self) -> bool:
+        self._end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def attach(self, sink: CappedOutput, on_output: OutputCallback | None) -> None:
+        """From now on output goes to ``sink`` (and ``on_output``), starting with any early."""
+        self._sink, self._on_output = sink, on_output
+        early, self._early = self._early, []
+        for chunk in early:
+            self.data_received(chunk)
+
+    def detach(self) -> None:
+        """The execution's output is final: later bytes (after its end) are not its own."""
+        self._sink, self._on_output, self._detached = None, None, True
+
+    def catch_up(self) -> None:
+        """Reads what the kernel already holds, up to `CATCH_UP_BYTES` (a flood from many
+        processes could otherwise hold the event loop here)."""
+        transport = self._transport
+        if self._fd < 0 or transport is None or transport.is_closing() or self.closed.done():
+            return
+        taken = 0
+        while taken < CATCH_UP_BYTES:
+            try:
+                chunk = os.read(self._fd, _CHUNK)
+            except OSError:  # BlockingIOError: nothing more now
+                return
+            if not chunk:
+                return  # end of file: the transport sees it too and ends the stream
+            taken += len(chunk)
+            self.data_received(chunk)
+            if len(chunk) < _CHUNK:
+                return

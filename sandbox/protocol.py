@@ -8,22 +8,22 @@ the execution with a `protocol` violation. Only JSON crosses the boundary, never
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "HEADER",
     "MAX_TOOL_NAME",
     "GuestCall",
     "GuestEnd",
     "GuestMessage",
     "GuestReady",
     "ProtocolViolation",
+    "decode_body",
     "encode_frame",
     "parse_guest_message",
-    "read_frame",
 ]
 
 HEADER = struct.Struct(">I")
@@ -64,21 +64,8 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> Any | None:
-    """Reads one frame; None on a clean end of stream between frames."""
-    try:
-        header = await reader.readexactly(HEADER.size)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise ProtocolViolation("channel closed inside a frame header") from None
-        return None
-    (length,) = HEADER.unpack(header)
-    if length > max_bytes:
-        raise ProtocolViolation(f"frame of {length} bytes is over the {max_bytes}-byte cap")
-    try:
-        body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
-        raise ProtocolViolation("channel closed inside a frame body") from None
+def decode_body(body: bytes | bytearray) -> Any:
+    """The JSON value of one frame's body; raises ProtocolViolation for anything else."""
     try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

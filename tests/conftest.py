@@ -129,7 +129,9 @@ class EngineHarness:
     def assert_healthy(self) -> None:
         """The engine still runs a plain script after whatever the test did."""
         result = self.run("print('still ok')")
-        assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "still ok\n")
+        assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "still ok\n"), (
+            result.to_json()
+        )
 
     # -- what must not survive an execution ---------------------------------------------------
     def _idle(self) -> list[Any]:

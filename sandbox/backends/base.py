@@ -9,11 +9,11 @@ backend.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sandbox.capture import CappedOutput
+from sandbox.backends.channel import FrameChannel
+from sandbox.capture import CappedOutput, OutputStream
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import Violation
@@ -59,10 +59,9 @@ class Outcome:
 class SandboxHandle(Protocol):
     """One started, ready, single-use sandbox."""
 
-    channel_reader: asyncio.StreamReader
-    channel_writer: asyncio.StreamWriter
-    stdout: asyncio.StreamReader
-    stderr: asyncio.StreamReader
+    channel: FrameChannel  # past the guest's `ready`; the handle closes it when disposed of
+    stdout: OutputStream
+    stderr: OutputStream
     isolation: list[str]
     has_cgroup_cpu: bool
     has_cgroup_pids: bool

@@ -17,23 +17,15 @@ from typing import Any
 
 from sandbox.backends.base import Job, Outcome, SandboxHandle
 from sandbox.broker import Broker
-from sandbox.capture import CappedOutput, OutputCallback, pump
-from sandbox.protocol import (
-    GuestCall,
-    GuestEnd,
-    ProtocolViolation,
-    encode_frame,
-    parse_guest_message,
-    read_frame,
-)
-from sandbox.result import Violation
+from sandbox.capture import CappedOutput, OutputCallback
+from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
+from sandbox.result import CallRecord, Violation
 
 __all__ = ["run_session"]
 
 CPU_POLL_S = 0.05
 DRAIN_GRACE_S = 1.0
 FRAME_OVERHEAD = 4096
-WRITE_HIGH_WATER = 1 << 20
 
 
 def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
@@ -82,49 +74,52 @@ class _Session:
         self.protocol_error: str | None = None
         self.killed_for: str | None = None
         self.cancelled = False
-        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._calls: dict[int, asyncio.Task[None]] = {}  # 0: the kill after a violation
+        self._waiting: dict[int, CallRecord] = {}  # calls the loop answers, by guest call id
+        self._stopping = False
 
     async def kill(self, reason: str) -> None:
         if self.killed_for is None:
             self.killed_for = reason
             await self.handle.kill()
 
+    # -- the channel (see `sandbox.backends.channel`) ------------------------------------------
+    def inline(self, call: GuestCall) -> bytes | None:
+        """On the channel thread: records the call and answers it when nothing need wait."""
+        if call.id in self._waiting:
+            raise ProtocolViolation(f"call id {call.id} is already in flight")
+        record, reply = self.broker.receive(call)
+        if reply is None:
+            self._waiting[call.id] = record
+        return reply
+
+    def deliver(self, message: GuestMessage | ProtocolViolation) -> None:
+        """On the event loop: what the channel thread could not answer itself."""
+        if self._stopping:
+            return
+        if isinstance(message, GuestCall):
+            # Output the script wrote before this call goes out before the call's request.
+            self.handle.stdout.catch_up()
+            self.handle.stderr.catch_up()
+            self._calls[message.id] = asyncio.create_task(self.reply(message))
+        elif isinstance(message, GuestEnd):
+            self.end = message
+        elif isinstance(message, ProtocolViolation) and self.protocol_error is None:
+            self.protocol_error = str(message)
+            self._calls[0] = asyncio.create_task(self.kill("protocol"))
+
     async def reply(self, call: GuestCall) -> None:
-        frame = await self.broker.handle(call)
-        # One write() per frame is atomic on the event loop: replies never interleave.
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            self.handle.channel_writer.write(frame)
-            await self.handle.channel_writer.drain()
+        frame = await self.broker.complete(call, self._waiting[call.id])
+        # The id is free again before the guest can see the reply.
+        del self._waiting[call.id]
+        self.handle.channel.send(frame)
 
     async def serve_channel(self) -> None:
-        reader = self.handle.channel_reader
-        max_frame = self.job.max_call_bytes + FRAME_OVERHEAD
         try:
-            while True:
-                raw = await read_frame(reader, max_frame)
-                if raw is None:
-                    return
-                message = parse_guest_message(raw)
-                if isinstance(message, GuestCall):
-                    if message.id in self._calls and not self._calls[message.id].done():
-                        raise ProtocolViolation(f"call id {message.id} is already in flight")
-                    if self.broker.immediate(message):
-                        # echo, mock, refusals: answered inline, no task, no extra loop turn.
-                        writer = self.handle.channel_writer
-                        writer.write(self.broker.handle_now(message))
-                        if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                            await writer.drain()
-                    else:
-                        self._calls[message.id] = asyncio.create_task(self.reply(message))
-                elif isinstance(message, GuestEnd):
-                    self.end = message
-                else:
-                    raise ProtocolViolation("unexpected ready frame after the job was sent")
-        except ProtocolViolation as exc:
-            self.protocol_error = str(exc)
-            await self.kill("protocol")
-        except (ConnectionError, OSError):
-            return
+            await self.handle.channel.wait_closed()
+        except Exception:
+            await self.kill("host_error")  # a bug on our side; `run` raises it afterwards
+            raise
 
     async def watch_cpu(self) -> None:
         if not self.handle.has_cgroup_cpu:
@@ -152,14 +147,13 @@ class _Session:
     async def run(self) -> Outcome:
         handle, limits = self.handle, self.job.limits
         await handle.apply_limits(limits)
-        handle.channel_writer.write(encode_frame(job_frame(self.job, handle)))
-        await handle.channel_writer.drain()
+        # Output and channel are served before the job goes: the script may answer at once.
+        handle.stdout.attach(self.stdout, self.on_output)
+        handle.stderr.attach(self.stderr, self.on_output)
+        handle.channel.serve(self, self.job.max_call_bytes + FRAME_OVERHEAD)
+        handle.channel.send(encode_frame(job_frame(self.job, handle)))
         started = time.monotonic()
         self.broker.start_clock()
-        pumps = [
-            asyncio.create_task(pump(handle.stdout, self.stdout, self.on_output)),
-            asyncio.create_task(pump(handle.stderr, self.stderr, self.on_output)),
-        ]
         helpers = [
             asyncio.create_task(self.serve_channel()),
             asyncio.create_task(self.watch_cpu()),
@@ -176,15 +170,19 @@ class _Session:
             exit_code = await handle.wait()
             wall = time.monotonic() - started
             # Output written just before the end is still in the pipes: drain, but not forever.
-            _done, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
-            for task in pending:
-                task.cancel()
+            await asyncio.wait([handle.stdout.closed, handle.stderr.closed], timeout=DRAIN_GRACE_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(serve), DRAIN_GRACE_S)
         finally:
-            for task in [*helpers, *pumps, *self._calls.values()]:
+            # No frame may reach the broker once the call log is read: calls the thread hands
+            # over from here on stay recorded as cancelled.
+            self._stopping = True
+            await handle.channel.close()
+            handle.stdout.detach()
+            handle.stderr.detach()
+            for task in [*helpers, *self._calls.values()]:
                 task.cancel()
-            await asyncio.gather(*helpers, *pumps, *self._calls.values(), return_exceptions=True)
+            await asyncio.gather(*helpers, *self._calls.values(), return_exceptions=True)
             if self.killed_for is None:
                 await handle.kill()
         self.broker.finish()

@@ -283,6 +283,33 @@ def test_side_effect_calls_run_one_at_a_time_in_call_order(clean: EngineHarness)
     assert gauge.order == arrival
 
 
+def test_an_echo_call_with_side_effects_waits_for_the_side_effect_call_before_it(
+    clean: EngineHarness,
+) -> None:
+    """Echo calls are answered on the channel thread, but not past a host call ahead of them
+    that has side effects: those run one at a time in arrival order, whoever serves them."""
+    gauge = _Gauge()
+    result = clean.run(
+        "import asyncio, tools\n"
+        "print(await asyncio.gather(tools.aio.write(i=1), tools.aio.note(i=2), tools.aio.peek(i=3)))",
+        manifest=[
+            tool("write", {"i": {"type": "integer"}}, mode="host"),
+            tool("note", {"i": {"type": "integer"}}),
+            tool("peek", {"i": {"type": "integer"}}, read_only=True),
+        ],
+        handlers={"host": gauge},
+    )
+    assert result.stdout == "[1, {'i': 2}, {'i': 3}]\n"
+    write, note, peek = sorted(result.calls, key=lambda c: c.seq)
+    assert [c.tool for c in (write, note, peek)] == ["write", "note", "peek"]
+
+    def ended(call: Any) -> float:
+        return float(call.start_offset_s + call.duration_s)
+
+    assert ended(note) >= ended(write)  # the handler slept 50 ms; the echo waited for it
+    assert ended(peek) < ended(write)  # a read-only echo call did not wait
+
+
 def test_calls_in_flight_at_the_end_are_recorded_cancelled(clean: EngineHarness) -> None:
     async def slow(call: ToolCall) -> Any:
         await asyncio.sleep(60)

@@ -18,22 +18,21 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.backends.docker.tap import EndFrameTap
+from sandbox.backends.channel import FrameChannel
+from sandbox.capture import OutputStream
 
 __all__ = ["GUEST_MOUNT", "Connected", "HostSockets"]
 
 GUEST_MOUNT = "/run/ptc"
 SOCKET_NAMES = ("stdout.sock", "stderr.sock", "chan.sock")
-STREAM_LIMIT = 64 * 1024
 
 
 @dataclass
 class Connected:
-    stdout: asyncio.StreamReader
-    stderr: asyncio.StreamReader
-    channel_reader: EndFrameTap
-    channel_writer: asyncio.StreamWriter
-    writers: list[asyncio.StreamWriter]
+    stdout: OutputStream
+    stderr: OutputStream
+    channel: FrameChannel
+    transports: list[asyncio.BaseTransport]
 
 
 class HostSockets:
@@ -63,7 +62,7 @@ class HostSockets:
             raise
         return sockets
 
-    async def accept(self, timeout_s: float) -> Connected:
+    async def accept(self, timeout_s: float, name: str) -> Connected:
         loop = asyncio.get_running_loop()
         tasks = [asyncio.ensure_future(loop.sock_accept(ls)) for ls in self._listeners]
         try:
@@ -82,24 +81,20 @@ class HostSockets:
                     conn.close()
                 raise result
             conns.append(result[0])
-        writers: list[asyncio.StreamWriter] = []
+        transports: list[asyncio.BaseTransport] = []
         try:
-            out_r, out_w = await asyncio.open_unix_connection(sock=conns[0], limit=STREAM_LIMIT)
-            err_r, err_w = await asyncio.open_unix_connection(sock=conns[1], limit=STREAM_LIMIT)
-            writers += [out_w, err_w]
-            tap = EndFrameTap(limit=STREAM_LIMIT)
-            transport, protocol = await loop.create_unix_connection(
-                lambda: asyncio.StreamReaderProtocol(tap), sock=conns[2]
-            )
-            chan_w = asyncio.StreamWriter(transport, protocol, tap, loop)
-            writers.append(chan_w)
+            out_t, out = await loop.create_unix_connection(OutputStream, sock=conns[0])
+            transports.append(out_t)
+            err_t, err = await loop.create_unix_connection(OutputStream, sock=conns[1])
+            transports.append(err_t)
+            channel = FrameChannel(conns[2], name)
         except BaseException:
             for conn in conns:
                 conn.close()
-            for writer in writers:
-                writer.close()
+            for transport in transports:
+                transport.close()
             raise
-        return Connected(out_r, err_r, tap, chan_w, writers)
+        return Connected(out, err, channel, transports)
 
     def _close_listeners(self) -> None:
         for listener in self._listeners:

@@ -4,10 +4,11 @@ A pool container is created and started ahead of demand; its guest connects to t
 sockets, says `ready` and waits for its job, so taking one costs no engine call at all. Ending
 is fast too when the engine runs on this host: the container's init process is watched with a
 pidfd (exit noticed at once, kill with one signal, no API round trip), the exit code is the one
-in the guest's `end` frame (see `tap`), and the cgroup counters are read straight from the
-cgroup filesystem. When that shortcut is not there (a remote engine, no end frame, the host
-killed the sandbox), the engine's own wait and inspect are the authority, and its
-`State.OOMKilled` reports an out-of-memory kill. Removal runs in the background after use.
+in the guest's `end` frame (as the channel thread read it, see `sandbox.backends.channel`), and
+the cgroup counters are read straight from the cgroup filesystem. When that shortcut is not
+there (a remote engine, no end frame, the host killed the sandbox), the engine's own wait and
+inspect are the authority, and its `State.OOMKilled` reports an out-of-memory kill.
+Removal runs in the background after use.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from sandbox.backends.docker.channel import Connected, HostSockets
 from sandbox.backends.docker.spec import ContainerSettings, container_kwargs, isolation_layers
 from sandbox.errors import Unavailable
 from sandbox.limits import ResolvedLimits
-from sandbox.protocol import GuestReady, ProtocolViolation, parse_guest_message, read_frame
+from sandbox.protocol import ProtocolViolation
 
 __all__ = ["DockerSandbox", "remove_container", "spawn_container"]
 
-READY_FRAME_BYTES = 4096
+END_FRAME_GRACE_S = 1.0
 # Engine waits block a thread for as long as a script runs: keep them out of the default
 # executor, whose few threads the engine calls that start and remove containers need.
 _WAITERS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="ptc-docker-wait")
@@ -70,12 +71,10 @@ class DockerSandbox:
     ) -> None:
         self.container = container
         self.settings = settings
-        self._tap = connected.channel_reader
-        self.channel_reader: asyncio.StreamReader = connected.channel_reader
-        self.channel_writer = connected.channel_writer
+        self.channel = connected.channel
         self.stdout = connected.stdout
         self.stderr = connected.stderr
-        self._writers = connected.writers
+        self._transports = connected.transports
         self._sockets = sockets
         self._reap = reap
         self.cgroup = ContainerCgroup.locate(pid, container.id or "") if pid > 0 else None
@@ -86,7 +85,7 @@ class DockerSandbox:
         self._exited: asyncio.Future[None] | None = None
         if self.cgroup is not None:
             self._watch_exit(pid)
-        self._tap.on_end = self._sample
+        self.channel.on_end = self._sample  # on the channel thread, while the guest still lives
         self._engine_fate: asyncio.Future[Fate] | None = None
         self._end_before_kill = False
         self._exit_code: int | None = None
@@ -138,7 +137,12 @@ class DockerSandbox:
         if self._exited is not None:
             await asyncio.shield(self._exited)
             self._sample()
-            reported = self._tap.end_exit_code
+            if self.channel.end_exit_code is None:
+                # The end frame came before the exit, but the channel thread may not have read
+                # it yet; the stream ends as soon as the container's processes are gone.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.channel.wait_closed(), END_FRAME_GRACE_S)
+            reported = self.channel.end_exit_code
             if reported is not None and (self._end_before_kill or not self._killed):
                 self._exit_code = _signed(reported)
                 return self._exit_code
@@ -157,7 +161,7 @@ class DockerSandbox:
     async def kill(self) -> None:
         if not self._killed:
             # A guest that reported its end before the kill is past os._exit: its code stands.
-            self._end_before_kill = self._tap.end_exit_code is not None
+            self._end_before_kill = self.channel.end_exit_code is not None
         self._killed = True
         self._sample()
         if self._pidfd >= 0:
@@ -198,8 +202,9 @@ class DockerSandbox:
                 self._exited.cancel()
             os.close(self._pidfd)
             self._pidfd = -1
-        for writer in self._writers:
-            writer.close()
+        await self.channel.close()
+        for transport in self._transports:
+            transport.close()
         self._sockets.close()
         # The engine call that removes the container runs in the background (the backend
         # awaits it at close), so it is not on the request path.
@@ -245,7 +250,7 @@ async def spawn_container(
 ) -> DockerSandbox:
     """Creates and starts one container and waits until its guest is ready for a job."""
     sockets = await asyncio.to_thread(HostSockets.create, settings.channel_dir)
-    accepting = asyncio.ensure_future(sockets.accept(ready_timeout_s))
+    accepting = asyncio.ensure_future(sockets.accept(ready_timeout_s, settings.name))
     # The engine calls run in a thread that a cancellation cannot stop: on any failure the
     # container it made (if any) is removed once the thread is done.
     creating = asyncio.ensure_future(asyncio.to_thread(_create_started, client, settings))
@@ -256,19 +261,16 @@ async def spawn_container(
         except docker.errors.DockerException as exc:
             raise Unavailable(f"the docker sandbox did not start: {exc}") from exc
         connected = await accepting
-        frame = await asyncio.wait_for(
-            read_frame(connected.channel_reader, READY_FRAME_BYTES), ready_timeout_s
-        )
-        if not isinstance(parse_guest_message(frame), GuestReady):
-            raise ProtocolViolation("the guest did not say ready")
+        await connected.channel.ready(ready_timeout_s)
         return DockerSandbox(started, settings, sockets, connected, pid, reap)
     except BaseException as exc:
         accepting.cancel()
         with contextlib.suppress(BaseException):
             await accepting
         if connected is not None:
-            for writer in connected.writers:
-                writer.close()
+            await connected.channel.close()
+            for transport in connected.transports:
+                transport.close()
         sockets.close()
         logs = ""
         container: Container | None = None

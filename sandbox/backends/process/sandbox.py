@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.backends.base import ResourceUsage
+from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS, BwrapOptions, bwrap_argv
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.capture import OutputStream
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
-from sandbox.protocol import GuestReady, ProtocolViolation, parse_guest_message, read_frame
+from sandbox.protocol import ProtocolViolation
 
 __all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
 
-READY_FRAME_BYTES = 4096
 BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 CGROUP_CPU_CORES = 1.0
 
@@ -71,18 +72,16 @@ class ProcessSandbox:
     def __init__(
         self,
         started: _Started,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        stdout: asyncio.StreamReader,
-        stderr: asyncio.StreamReader,
+        channel: FrameChannel,
+        stdout: OutputStream,
+        stderr: OutputStream,
         tmp_bytes: int,
         transports: list[asyncio.BaseTransport],
     ) -> None:
         self.proc = started.proc
         self.cgroup = started.cgroup
         self.isolation = started.isolation
-        self.channel_reader = reader
-        self.channel_writer = writer
+        self.channel = channel
         self.stdout = stdout
         self.stderr = stderr
         self.tmp_bytes = tmp_bytes
@@ -147,9 +146,7 @@ class ProcessSandbox:
         self._disposed = True
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGKILL)
-        self.channel_writer.close()
-        with contextlib.suppress(Exception):
-            await self.channel_writer.wait_closed()
+        await self.channel.close()
         await self._exit
         os.close(self._pidfd)
         for transport in self._transports:
@@ -251,16 +248,12 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
         guest_sock.close()
 
 
-async def _stream_reader(pipe: object) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 20)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    return reader, transport
+async def _output_stream(pipe: object) -> tuple[OutputStream, asyncio.BaseTransport]:
+    transport, stream = await asyncio.get_running_loop().connect_read_pipe(OutputStream, pipe)
+    return stream, transport
 
 
-async def _abandon(
-    started: _Started, opened: list[asyncio.BaseTransport | asyncio.StreamWriter]
-) -> None:
+async def _abandon(started: _Started, opened: list[asyncio.BaseTransport]) -> None:
     """Kills and releases a sandbox that never became ready."""
     with contextlib.suppress(ProcessLookupError):
         started.proc.kill()
@@ -294,34 +287,31 @@ async def spawn_sandbox(
     except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
-    opened: list[asyncio.BaseTransport | asyncio.StreamWriter] = []
+    channel: FrameChannel | None = None
+    opened: list[asyncio.BaseTransport] = []
     try:
-        reader, writer = await asyncio.open_unix_connection(sock=started.host_sock)
-        opened.append(writer)
-        stdout, out_transport = await _stream_reader(started.proc.stdout)
+        channel = FrameChannel(started.host_sock, name)
+        stdout, out_transport = await _output_stream(started.proc.stdout)
         opened.append(out_transport)
-        stderr, err_transport = await _stream_reader(started.proc.stderr)
+        stderr, err_transport = await _output_stream(started.proc.stderr)
         opened.append(err_transport)
         sandbox = ProcessSandbox(
             started,
-            reader,
-            writer,
+            channel,
             stdout,
             stderr,
             settings.tmp_bytes,
             [out_transport, err_transport],
         )
         sandbox.reaper = reaper
-        frame = await asyncio.wait_for(
-            read_frame(reader, READY_FRAME_BYTES), settings.ready_timeout_s
-        )
-        if not isinstance(parse_guest_message(frame), GuestReady):
-            raise ProtocolViolation("the guest did not say ready")
+        await sandbox.channel.ready(settings.ready_timeout_s)
         return sandbox
     except BaseException as exc:
         if sandbox is not None:
             await sandbox.dispose()
         else:
+            if channel is not None:
+                await channel.close()  # closes the host end of the socket
             await _abandon(started, opened)
         if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):
             raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
