@@ -60,8 +60,12 @@ GuestMessage = GuestReady | GuestCall | GuestEnd
 
 def encode_frame(message: dict[str, Any]) -> bytes:
     """Strict JSON (no NaN or Infinity) with its length; raises TypeError/ValueError."""
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    body = _ENCODER.encode(message).encode()
     return HEADER.pack(len(body)) + body
+
+
+# One encoder for every frame: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def decode_body(body: bytes | bytearray) -> Any:

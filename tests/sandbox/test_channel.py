@@ -208,8 +208,16 @@ async def test_close_stops_the_thread_of_an_idle_channel() -> None:
 
 
 @in_loop
-async def test_an_idle_guest_that_dies_ends_the_channel() -> None:
-    channel, guest = await opened("dies")
-    guest.close()  # a pooled sandbox whose guest died before any job
-    await asyncio.wait_for(channel.wait_closed(), 10)
+async def test_frames_sent_before_serve_are_served_in_order() -> None:
+    host, guest = socket.socketpair()
+    channel = FrameChannel(host, "early")
+    guest.sendall(frame({"t": "ready", "pid": 7}) + call(1))
+    await channel.ready(5)
+    guest.sendall(call(3))
+    await asyncio.sleep(0.05)  # nothing is read until the session serves
+    sink = Sink()
+    channel.serve(sink, 1 << 16)
+    replies = [await asyncio.to_thread(read_frame, guest) for _ in range(2)]
+    assert [r["id"] for r in replies] == [1, 3]
+    guest.close()
     await channel.close()
