@@ -12,6 +12,8 @@ SUDO=""
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# The process backend's syscall filter is compiled with libseccomp (loaded by pyseccomp).
+/sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 ' || need+=(libseccomp2)
 [ -x /usr/bin/python3 ] || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

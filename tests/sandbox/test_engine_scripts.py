@@ -182,6 +182,7 @@ def test_isolation_layers_are_reported(clean: EngineHarness) -> None:
         "cgroup:memory",
         "cgroup:pids",
         "rlimits",
+        "seccomp",
     ):
         assert layer in result.isolation
     assert result.backend == "process"

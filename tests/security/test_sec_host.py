@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyseccomp
 import pytest
 
 if TYPE_CHECKING:
@@ -187,9 +188,10 @@ except OSError as exc:
     print("mem", exc.errno)
 """
     )
-    # The host's processes do not exist in the sandbox's pid namespace (ESRCH, ENOENT).
+    # The syscall filter refuses ptrace itself (EPERM); were it let through, the host's
+    # processes would not exist in the sandbox's pid namespace anyway (ENOENT for /proc).
     assert result.status == "ok"
-    assert result.stdout.splitlines() == ["-1 3", "-1 3", "mem 2"]
+    assert result.stdout.splitlines() == ["-1 1", "-1 1", "mem 2"]
     clean.assert_healthy()
 
 
@@ -255,10 +257,11 @@ print("unshare(1)", proc.returncode)
 """
     )
     assert result.status == "ok"
-    # A nested user namespace is disabled (ENOSPC: the allowed count is used up); every other
-    # namespace needs CAP_SYS_ADMIN, which the sandbox does not hold (EPERM).
+    # The syscall filter refuses unshare(2) (EPERM). Behind it, a nested user namespace is
+    # disabled (bwrap --disable-userns) and every other one needs CAP_SYS_ADMIN, which the
+    # sandbox does not hold.
     assert result.stdout.splitlines() == [
-        "user -1 28",
+        "user -1 1",
         "mount -1 1",
         "net -1 1",
         "pid -1 1",
@@ -267,6 +270,32 @@ print("unshare(1)", proc.returncode)
         "cgroup -1 1",
         "unshare(1) 1",
     ]
+    clean.assert_healthy()
+
+
+FILTERED = ["keyctl", "add_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+            "process_vm_readv", "open_by_handle_at", "init_module", "kexec_load", "setns",
+            "fsopen", "clock_settime", "syslog"]  # fmt: skip
+
+
+def test_syscall_filter_refuses_the_kernels_riskiest_interfaces(clean: EngineHarness) -> None:
+    arch = pyseccomp.system_arch()
+    numbers = {name: pyseccomp.resolve_syscall(arch, name) for name in [*FILTERED, "getppid"]}
+    result = clean.run(
+        f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number in {numbers!r}.items():
+    ctypes.set_errno(0)
+    rc = libc.syscall(number, 0, 0, 0, 0, 0)
+    print(name, rc, ctypes.get_errno())
+"""
+    )
+    assert result.status == "ok"
+    assert "seccomp" in result.isolation
+    # Every filtered call fails with EPERM whatever its arguments; an allowed one still runs
+    # (getppid is 0: the script is its namespace's init).
+    assert result.stdout.splitlines() == [*(f"{name} -1 1" for name in FILTERED), "getppid 0 0"]
     clean.assert_healthy()
 
 

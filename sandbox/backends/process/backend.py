@@ -21,6 +21,7 @@ from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
+from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
 
@@ -62,6 +63,7 @@ class ProcessBackend:
         self._names = itertools.count(1)
         self._isolation: list[str] = []
         self._reaping: set[asyncio.Task[None]] = set()
+        self._seccomp = False
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -77,6 +79,13 @@ class ProcessBackend:
                 )
         else:
             self.cgroups.cleanup_stale()
+        why_no_seccomp = await asyncio.to_thread(seccomp_unavailable_reason)
+        if why_no_seccomp is not None and not self.config.allow_degraded:
+            raise Unavailable(
+                f"process backend refuses to run without its syscall filter ({why_no_seccomp}); "
+                "configure allow_degraded to run without it"
+            )
+        self._seccomp = why_no_seccomp is None
         sweep_stale_runtime_dirs()
         self._runtime_dir = make_runtime_dir()
         self._pool = WarmPool(
@@ -96,6 +105,7 @@ class ProcessBackend:
             uid=self.config.uid,
             gid=self.config.gid,
             limits=limits,
+            seccomp=self._seccomp,
         )
         name = f"sb{next(self._names)}"
         sandbox = await spawn_sandbox(settings, self.cgroups, name, self._reap)

@@ -44,6 +44,7 @@ class BwrapOptions:
     info_fd: int
     block_fd: int
     channel_fd: int
+    seccomp_fd: int | None = None  # a compiled BPF program, installed just before the guest
 
 
 @functools.cache
@@ -101,6 +102,7 @@ def bwrap_argv(options: BwrapOptions) -> list[str]:
         "--remount-ro", "/",
         "--info-fd", str(options.info_fd),
         "--block-fd", str(options.block_fd),
+        *(["--seccomp", str(options.seccomp_fd)] if options.seccomp_fd is not None else []),
         "--",
         options.python, "-I", "-S", "-B", "-X", "utf8",
         "/ptc/bootstrap.py", str(options.channel_fd),

@@ -29,6 +29,7 @@ from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS, BwrapOptions, bwrap_argv
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.backends.process.seccomp import program_fd
 from sandbox.capture import OutputStream
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
@@ -49,6 +50,7 @@ class SpawnSettings:
     gid: int
     limits: ResolvedLimits = DEFAULTS
     ready_timeout_s: float = 15.0
+    seccomp: bool = True  # filter syscalls (see `seccomp`); off only in a degraded mode
 
 
 @dataclass
@@ -176,6 +178,7 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
     host_sock, guest_sock = socket.socketpair()
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
+    seccomp_fd = program_fd() if settings.seccomp else -1
     as_user: dict[str, object] = {}
     if os.getuid() == 0:
         as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
@@ -192,6 +195,7 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
                 info_fd=info_w,
                 block_fd=block_r,
                 channel_fd=guest_sock.fileno(),
+                seccomp_fd=seccomp_fd if seccomp_fd >= 0 else None,
             )
         )
         proc = subprocess.Popen(  # type: ignore[call-overload]
@@ -199,7 +203,9 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(guest_sock.fileno(), info_w, block_r),
+            pass_fds=tuple(
+                fd for fd in (guest_sock.fileno(), info_w, block_r, seccomp_fd) if fd >= 0
+            ),
             start_new_session=True,
             # bwrap's own process is pid 1 inside the sandbox and its /proc/1/environ is
             # readable there: it must not inherit the server's environment.
@@ -218,6 +224,8 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
             raise Unavailable(f"the process sandbox did not start: {err or 'no reason given'}")
         child_pid = int(json.loads(info)["child-pid"])
         isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if as_user else os.getuid()}"]
+        if settings.seccomp:
+            isolation.append("seccomp")
         applied = None
         if cgroups is not None:
             cgroup = cgroups.create(name)
@@ -241,7 +249,7 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
         host_sock.close()
         raise
     finally:
-        for fd in (info_r, info_w, block_r, block_w):
+        for fd in (info_r, info_w, block_r, block_w, seccomp_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
