@@ -8,6 +8,7 @@ engine unless `--server HOST:PORT` names a `ptc serve` to run them on. Needs the
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,11 +94,19 @@ def run(args: argparse.Namespace) -> int:
             ProcessBackendConfig(pool_size=1, allow_degraded=args.allow_degraded)
         )
         runner = EmbeddedRunner(EngineConfig(backends={"process": backend}))
+    # SIGTERM stops like Ctrl-C: the sandboxes, cgroups and runtime files go with the runner.
+    # (uvicorn handles it for the HTTP transport, then raises it again: it lands here too.)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         anyio.run(serve_mcp, runner, options)
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         runner.close()
         sys.stderr.flush()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,15 +1,23 @@
 """`ptc mcp` end to end: a real MCP client session (official SDK, stdio) drives `ptc mcp`, whose
-tools come from an upstream MCP server written for the test (stdio); scripts call them."""
+tools come from an upstream MCP server written for the test (stdio); scripts call them. The
+streamable-HTTP transport is driven the same way over loopback."""
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import shlex
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 from typing import Any
 
 from integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+from mcp.client.streamable_http import streamable_http_client
 
 SCRIPT = """\
 import asyncio, tools
@@ -98,3 +106,65 @@ def test_ptc_mcp_with_a_manifest_and_no_upstream() -> None:
     result = asyncio.run(asyncio.wait_for(run(), 100))
     assert "45" in _text(result) and "status: ok" in _text(result)
     assert leftover_children() == []
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_ptc_mcp_over_streamable_http() -> None:
+    """The HTTP transport, as a remote agent framework reaches it: a real `ptc mcp` process
+    listening on loopback, the official SDK's streamable-HTTP client, then SIGTERM."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "mcp", "--transport", "streamable-http",
+         "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "ptc mcp did not listen within 60 s"
+            time.sleep(0.05)
+
+        async def run() -> tuple[Any, Any]:
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with (
+                streamable_http_client(url) as (read, write, *_),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                listed = await session.list_tools()
+                called = await session.call_tool(
+                    "execute_python", {"code": "import sys\nprint(sum(range(10)))\nsys.exit(3)"}
+                )
+                return listed, called
+
+        listed, called = asyncio.run(asyncio.wait_for(run(), 100))
+        assert [t.name for t in listed.tools] == ["execute_python"]
+        assert called.is_error  # the script exited with 3: an error result, not a transport one
+        text = _text(called)
+        assert "status: error · exit code 3 · 0 tool calls" in text
+        assert "--- stdout ---\n45\n" in text and "SystemExit: exit code 3" in text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=30)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            if server.stderr is not None:
+                server.stderr.close()
+    assert code == 0
+    assert leftover_children() == []
+    # Its sandboxes' cgroups and its runtime directory went with it.
+    assert glob.glob(f"/sys/fs/cgroup/**/ptc-{server.pid}-*", recursive=True) == []
+    assert glob.glob(f"{tempfile.gettempdir()}/ptc-runtime-{server.pid}-*") == []
