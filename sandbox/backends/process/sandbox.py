@@ -178,13 +178,15 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
     host_sock, guest_sock = socket.socketpair()
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    seccomp_fd = program_fd() if settings.seccomp else -1
+    seccomp_fd = -1
     as_user: dict[str, object] = {}
     if os.getuid() == 0:
         as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
     proc: subprocess.Popen[bytes] | None = None
     cgroup: SandboxCgroup | None = None
     try:
+        if settings.seccomp:
+            seccomp_fd = program_fd()
         argv = bwrap_argv(
             BwrapOptions(
                 python=settings.python,
