@@ -190,7 +190,7 @@ while True:
     clean.assert_healthy()
 
 
-def test_disk_fill_of_dev_shm_is_charged_to_memory(clean: EngineHarness) -> None:
+def test_disk_fill_of_dev_shm_stops_at_file_size(clean: EngineHarness) -> None:
     result = clean.run(
         """
 i = 0
@@ -199,10 +199,13 @@ while True:
         f.write(b"d" * (1 << 20))
     i += 1
 """,
-        limits={"memory": 64 * MiB},
+        limits={"file_size": 4 * MiB},
     )
+    # /dev/shm is a tmpfs of its own, sized like /tmp (and charged to the memory cgroup).
     assert result.status == "limit_exceeded"
-    assert tripped(result) == [("memory", 64 * MiB, "killed")]
+    assert tripped(result) == [("file_size", 4 * MiB, "refused")]
+    assert result.error is not None
+    assert "No space left on device" in result.error.message
     clean.assert_healthy()
 
 

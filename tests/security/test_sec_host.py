@@ -103,7 +103,8 @@ print(sorted(os.listdir("/")))
 def test_writing_outside_tmp_fails_read_only(clean: EngineHarness) -> None:
     result = clean.run(
         """
-for path in ("/x", "/usr/x", "/usr/lib/python3/x", "/ptc/bootstrap.py", "/ptc/x", "/bin/x"):
+for path in ("/x", "/usr/x", "/usr/lib/python3/x", "/ptc/bootstrap.py", "/ptc/x", "/bin/x",
+             "/dev/x", "/dev/shm/../x"):
     try:
         with open(path, "w") as f:
             f.write("owned")
@@ -116,7 +117,24 @@ print(open("/tmp/ok").read())
 """
     )
     assert result.status == "ok"
-    assert result.stdout.splitlines() == ["30"] * 6 + ["fine"]  # EROFS everywhere but /tmp
+    assert result.stdout.splitlines() == ["30"] * 8 + ["fine"]  # EROFS everywhere but /tmp
+    clean.assert_healthy()
+
+
+def test_dev_is_read_only_but_devices_and_shared_memory_work(clean: EngineHarness) -> None:
+    result = clean.run(
+        """
+import multiprocessing, os
+with open("/dev/shm/mine", "w") as f:
+    f.write("shared")
+lock = multiprocessing.Lock()  # a POSIX semaphore in /dev/shm
+with lock:
+    print(os.listdir("/dev/shm"), open("/dev/null", "w").write("xyz"))
+print(len(open("/dev/urandom", "rb").read(16)), open("/dev/zero", "rb").read(2))
+"""
+    )
+    assert result.status == "ok", result.to_json()
+    assert result.stdout.splitlines() == ["['mine'] 3", "16 b'\\x00\\x00'"]
     clean.assert_healthy()
 
 

@@ -98,6 +98,11 @@ def bwrap_argv(options: BwrapOptions) -> list[str]:
         "--dev", "/dev",
         "--size", str(options.tmp_bytes),
         "--tmpfs", "/tmp",
+        # POSIX shared memory and semaphores (multiprocessing) need a writable /dev/shm: its
+        # own tmpfs of the same size as /tmp; the rest of /dev is read-only.
+        "--size", str(options.tmp_bytes),
+        "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--chdir", "/tmp",
         "--remount-ro", "/",
         "--info-fd", str(options.info_fd),
