@@ -147,13 +147,14 @@ class _Session:
     async def run(self) -> Outcome:
         handle, limits = self.handle, self.job.limits
         await handle.apply_limits(limits)
-        # Output and channel are served before the job goes: the script may answer at once.
+        # The clock starts, and output and channel are served, before the job goes: the
+        # script's first call may reach the channel thread at once.
+        started = time.monotonic()
+        self.broker.start_clock()
         handle.stdout.attach(self.stdout, self.on_output)
         handle.stderr.attach(self.stderr, self.on_output)
         handle.channel.serve(self, self.job.max_call_bytes + FRAME_OVERHEAD)
         handle.channel.send(encode_frame(job_frame(self.job, handle)))
-        started = time.monotonic()
-        self.broker.start_clock()
         helpers = [
             asyncio.create_task(self.serve_channel()),
             asyncio.create_task(self.watch_cpu()),
