@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--allow-degraded",
         action="store_true",
-        help="run without cgroup limits when the host cannot provide them",
+        help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
     parser.add_argument(
         "--server", metavar="ADDR", help="run on a `ptc serve` server at ADDR (host:port)"

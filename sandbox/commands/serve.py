@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--allow-degraded",
         action="store_true",
         default=None,
-        help="run without cgroup limits when the host cannot provide them",
+        help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
     parser.set_defaults(handler=run)
 

@@ -1,8 +1,8 @@
 """The process backend: bubblewrap sandboxes from a warm pool, limited by rlimits and cgroups.
 
-At start it checks what this host can enforce (bwrap and user namespaces, cgroups) and fails
-closed: without cgroups it refuses to start unless configured with `allow_degraded`, and every
-result names the isolation layers that were in force.
+At start it checks what this host can enforce (bwrap and user namespaces, cgroups, the seccomp
+filter) and fails closed: without cgroups or the filter it refuses to start unless configured
+with `allow_degraded`, and every result names the isolation layers that were in force.
 """
 
 from __future__ import annotations
