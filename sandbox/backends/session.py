@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from sandbox.backends.base import Job, Outcome, SandboxHandle
+from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
 from sandbox.broker import Broker
 from sandbox.capture import CappedOutput, OutputCallback
 from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
@@ -193,7 +193,7 @@ class _Session:
             end=self.end,
             stdout=self.stdout,
             stderr=self.stderr,
-            violations=self._violations(exit_code, wall, resources.cpu_time_s),
+            violations=self._violations(exit_code, wall, resources),
             wall_time_s=wall,
             resources=resources,
             isolation=list(handle.isolation),
@@ -201,10 +201,9 @@ class _Session:
             protocol_error=self.protocol_error,
         )
 
-    def _violations(self, exit_code: int, wall: float, cpu_s: float) -> list[Violation]:
+    def _violations(self, exit_code: int, wall: float, resources: ResourceUsage) -> list[Violation]:
         limits = self.job.limits
         out: list[Violation] = []
-        resources = self.handle.usage()
         error = (self.end.error or {}) if self.end else {}
         if self.killed_for == "protocol":
             out.append(Violation("protocol", 0, 0, "count", "killed", self.protocol_error or ""))
@@ -237,7 +236,13 @@ class _Session:
         cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
         if self.killed_for == "cpu_time" or cpu_signal:
             out.append(
-                Violation("cpu_time", limits.cpu_time_ms / 1000, round(cpu_s, 3), "s", "killed")
+                Violation(
+                    "cpu_time",
+                    limits.cpu_time_ms / 1000,
+                    round(resources.cpu_time_s, 3),
+                    "s",
+                    "killed",
+                )
             )
         if resources.pids_limit_hit:
             out.append(

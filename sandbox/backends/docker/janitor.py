@@ -19,6 +19,7 @@ from pathlib import Path
 
 import docker.errors
 from docker import DockerClient
+from docker.models.containers import Container
 
 from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
 
@@ -82,22 +83,13 @@ def _dead_owner(label: str, hostname: str) -> bool:
 def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
     """Removes dead owners' containers and channel directories; returns containers removed."""
     hostname = socket.gethostname()
-    removed = 0
     try:
         leftovers = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
     except docker.errors.DockerException as exc:
         log.warning("docker janitor: listing containers failed: %s", exc)
         leftovers = []
-    for container in leftovers:
-        label = (container.labels or {}).get(LABEL_OWNER, "")
-        if not _dead_owner(label, hostname):
-            continue
-        with contextlib.suppress(docker.errors.NotFound):
-            try:
-                container.remove(force=True, v=True)
-                removed += 1
-            except docker.errors.DockerException as exc:
-                log.warning("docker janitor: removing %s failed: %s", container.name, exc)
+    dead = [c for c in leftovers if _dead_owner((c.labels or {}).get(LABEL_OWNER, ""), hostname)]
+    removed = _remove_each(dead, "docker janitor")
     if runtime_root.is_dir():
         for entry in runtime_root.iterdir():
             match = _OWNER_DIR.match(entry.name)
@@ -111,7 +103,6 @@ def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
 def remove_owned(client: DockerClient, owner: OwnerToken) -> int:
     """Removes every container this owner still has: the last sweep of `close()`, for removals
     that failed while the engine was busy. Returns how many it removed."""
-    removed = 0
     try:
         mine = client.containers.list(
             all=True, filters={"label": f"{LABEL_OWNER}={owner_label(owner)}"}
@@ -119,11 +110,17 @@ def remove_owned(client: DockerClient, owner: OwnerToken) -> int:
     except docker.errors.DockerException as exc:
         log.warning("docker backend: listing own containers failed: %s", exc)
         return 0
-    for container in mine:
+    return _remove_each(mine, "docker backend")
+
+
+def _remove_each(containers: list[Container], who: str) -> int:
+    """Force-removes each container (one gone already is not counted); returns how many."""
+    removed = 0
+    for container in containers:
         with contextlib.suppress(docker.errors.NotFound):
             try:
                 container.remove(force=True, v=True)
                 removed += 1
             except docker.errors.DockerException as exc:
-                log.warning("docker backend: removing %s failed: %s", container.name, exc)
+                log.warning("%s: removing %s failed: %s", who, container.name, exc)
     return removed
