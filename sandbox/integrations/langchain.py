@@ -7,8 +7,11 @@
 
 The tool's single argument is ``code``; its description carries the stub module. Both `invoke`
 (blocking) and `ainvoke` (on the caller's loop) run the script; the observation text is the
-tool's output, and a script that did not end `ok` is reported with `status="error"` on the
-`ToolMessage` (the observation itself says why).
+tool's output, and a script that did not end `ok` comes back as a `ToolMessage` with
+`status="error"` (the observation itself says why), from `invoke` and `ainvoke` alike and so inside
+any agent loop that runs tools through them (LangChain's `create_agent` / LangGraph's `ToolNode`).
+The status is set on the message `run`/`arun` return (LangChain's callbacks have already been
+told of the message by then): no second call, no wrapper for the caller to remember.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ class ExecuteLangChainTool(BaseTool):
         artifact = result.to_json() if result is not None else None
         return observation.text, artifact
 
+    def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return _with_status(super().run(tool_input, *args, **kwargs))
+
+    async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return _with_status(await super().arun(tool_input, *args, **kwargs))
+
     def _run(self, code: str, **_: Any) -> tuple[str, Any]:
         return self._format(self._tool().run(code))
 
@@ -56,9 +65,18 @@ def as_langchain_tool(execute: ExecuteTool) -> ExecuteLangChainTool:
     return ExecuteLangChainTool(name=execute.name, description=execute.description, execute=execute)
 
 
+def _with_status(output: Any) -> Any:
+    """``status="error"`` on a tool message whose execution did not end `ok` (LangChain sets
+    ``success`` on every message whose tool returned, whatever the script did). Called with no
+    tool call id, LangChain returns the bare content: there is no status to set then."""
+    if isinstance(output, ToolMessage):
+        artifact = output.artifact
+        if not isinstance(artifact, dict) or artifact.get("status") != "ok":
+            output.status = "error"
+    return output
+
+
 def mark_errors(message: ToolMessage) -> ToolMessage:
-    """Sets ``status="error"`` on a tool message whose execution did not end `ok`."""
-    artifact = message.artifact
-    if not isinstance(artifact, dict) or artifact.get("status") != "ok":
-        message.status = "error"
-    return message
+    """Kept for callers written against the first version: the tool now sets the status itself."""
+    result: ToolMessage = _with_status(message)
+    return result

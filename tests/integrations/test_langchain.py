@@ -9,7 +9,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
-from sandbox.integrations.langchain import as_langchain_tool, mark_errors
+from sandbox.integrations.langchain import as_langchain_tool
 
 
 def _call(code: str, call_id: str) -> AIMessage:
@@ -41,7 +41,7 @@ def test_langchain_two_step_task(embedded: EmbeddedRunner) -> None:
         if not reply.tool_calls:
             break
         for call in reply.tool_calls:
-            messages.append(mark_errors(tool.invoke(call)))
+            messages.append(tool.invoke(call))
     tool_messages = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in tool_messages] == ["l1", "l2"]
     assert "warmest: Quito" in str(tool_messages[0].content)
@@ -62,6 +62,51 @@ def test_langchain_async_and_error_status(embedded: EmbeddedRunner) -> None:
         "id": "e1",
         "type": "tool_call",
     }
-    message = mark_errors(asyncio.run(tool.ainvoke(call)))
+    message = asyncio.run(tool.ainvoke(call))
     assert isinstance(message, ToolMessage) and message.status == "error"
     assert "ValueError: x" in str(message.content)
+
+
+class _ToolCallingChat(FakeMessagesListChatModel):
+    """langchain-core's scripted chat model, accepting `bind_tools` as a real agent requires."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def test_failed_script_is_an_error_tool_message_with_invoke(embedded: EmbeddedRunner) -> None:
+    """`tool.invoke(tool_call)` alone, no `mark_errors`: the status is the tool's own."""
+    tool = as_langchain_tool(ExecuteTool(embedded, [get_weather]))
+    message = tool.invoke(_call("print('before')\n1/0\n", "z1").tool_calls[0])
+    assert isinstance(message, ToolMessage)
+    assert message.status == "error"
+    assert message.tool_call_id == "z1"
+    assert "ZeroDivisionError: division by zero" in str(message.content)
+    artifact: Any = message.artifact
+    assert artifact["status"] == "error" and artifact["stdout"] == "before\n"
+    ok = tool.invoke(_call("print('fine')\n", "z2").tool_calls[0])
+    assert ok.status == "success" and "fine" in str(ok.content)
+
+
+def test_failed_script_is_an_error_tool_message_in_an_agent(embedded: EmbeddedRunner) -> None:
+    """LangChain's own agent loop (`create_agent`, its ToolNode) with a scripted chat model."""
+    from langchain.agents import create_agent
+
+    tool = as_langchain_tool(ExecuteTool(embedded, [get_weather]))
+    model = _ToolCallingChat(
+        responses=[
+            _call("import tools\ntools.get_weather(city='Oslo')\n1/0\n", "a1"),
+            _call(STEP_2, "a2"),
+            AIMessage(content="humidity 40"),
+        ]
+    )
+    agent = create_agent(model, [tool])
+    state = agent.invoke({"messages": [HumanMessage("How humid is Quito?")]})
+    tool_messages = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.status) for m in tool_messages] == [
+        ("a1", "error"),
+        ("a2", "success"),
+    ]
+    assert "ZeroDivisionError: division by zero" in str(tool_messages[0].content)
+    assert "humidity: 40" in str(tool_messages[1].content)
+    assert state["messages"][-1].content == "humidity 40"
