@@ -34,6 +34,7 @@ class ExecutionStatus(enum.StrEnum):
     REJECTED = "rejected"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    FAILED = "failed"  # the service failed after admitting it; `error` names why
 
 
 class CallStatus(enum.StrEnum):

@@ -32,6 +32,7 @@ class ExecutionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_STATUS_REJECTED: _ClassVar[ExecutionStatus]
     EXECUTION_STATUS_CANCELLED: _ClassVar[ExecutionStatus]
     EXECUTION_STATUS_INTERRUPTED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_FAILED: _ClassVar[ExecutionStatus]
 
 class CallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -68,6 +69,7 @@ EXECUTION_STATUS_LIMIT_EXCEEDED: ExecutionStatus
 EXECUTION_STATUS_REJECTED: ExecutionStatus
 EXECUTION_STATUS_CANCELLED: ExecutionStatus
 EXECUTION_STATUS_INTERRUPTED: ExecutionStatus
+EXECUTION_STATUS_FAILED: ExecutionStatus
 CALL_STATUS_UNSPECIFIED: CallStatus
 CALL_STATUS_OK: CallStatus
 CALL_STATUS_ERROR: CallStatus
