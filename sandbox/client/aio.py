@@ -30,7 +30,7 @@ from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.expectations import ExpectedCalls
 from sandbox.limits import Limits
 from sandbox.result import ExecutionResult
-from sandbox.server.convert import request_to_proto, result_from_proto
+from sandbox.wire import request_to_proto, result_from_proto
 
 __all__ = [
     "ApprovalRequest",

@@ -1,0 +1,267 @@
+"""Protobuf <-> the shared dataclasses (limits, requests, results): the wire form that the client
+and the server both speak.
+
+This module imports nothing from the server, the engine, the backends or the audit store, so that
+`sandbox.client` stays a light import. The server's own conversions (an incoming request to the
+engine's `ExecutionRequest`, audit records, list queries) live in `sandbox.server.convert`. JSON
+values travel as JSON text (see the proto's conventions); times become the proto's unit-named
+integer fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.errors import InvalidArgument
+from sandbox.expectations import ExpectedCalls
+from sandbox.limits import LIMIT_SPECS, LimitAdjustment, Limits, ResolvedLimits
+from sandbox.result import (
+    CallRecord,
+    CallStatus,
+    ExecutionResult,
+    ExecutionStatus,
+    ScriptError,
+    Usage,
+    Violation,
+)
+
+__all__ = [
+    "BACKENDS",
+    "BACKEND_ENUM",
+    "POLICIES",
+    "enum_name",
+    "limits_from_proto",
+    "limits_to_proto",
+    "request_to_proto",
+    "result_from_proto",
+    "result_to_proto",
+    "timestamp",
+]
+
+BACKENDS = {pb.BACKEND_PROCESS: "process", pb.BACKEND_DOCKER: "docker"}
+BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
+POLICIES: dict[int, Literal["none", "restricted"]] = {
+    pb.SCRIPT_POLICY_NONE: "none",
+    pb.SCRIPT_POLICY_RESTRICTED: "restricted",
+}
+_ACTIONS = {
+    "killed": pb.VIOLATION_ACTION_KILLED,
+    "truncated": pb.VIOLATION_ACTION_TRUNCATED,
+    "refused": pb.VIOLATION_ACTION_REFUSED,
+}
+_ACTION_NAMES = {value: name for name, value in _ACTIONS.items()}
+
+
+def _status_enum(status: str) -> int:
+    return int(pb.ExecutionStatus.Value("EXECUTION_STATUS_" + status.upper()))
+
+
+def _call_status_enum(status: str) -> int:
+    return int(pb.CallStatus.Value("CALL_STATUS_" + status.upper()))
+
+
+def enum_name(value: int, prefix: str, enum: Any) -> str:
+    return str(enum.Name(value)).removeprefix(prefix).lower()
+
+
+# -- limits ------------------------------------------------------------------------------------
+def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
+    values: dict[str, int] = {}
+    for spec in LIMIT_SPECS:
+        if message.HasField(spec.field):
+            value = int(getattr(message, spec.field))
+            if value <= 0:
+                raise InvalidArgument(
+                    f"{where}.{spec.field}: must be positive (leave it unset to inherit the "
+                    "default)"
+                )
+            values[spec.field] = value
+    return Limits(**values)
+
+
+def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb.Limits:
+    """From canonical dataclasses, or from a result's ``{name: human value}`` mapping."""
+    message = pb.Limits()
+    for spec in LIMIT_SPECS:
+        if isinstance(limits, Mapping):
+            human = limits.get(spec.name)
+            value = None if human is None else round(human * spec.scale)
+        else:
+            value = getattr(limits, spec.field)
+        if value is not None:
+            setattr(message, spec.field, int(value))
+    return message
+
+
+def _limits_to_human(message: pb.Limits) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for spec in LIMIT_SPECS:
+        if message.HasField(spec.field):
+            out[spec.name] = spec.to_human(int(getattr(message, spec.field)))
+    return out
+
+
+# -- requests ----------------------------------------------------------------------------------
+def request_to_proto(
+    script: str,
+    manifest_json: str,
+    limits: Limits | None = None,
+    backend: str | None = None,
+    policy: str | None = None,
+    expected_calls: tuple[ExpectedCalls, ...] = (),
+    labels: Mapping[str, str] | None = None,
+) -> pb.ExecuteRequest:
+    message = pb.ExecuteRequest(
+        script=script,
+        manifest=pb.ToolManifest(json=manifest_json),
+        labels=dict(labels or {}),
+    )
+    if limits is not None:
+        message.limits.CopyFrom(limits_to_proto(limits))
+    if backend is not None:
+        message.backend = BACKEND_ENUM[backend]
+    if policy is not None:
+        message.policy = {"none": pb.SCRIPT_POLICY_NONE, "restricted": pb.SCRIPT_POLICY_RESTRICTED}[
+            policy
+        ]
+    for item in expected_calls:
+        entry = message.expected_calls.add(tool=item.tool)
+        if item.min is not None:
+            entry.min = item.min
+        if item.max is not None:
+            entry.max = item.max
+    return message
+
+
+# -- results -----------------------------------------------------------------------------------
+def timestamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
+
+
+def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
+    message = pb.ExecutionResult(
+        execution_id=result.execution_id,
+        status=_status_enum(result.status),  # type: ignore[arg-type]
+        exit_code=result.exit_code,
+        stdout=result.stdout,
+        stderr=result.stderr,
+        backend=BACKEND_ENUM.get(result.backend, pb.BACKEND_UNSPECIFIED),
+        isolation=list(result.isolation),
+        effective_limits=limits_to_proto(result.effective_limits),
+        usage=pb.Usage(
+            wall_time_ms=round(result.usage.wall_time_s * 1000),
+            cpu_time_ms=round(result.usage.cpu_time_s * 1000),
+            peak_memory_bytes=result.usage.peak_memory_bytes,
+            stdout_bytes=result.usage.stdout_bytes,
+            stderr_bytes=result.usage.stderr_bytes,
+            tool_calls=result.usage.tool_calls,
+        ),
+        started_at=timestamp(result.started_at),
+        finished_at=timestamp(result.finished_at),
+    )
+    for call in result.calls:
+        message.calls.add(
+            seq=call.seq,
+            tool=call.tool,
+            arguments_json=_json(call.arguments),
+            status=_call_status_enum(call.status),
+            result_json=_json(call.result) if call.status == CallStatus.OK else "",
+            error=call.error or "",
+            start_offset_us=round(call.start_offset_s * 1e6),
+            duration_us=round(call.duration_s * 1e6),
+            idempotency_key=call.idempotency_key,
+        )
+    for v in result.violations:
+        message.violations.add(
+            limit=v.limit,
+            limit_value=v.limit_value,
+            observed=v.observed,
+            unit=v.unit,
+            action=_ACTIONS.get(v.action, pb.VIOLATION_ACTION_UNSPECIFIED),
+            detail=v.detail,
+        )
+    if result.error is not None:
+        message.error.CopyFrom(
+            pb.ScriptError(
+                type=result.error.type, message=result.error.message, line=result.error.line
+            )
+        )
+    for a in result.adjustments:
+        message.adjustments.add(
+            limit=a.limit, requested=a.requested, applied=a.applied, action=a.action
+        )
+    return message
+
+
+def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
+    status = enum_name(message.status, "EXECUTION_STATUS_", pb.ExecutionStatus)
+    result = ExecutionResult(
+        execution_id=message.execution_id,
+        status=ExecutionStatus(status),
+        exit_code=message.exit_code,
+        stdout=message.stdout,
+        stderr=message.stderr,
+        backend=BACKENDS.get(message.backend, "unspecified"),
+        isolation=list(message.isolation),
+        effective_limits=_limits_to_human(message.effective_limits),
+        adjustments=[
+            LimitAdjustment(a.limit, a.requested, a.applied, a.action) for a in message.adjustments
+        ],
+        started_at=message.started_at.ToNanoseconds() / 1e9,
+        finished_at=message.finished_at.ToNanoseconds() / 1e9,
+        usage=Usage(
+            wall_time_s=message.usage.wall_time_ms / 1000,
+            cpu_time_s=message.usage.cpu_time_ms / 1000,
+            peak_memory_bytes=message.usage.peak_memory_bytes,
+            stdout_bytes=message.usage.stdout_bytes,
+            stderr_bytes=message.usage.stderr_bytes,
+            tool_calls=message.usage.tool_calls,
+        ),
+    )
+    for c in message.calls:
+        call_status = CallStatus(enum_name(c.status, "CALL_STATUS_", pb.CallStatus))
+        result.calls.append(
+            CallRecord(
+                seq=c.seq,
+                tool=c.tool,
+                arguments=_loads(c.arguments_json),
+                status=call_status,
+                result=_loads(c.result_json) if call_status == CallStatus.OK else None,
+                error=c.error if call_status != CallStatus.OK else None,
+                start_offset_s=c.start_offset_us / 1e6,
+                duration_s=c.duration_us / 1e6,
+                idempotency_key=c.idempotency_key,
+            )
+        )
+    result.violations = [
+        Violation(
+            v.limit,
+            v.limit_value,
+            v.observed,
+            v.unit,
+            _ACTION_NAMES.get(v.action, "unspecified"),
+            v.detail,
+        )
+        for v in message.violations
+    ]
+    if message.HasField("error"):
+        result.error = ScriptError(message.error.type, message.error.message, message.error.line)
+    return result
