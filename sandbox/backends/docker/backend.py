@@ -24,14 +24,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docker import DockerClient
+from sandbox.errors import Unavailable
+
+try:
+    from docker import DockerClient
+except ImportError as exc:  # the SDK is an optional extra; say which one
+    raise Unavailable(
+        "the Docker backend needs the Docker SDK, which is not installed: "
+        "pip install 'ptc-sandbox[docker]'"
+        f" ({type(exc).__name__}: {exc})"
+    ) from exc
 
 from sandbox.backends.base import SandboxHandle
 from sandbox.backends.docker import engine_client, janitor
 from sandbox.backends.docker.container import DockerSandbox, remove_container, spawn_container
 from sandbox.backends.docker.spec import ContainerSettings
 from sandbox.backends.pool import WarmPool
-from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
 
 __all__ = ["DockerBackend", "DockerBackendConfig", "default_runtime_root"]
