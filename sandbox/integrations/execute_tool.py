@@ -27,7 +27,7 @@ import grpc
 from sandbox.client.tools import ToolLike, build_manifest
 from sandbox.errors import PtcError
 from sandbox.expectations import ExpectedCalls
-from sandbox.integrations.observation import ObservationBudget, render_observation
+from sandbox.integrations.observation import ObservationBudget, ScriptSource, render_observation
 from sandbox.integrations.runners import RunRequest, ScriptRunner
 from sandbox.limits import Limits
 from sandbox.result import ExecutionResult, ExecutionStatus
@@ -156,24 +156,39 @@ class ExecuteTool:
         expected = self.expected_calls if expected_calls is None else tuple(expected_calls)
         return RunRequest(code, self.tools, self.limits, expected, self.policy)
 
-    def observe(self, result: ExecutionResult) -> Observation:
-        return Observation(render_observation(result, self.summary_fields, self.budget), result)
+    def observe(self, result: ExecutionResult, script: ScriptSource | None = None) -> Observation:
+        text = render_observation(result, self.summary_fields, self.budget, script)
+        return Observation(text, result)
 
-    def run(self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None) -> Observation:
+    def run(
+        self,
+        code: str,
+        expected_calls: Sequence[ExpectedCalls] | None = None,
+        *,
+        prelude: str = "",
+    ) -> Observation:
+        """Runs ``code``; an adapter's ``prelude`` runs before it, out of the model's sight
+        (its frames are hidden and line numbers count from the code's first line)."""
+        script = _source(prelude, code)
         try:
-            result = self.runner.run(self.request(code, expected_calls))
+            result = self.runner.run(self.request(script.text, expected_calls))
         except (PtcError, grpc.RpcError) as exc:
             return _refused(exc)
-        return self.observe(result)
+        return self.observe(result, script)
 
     async def arun(
-        self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None
+        self,
+        code: str,
+        expected_calls: Sequence[ExpectedCalls] | None = None,
+        *,
+        prelude: str = "",
     ) -> Observation:
+        script = _source(prelude, code)
         try:
-            result = await self.runner.arun(self.request(code, expected_calls))
+            result = await self.runner.arun(self.request(script.text, expected_calls))
         except (PtcError, grpc.RpcError) as exc:
             return _refused(exc)
-        return self.observe(result)
+        return self.observe(result, script)
 
     def run_arguments(self, arguments: str | Mapping[str, Any] | None) -> Observation:
         """Runs a tool call given its raw arguments (JSON text or an already parsed mapping)."""
@@ -203,6 +218,12 @@ def parse_code(arguments: str | Mapping[str, Any] | None) -> str | None:
         return None
     code = arguments.get("code")
     return code if isinstance(code, str) else None
+
+
+def _source(prelude: str, code: str) -> ScriptSource:
+    if prelude and not prelude.endswith("\n"):
+        prelude += "\n"
+    return ScriptSource(prelude + code, prelude.count("\n"))
 
 
 def _refused(exc: Exception) -> Observation:

@@ -13,8 +13,8 @@ client-side tool too: its value becomes the step's final answer.
 Differences from the local executor, by design: no state survives between code actions (each
 runs in a fresh sandbox; variables the agent was given are re-sent as JSON literals), and a
 failing script raises `SandboxExecutionError` carrying the rendered observation (output, call
-summary, the error), which the agent shows the model as the step's error. Line numbers in
-tracebacks count the prelude's lines too.
+summary, the error), which the agent shows the model as the step's error. Its tracebacks show
+the code action's own frames with the action's own line numbers: the prelude is hidden.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class SandboxExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents is un
         execute = ExecuteTool(
             self.runner, self._forwarded(answers), limits=self.limits, budget=self.budget
         )
-        observation = execute.run(self._prelude() + code_action)
+        observation = execute.run(code_action, prelude=self._prelude())
         result = observation.result
         if result is None or result.status != ExecutionStatus.OK:
             raise SandboxExecutionError(observation.text)
