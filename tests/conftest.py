@@ -160,10 +160,13 @@ class EngineHarness:
         problems: list[str] = []
         # Processes: every descendant of this test process must belong to an idle sandbox.
         allowed: set[int] = set(allow)
+        # The fork server (bwrap and the zygote) lives as long as the backend.
+        zygote = self.backend.zygote
+        allowed.update(zygote.pids() if zygote is not None else [])
         for handle in idle:
-            allowed.add(handle.proc.pid)
+            allowed.add(handle.pid)
             with contextlib.suppress(psutil.NoSuchProcess):
-                allowed.update(c.pid for c in psutil.Process(handle.proc.pid).children(True))
+                allowed.update(c.pid for c in psutil.Process(handle.pid).children(True))
         for child in psutil.Process().children(recursive=True):
             if child.pid not in allowed:
                 try:

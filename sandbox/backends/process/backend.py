@@ -1,4 +1,5 @@
-"""The process backend: bubblewrap sandboxes from a warm pool, limited by rlimits and cgroups.
+"""The process backend: sandboxes forked from a zygote into a warm pool, limited by rlimits and
+cgroups.
 
 At start it checks what this host can enforce (bwrap and user namespaces, cgroups, the seccomp
 filter) and fails closed: without cgroups or the filter it refuses to start unless configured
@@ -22,6 +23,7 @@ from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
+from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
 
@@ -49,6 +51,10 @@ class ProcessBackendConfig:
     # the private tmp) gets a sandbox started on demand.
     pool_limits: ResolvedLimits = DEFAULTS
     allow_degraded: bool = False
+    # The zygote is replaced after this many forks or seconds (children share its address
+    # layout and hash seed; see SECURITY.md).
+    zygote_max_forks: int = 2000
+    zygote_max_age_s: float = 600.0
 
 
 class ProcessBackend:
@@ -64,6 +70,7 @@ class ProcessBackend:
         self._isolation: list[str] = []
         self._reaping: set[asyncio.Task[None]] = set()
         self._seccomp = False
+        self.zygote: ZygoteSupervisor | None = None
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -88,6 +95,22 @@ class ProcessBackend:
         self._seccomp = why_no_seccomp is None
         sweep_stale_runtime_dirs()
         self._runtime_dir = make_runtime_dir()
+        self.zygote = ZygoteSupervisor(
+            ZygoteSettings(
+                python=self.python,
+                runtime_dir=self._runtime_dir,
+                uid=self.config.uid,
+                gid=self.config.gid,
+                seccomp=self._seccomp,
+                max_forks=self.config.zygote_max_forks,
+                max_age_s=self.config.zygote_max_age_s,
+            )
+        )
+        try:
+            await asyncio.to_thread(self.zygote.start)
+        except BaseException:
+            await self.close()
+            raise
         self._pool = WarmPool(
             factory=lambda: self._spawn(self.config.pool_limits),
             dispose=lambda h: h.dispose(),
@@ -97,18 +120,15 @@ class ProcessBackend:
         self._pool.start()
 
     async def _spawn(self, limits: ResolvedLimits) -> ProcessSandbox:
-        assert self._runtime_dir is not None
+        assert self.zygote is not None
         settings = SpawnSettings(
-            python=self.python,
-            runtime_dir=self._runtime_dir,
             tmp_bytes=limits.file_size_bytes,
             uid=self.config.uid,
-            gid=self.config.gid,
             limits=limits,
             seccomp=self._seccomp,
         )
         name = f"sb{next(self._names)}"
-        sandbox = await spawn_sandbox(settings, self.cgroups, name, self._reap)
+        sandbox = await spawn_sandbox(self.zygote, settings, self.cgroups, name, self._reap)
         if not self._isolation:
             self._isolation = list(sandbox.isolation)
         return sandbox
@@ -149,6 +169,8 @@ class ProcessBackend:
         if self._pool is not None:
             await self._pool.close()
         await self.drain()
+        if self.zygote is not None:
+            await asyncio.to_thread(self.zygote.close)
         if self.cgroups is not None:
             self.cgroups.close()
         if self._runtime_dir is not None:

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BwrapOptions", "bwrap_argv", "bwrap_path", "probe_bwrap"]
+__all__ = ["ZygoteOptions", "bwrap_path", "probe_bwrap", "zygote_argv"]
 
 # Layers every process sandbox has when bwrap starts at all.
 NAMESPACE_LAYERS = [
@@ -35,16 +35,13 @@ NAMESPACE_LAYERS = [
 
 
 @dataclass(frozen=True)
-class BwrapOptions:
+class ZygoteOptions:
     python: str  # the guest interpreter, by its real path
-    runtime_dir: Path  # holds bootstrap.py and _ptc_runtime.py; mounted read-only at /ptc
-    tmp_bytes: int  # size of the private tmpfs at /tmp
+    runtime_dir: Path  # holds the guest files; mounted read-only at /ptc
     uid: int  # uid and gid inside the sandbox (the host uid is the caller's)
     gid: int
-    info_fd: int
-    block_fd: int
-    channel_fd: int
-    seccomp_fd: int | None = None  # a compiled BPF program, installed just before the guest
+    control_fd: int  # the zygote's end of the fork-request socket
+    program_fd: int  # the compiled seccomp program (empty: none), read once by the zygote
 
 
 @functools.cache
@@ -60,29 +57,27 @@ def _python_mounts(python: str) -> list[str]:
     return ["--ro-bind", str(prefix), str(prefix)]
 
 
-def bwrap_argv(options: BwrapOptions) -> list[str]:
+def zygote_argv(options: ZygoteOptions) -> list[str]:
+    """The fork server's command line: the sandbox's read-only view of the runtime, its own
+    user, network, ipc, uts and cgroup namespaces, and every capability inside its user
+    namespace only, which its children use to build their own namespaces and then drop
+    (`sandbox.guest._confine`). No pid namespace of its own: its children must outlive it."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap (Debian package bubblewrap) is not installed")
-    argv = [
+    return [
         bwrap,
         "--unshare-user",
-        "--unshare-pid",
-        # The guest is pid 1 itself, with no bwrap reaper in between: its exit ends the pid
-        # namespace at once (the kernel kills every other process in it) and bwrap outside
-        # reports its status without a second hop.
-        "--as-pid-1",
         "--unshare-net",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
-        "--disable-userns",
         "--uid", str(options.uid),
         "--gid", str(options.gid),
+        "--cap-add", "ALL",
         "--hostname", "sandbox",
         "--die-with-parent",
         "--new-session",
-        "--cap-drop", "ALL",
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",
         "--setenv", "HOME", "/tmp",
@@ -96,23 +91,16 @@ def bwrap_argv(options: BwrapOptions) -> list[str]:
         "--ro-bind", str(options.runtime_dir), "/ptc",
         "--proc", "/proc",
         "--dev", "/dev",
-        "--size", str(options.tmp_bytes),
-        "--tmpfs", "/tmp",
-        # POSIX shared memory and semaphores (multiprocessing) need a writable /dev/shm: its
-        # own tmpfs of the same size as /tmp; the rest of /dev is read-only.
-        "--size", str(options.tmp_bytes),
-        "--tmpfs", "/dev/shm",
+        # Mount points for each child's private tmpfs; the zygote itself writes nowhere.
+        "--dir", "/tmp",
+        "--dir", "/dev/shm",
         "--remount-ro", "/dev",
-        "--chdir", "/tmp",
+        "--chdir", "/tmp",  # PWD=/tmp in the environment every child inherits
         "--remount-ro", "/",
-        "--info-fd", str(options.info_fd),
-        "--block-fd", str(options.block_fd),
-        *(["--seccomp", str(options.seccomp_fd)] if options.seccomp_fd is not None else []),
         "--",
         options.python, "-I", "-S", "-B", "-X", "utf8",
-        "/ptc/bootstrap.py", str(options.channel_fd),
+        "/ptc/zygote.py", str(options.control_fd), str(options.program_fd),
     ]  # fmt: skip
-    return argv
 
 
 @functools.cache

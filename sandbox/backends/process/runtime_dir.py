@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from sandbox.guest import GUEST_DIR, GUEST_FILES
+from sandbox.guest import GUEST_DIR, GUEST_FILES, ZYGOTE_FILES
 
 __all__ = ["make_runtime_dir", "sweep_stale_runtime_dirs"]
 
@@ -40,7 +40,7 @@ def make_runtime_dir() -> Path:
     """Copies the guest files where the unprivileged sandbox uid can read them."""
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=_parent()))
     path.chmod(0o755)
-    for name in GUEST_FILES:
+    for name in (*GUEST_FILES, *ZYGOTE_FILES):
         target = path / name
         shutil.copyfile(GUEST_DIR / name, target)
         target.chmod(0o644)

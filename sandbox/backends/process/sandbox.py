@@ -1,35 +1,36 @@
-"""One process sandbox: spawning it under bubblewrap, joining its cgroup, killing and reaping it.
+"""One process sandbox: forking it from the zygote, joining its cgroup, killing and reaping it.
 
-Start-up is race-free with respect to the cgroup: bwrap is told to wait on a pipe (`--block-fd`)
-after creating its namespaces and before starting the guest; the host reads the sandbox's pid
-from `--info-fd`, moves bwrap and that pid into the sandbox's fresh cgroup, and only then
-releases the pipe. Every process the guest or the script ever creates is therefore born inside
-the cgroup. bwrap runs as an unprivileged host uid, so even a kernel bug that let the script out
-of its user namespace would leave it without privileges.
+Start-up is race-free with respect to the cgroup: the forked child waits for one byte on its
+channel before it does anything else; the host moves it into the sandbox's fresh cgroup and only
+then sends that byte. Every process the guest or the script ever creates is therefore born
+inside the cgroup. The zygote runs as an unprivileged host uid, so even a kernel bug that let
+the script out of its user namespace would leave it without privileges.
 
-The blocking half of a start (fork/exec, reading the info pipe, cgroup writes, which take
-milliseconds on cgroup v1) runs in a worker thread, so that refilling the warm pool never stalls
-the event loop that is serving running executions. The exit is observed through a pidfd.
+The sandbox's pid 1 is not our child: its reaper (the child the zygote forked, outside the
+sandbox's pid namespace) writes pid 1's exit status to a pipe we read, and dies with it.
+Killing the reaper (through a pidfd, so a reused pid cannot be hit) kills pid 1 (its parent-death
+signal) and with it, by the kernel's rule for a pid namespace's init, every process inside.
+
+The blocking half of a start (the fork request, cgroup writes, which take milliseconds on cgroup
+v1) runs in a worker thread, so that refilling the warm pool never stalls the event loop that is
+serving running executions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
-from sandbox.backends.process.bwrap import NAMESPACE_LAYERS, BwrapOptions, bwrap_argv
+from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
-from sandbox.backends.process.seccomp import program_fd
+from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.capture import OutputStream
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
@@ -37,31 +38,38 @@ from sandbox.protocol import ProtocolViolation
 
 __all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
 
-BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 CGROUP_CPU_CORES = 1.0
+STATUS_MAX_BYTES = 64
 
 
 @dataclass(frozen=True)
 class SpawnSettings:
-    python: str
-    runtime_dir: Path
     tmp_bytes: int
     uid: int
-    gid: int
     limits: ResolvedLimits = DEFAULTS
     ready_timeout_s: float = 15.0
-    seccomp: bool = True  # filter syscalls (see `seccomp`); off only in a degraded mode
+    seccomp: bool = True  # the zygote installs the filter in each child; off only degraded
 
 
 @dataclass
 class _Started:
     """What the worker thread hands back to the event loop."""
 
-    proc: subprocess.Popen[bytes]
+    pid: int  # the reaper's host pid
+    pidfd: int
     host_sock: socket.socket
+    stdout_fd: int
+    stderr_fd: int
+    status_fd: int
     cgroup: SandboxCgroup | None
     isolation: list[str]
     applied: CgroupLimits | None
+
+    def close_fds(self) -> None:
+        for fd in (self.pidfd, self.stdout_fd, self.stderr_fd, self.status_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.host_sock.close()
 
 
 def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
@@ -80,7 +88,8 @@ class ProcessSandbox:
         tmp_bytes: int,
         transports: list[asyncio.BaseTransport],
     ) -> None:
-        self.proc = started.proc
+        self._started = started
+        self.pid = started.pid
         self.cgroup = started.cgroup
         self.isolation = started.isolation
         self.channel = channel
@@ -94,15 +103,23 @@ class ProcessSandbox:
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
         self._last_usage = ResourceUsage()
+        self._status = bytearray()
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._pidfd = os.pidfd_open(self.proc.pid)
-        asyncio.get_running_loop().add_reader(self._pidfd, self._on_exit)
+        asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
 
-    def _on_exit(self) -> None:
-        asyncio.get_running_loop().remove_reader(self._pidfd)
-        code = self.proc.wait()
+    def _on_status(self) -> None:
+        try:
+            chunk = os.read(self._started.status_fd, STATUS_MAX_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk and len(self._status) < STATUS_MAX_BYTES:
+            self._status += chunk
+            return
+        asyncio.get_running_loop().remove_reader(self._started.status_fd)
         if not self._exit.done():
-            self._exit.set_result(code)
+            self._exit.set_result(_exit_code(bytes(self._status)))
 
     @property
     def alive(self) -> bool:
@@ -115,18 +132,14 @@ class ProcessSandbox:
             self.applied = wanted
 
     async def wait(self) -> int:
-        code = await asyncio.shield(self._exit)
-        # bwrap reports a guest killed by signal N as exit status 128 + N.
-        if code > 128:
-            return -(code - 128)
-        return code
+        return await asyncio.shield(self._exit)
 
     async def kill(self) -> None:
-        # SIGKILL to bwrap is immediate and total: --die-with-parent kills pid 1 of the
-        # sandbox's pid namespace, and the kernel then kills every process in it. The cgroup is
-        # swept once more (freeze, kill, remove) when the sandbox is disposed of.
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGKILL)
+        # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
+        # parent-death signal, and the kernel then kills every process in its pid namespace.
+        # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
 
     def usage(self) -> ResourceUsage:
         if self.cgroup is None or self._disposed:
@@ -146,13 +159,14 @@ class ProcessSandbox:
             return
         self.usage()
         self._disposed = True
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGKILL)
+        await self.kill()
         await self.channel.close()
         await self._exit
-        os.close(self._pidfd)
         for transport in self._transports:
             transport.close()
+        for fd in (self._started.pidfd, self._started.status_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self.cgroup is None:
             return
         if self.reaper is not None:
@@ -166,66 +180,33 @@ class ProcessSandbox:
             self.cgroup.remove()
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _exit_code(report: bytes) -> int:
+    """The reaper's report of pid 1's exit; none at all means the reaper itself was killed,
+    which only a kill of the whole sandbox (ours, or the kernel's OOM killer) does."""
+    try:
+        return int(report.strip() or b"")
+    except ValueError:
+        return -signal.SIGKILL
 
 
-def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name: str) -> _Started:
-    """Fork/exec bwrap, move it into its cgroup, release it. Runs in a worker thread."""
+def _start_blocking(
+    zygote: ZygoteSupervisor, settings: SpawnSettings, cgroups: CgroupManager | None, name: str
+) -> _Started:
+    """Fork a child from the zygote, move it into its cgroup, release it. In a worker thread."""
     host_sock, guest_sock = socket.socketpair()
-    info_r, info_w = os.pipe()
-    block_r, block_w = os.pipe()
-    seccomp_fd = -1
-    as_user: dict[str, object] = {}
-    if os.getuid() == 0:
-        as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
-    proc: subprocess.Popen[bytes] | None = None
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pidfd = -1
     cgroup: SandboxCgroup | None = None
     try:
-        if settings.seccomp:
-            seccomp_fd = program_fd()
-        argv = bwrap_argv(
-            BwrapOptions(
-                python=settings.python,
-                runtime_dir=settings.runtime_dir,
-                tmp_bytes=settings.tmp_bytes,
-                uid=settings.uid,
-                gid=settings.gid,
-                info_fd=info_w,
-                block_fd=block_r,
-                channel_fd=guest_sock.fileno(),
-                seccomp_fd=seccomp_fd if seccomp_fd >= 0 else None,
-            )
-        )
-        proc = subprocess.Popen(  # type: ignore[call-overload]
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=tuple(
-                fd for fd in (guest_sock.fileno(), info_w, block_r, seccomp_fd) if fd >= 0
-            ),
-            start_new_session=True,
-            # bwrap's own process is pid 1 inside the sandbox and its /proc/1/environ is
-            # readable there: it must not inherit the server's environment.
-            env=BWRAP_ENV,
-            **as_user,
-        )
-        assert proc is not None
-        os.close(info_w)
-        info_w = -1
+        pid = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
+        for fd in (out_w, err_w, status_w):
+            os.close(fd)
+        out_w = err_w = status_w = -1
         guest_sock.close()
-        info = _read_all(info_r)
-        if not info:
-            assert proc.stderr is not None
-            proc.wait(timeout=10)
-            err = proc.stderr.read(4000).decode(errors="replace").strip()
-            raise Unavailable(f"the process sandbox did not start: {err or 'no reason given'}")
-        child_pid = int(json.loads(info)["child-pid"])
-        isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if as_user else os.getuid()}"]
+        pidfd = os.pidfd_open(pid)
+        isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
         if settings.seccomp:
             isolation.append("seccomp")
         applied = None
@@ -233,59 +214,64 @@ def _start_blocking(settings: SpawnSettings, cgroups: CgroupManager | None, name
             cgroup = cgroups.create(name)
             applied = cgroup_limits(settings.limits)
             cgroup.set_limits(applied)
-            cgroup.add_pids([proc.pid, child_pid])
+            cgroup.add_pids([pid])
             isolation += cgroups.layers()
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
-        os.write(block_w, b"1")
-        return _Started(proc, host_sock, cgroup, isolation, applied)
+        host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
+        os.set_blocking(status_r, False)
+        return _Started(pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied)
     except BaseException:
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+        if pidfd >= 0:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
         if cgroup is not None:
             cgroup.remove()
         host_sock.close()
+        for fd in (out_r, err_r, status_r):
+            os.close(fd)
         raise
     finally:
-        for fd in (info_r, info_w, block_r, block_w, seccomp_fd):
+        for fd in (out_w, err_w, status_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         guest_sock.close()
 
 
-async def _output_stream(pipe: object) -> tuple[OutputStream, asyncio.BaseTransport]:
+async def _output_stream(fd: int) -> tuple[OutputStream, asyncio.BaseTransport]:
+    pipe = open(fd, "rb", buffering=0)  # noqa: SIM115  (the transport closes it)
     transport, stream = await asyncio.get_running_loop().connect_read_pipe(OutputStream, pipe)
     return stream, transport
 
 
 async def _abandon(started: _Started, opened: list[asyncio.BaseTransport]) -> None:
     """Kills and releases a sandbox that never became ready."""
-    with contextlib.suppress(ProcessLookupError):
-        started.proc.kill()
-    await asyncio.to_thread(started.proc.wait)
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(started.pidfd, signal.SIGKILL)
     for resource in opened:
         resource.close()
+    # The output pipes that got a transport are closed with it; the others here.
+    unwrapped = [started.stdout_fd, started.stderr_fd][len(opened) :]
+    for fd in (started.pidfd, started.status_fd, *unwrapped):
+        with contextlib.suppress(OSError):
+            os.close(fd)
     started.host_sock.close()
-    for pipe in (started.proc.stdout, started.proc.stderr):
-        if pipe is not None:
-            pipe.close()  # a no-op for a pipe its transport already closed
     if started.cgroup is not None:
         await asyncio.to_thread(started.cgroup.remove)
 
 
 async def spawn_sandbox(
+    zygote: ZygoteSupervisor,
     settings: SpawnSettings,
     cgroups: CgroupManager | None,
     name: str,
     reaper: Callable[[ProcessSandbox], None] | None = None,
 ) -> ProcessSandbox:
-    """Starts one sandbox and waits until its guest is ready for a job."""
-    starting = asyncio.ensure_future(asyncio.to_thread(_start_blocking, settings, cgroups, name))
+    """Forks one sandbox and waits until its guest is ready for a job."""
+    starting = asyncio.ensure_future(
+        asyncio.to_thread(_start_blocking, zygote, settings, cgroups, name)
+    )
     try:
         started = await asyncio.shield(starting)
     except asyncio.CancelledError:
@@ -294,16 +280,16 @@ async def spawn_sandbox(
             leftover = await starting
             await _abandon(leftover, [])
         raise
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
     channel: FrameChannel | None = None
     opened: list[asyncio.BaseTransport] = []
     try:
         channel = FrameChannel(started.host_sock, name)
-        stdout, out_transport = await _output_stream(started.proc.stdout)
+        stdout, out_transport = await _output_stream(started.stdout_fd)
         opened.append(out_transport)
-        stderr, err_transport = await _output_stream(started.proc.stderr)
+        stderr, err_transport = await _output_stream(started.stderr_fd)
         opened.append(err_transport)
         sandbox = ProcessSandbox(
             started,

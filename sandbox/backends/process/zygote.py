@@ -1,0 +1,251 @@
+"""The host's side of the fork server: starting, supervising and replacing the zygote.
+
+One zygote per process backend (`sandbox.guest.zygote` runs inside it) forks every sandbox.
+Requests are serialized on one SOCK_SEQPACKET socket under a lock, from worker threads. The
+supervisor replaces the zygote when it has died (and logs it: sandboxes it already forked are
+not its children in any way that matters and run on), and retires it after `max_forks` forks or
+`max_age_s` seconds, because every child shares the zygote's address-space layout and hash
+seed: a bounded generation bounds what one sandbox can learn about the next. A zygote that
+cannot start is an `Unavailable` error naming bwrap's own message.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox.backends.process.bwrap import ZygoteOptions, zygote_argv
+from sandbox.backends.process.seccomp import program_fd
+from sandbox.errors import Unavailable
+
+__all__ = ["ZygoteSettings", "ZygoteSupervisor"]
+
+log = logging.getLogger(__name__)
+
+BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+READY_TIMEOUT_S = 20.0
+REPLY_TIMEOUT_S = 10.0
+MAX_REPLY_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class ZygoteSettings:
+    python: str
+    runtime_dir: Path
+    uid: int
+    gid: int
+    seccomp: bool = True
+    max_forks: int = 2000  # forks before the zygote is replaced (layout and hash seed rotate)
+    max_age_s: float = 600.0  # seconds before the zygote is replaced
+
+
+class _Zygote:
+    """One running zygote."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
+        self.proc = proc
+        self.pid: int | None = None  # the zygote's own host pid (bwrap's is proc.pid)
+        self.control = control
+        self.started_at = time.monotonic()
+        self.forks = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, message: dict[str, object], fds: list[int]) -> dict[str, object]:
+        payload = json.dumps(message).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        self.control.sendmsg([payload], rights)
+        return self.read_reply()
+
+    def read_reply(self) -> dict[str, object]:
+        data = self.control.recv(MAX_REPLY_BYTES)
+        if not data:
+            raise ConnectionError("the fork server closed its control socket")
+        reply = json.loads(data)
+        if not isinstance(reply, dict):
+            raise ValueError(f"the fork server sent {data[:200]!r}")
+        return reply
+
+    def retire(self, wait: bool = False) -> None:
+        """Closes the control socket: the zygote exits; its children run on. Reaped in the
+        background, or here when ``wait``."""
+        with contextlib.suppress(OSError):
+            self.control.close()
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, name="ptc-zygote-reap", daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            if self.proc.stderr is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stderr.close()
+
+
+def _start(settings: ZygoteSettings) -> _Zygote:
+    host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    program = program_fd() if settings.seccomp else os.memfd_create("ptc-no-seccomp")
+    as_user: dict[str, object] = {}
+    if os.getuid() == 0:
+        as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        argv = zygote_argv(
+            ZygoteOptions(
+                python=settings.python,
+                runtime_dir=settings.runtime_dir,
+                uid=settings.uid,
+                gid=settings.gid,
+                control_fd=guest.fileno(),
+                program_fd=program,
+            )
+        )
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(guest.fileno(), program),
+            start_new_session=True,
+            # The zygote's environment is what every sandbox inherits: never the server's.
+            env=BWRAP_ENV,
+            **as_user,
+        )
+        assert proc is not None
+        guest.close()
+        zygote = _Zygote(proc, host)
+        host.settimeout(READY_TIMEOUT_S)
+        try:
+            ready = zygote.read_reply()
+        except (OSError, ValueError) as exc:
+            proc.kill()
+            proc.wait()
+            err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
+            raise Unavailable(
+                f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
+            ) from exc
+        if ready.get("t") != "ready" or not isinstance(ready.get("pid"), int):
+            raise Unavailable(f"the fork server did not say ready: {ready!r}")
+        zygote.pid = int(ready["pid"])  # type: ignore[call-overload]
+        host.settimeout(REPLY_TIMEOUT_S)
+        # The zygote's stderr carries only its own failures; read it so it can never block.
+        threading.Thread(
+            target=_log_stderr, args=(proc,), name="ptc-zygote-log", daemon=True
+        ).start()
+        return zygote
+    except BaseException:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        host.close()
+        raise
+    finally:
+        guest.close()
+        os.close(program)
+
+
+def _log_stderr(proc: subprocess.Popen[bytes]) -> None:
+    stream = proc.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        for line in stream:
+            log.warning("fork server %d: %s", proc.pid, line.decode(errors="replace").rstrip())
+
+
+class ZygoteSupervisor:
+    """Hands out forks; replaces a dead, old or worn zygote on the next request."""
+
+    def __init__(self, settings: ZygoteSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._zygote: _Zygote | None = None
+        self._closed = False
+        self.generations = 0  # zygotes started so far
+        self.deaths = 0  # zygotes found dead (not retired by us)
+
+    def start(self) -> None:
+        """Starts the first zygote; raises `Unavailable` when it cannot start."""
+        with self._lock:
+            self._current()
+
+    def pids(self) -> list[int]:
+        """bwrap's and the zygote's host pids (none while no zygote runs)."""
+        zygote = self._zygote
+        if zygote is None:
+            return []
+        return [zygote.proc.pid, *([zygote.pid] if zygote.pid is not None else [])]
+
+    def _worn(self, zygote: _Zygote) -> bool:
+        age = time.monotonic() - zygote.started_at
+        return zygote.forks >= self.settings.max_forks or age >= self.settings.max_age_s
+
+    def _current(self) -> _Zygote:
+        if self._closed:
+            raise Unavailable("the process backend is closed")
+        zygote = self._zygote
+        if zygote is not None and not zygote.alive:
+            self.deaths += 1
+            log.warning(
+                "the fork server (pid %d) exited with status %s; starting a new one",
+                zygote.proc.pid,
+                zygote.proc.returncode,
+            )
+            zygote.retire()
+            zygote = self._zygote = None
+        if zygote is not None and self._worn(zygote):
+            zygote.retire()
+            zygote = self._zygote = None
+        if zygote is None:
+            zygote = self._zygote = _start(self.settings)
+            self.generations += 1
+        return zygote
+
+    def fork(self, tmp_bytes: int, fds: list[int]) -> int:
+        """Forks one sandbox with these four descriptors (channel, stdout, stderr, status);
+        returns its host pid. Blocking: call from a worker thread."""
+        with self._lock:
+            for attempt in (1, 2):
+                zygote = self._current()
+                try:
+                    reply = zygote.request({"t": "fork", "tmp_bytes": tmp_bytes}, fds)
+                except (OSError, ValueError) as exc:
+                    # Died under us: one retry with a fresh zygote, then give up.
+                    zygote.retire()
+                    self._zygote = None
+                    self.deaths += 1
+                    if attempt == 2:
+                        raise Unavailable(f"the fork server failed: {exc!r}") from exc
+                    continue
+                if reply.get("t") != "forked" or not isinstance(reply.get("pid"), int):
+                    raise Unavailable(f"the fork server refused a fork: {reply!r}")
+                zygote.forks += 1
+                pid = reply["pid"]
+                assert isinstance(pid, int)
+                return pid
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Stops the zygote and waits for it (blocking)."""
+        with self._lock:
+            self._closed = True
+            if self._zygote is not None:
+                self._zygote.retire(wait=True)
+                self._zygote = None

@@ -1,0 +1,213 @@
+"""The kernel calls that confine one forked sandbox, through ctypes (standard library only).
+
+Runs inside the zygote's bubblewrap, in the children the zygote forks, before any untrusted
+byte: new namespaces, private mounts, the loopback device, dropping every capability,
+no_new_privs and the seccomp filter. Python 3.11 has no `os.unshare` or `mount`, and bubblewrap
+cannot be re-entered for each child without paying an interpreter start, which is what the fork
+server exists to avoid; so these few syscalls are called here, each checked, each failure an
+`OSError` that ends the child before it says ready.
+
+The zygote holds every capability inside its own user namespace (bwrap `--cap-add ALL`, never on
+the host); a child uses them to build its namespaces and mounts and then drops all of them, the
+bounding and ambient sets included, before the script runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+
+__all__ = [
+    "drop_capabilities",
+    "forbid_user_namespaces",
+    "install_seccomp",
+    "last_capability",
+    "make_device_nodes_readonly",
+    "mount_proc",
+    "mount_tmpfs",
+    "own_mount_namespace",
+    "set_death_signal",
+    "unshare_sandbox_namespaces",
+    "up_loopback",
+]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_RELATIME = 1 << 21
+_ST_RELATIME = 4096  # statvfs's bit for relatime differs from mount(2)'s
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+]
+_libc.prctl.argtypes = [
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
+    _check(_libc.prctl(option, arg2, arg3, 0, 0), f"prctl({option})")
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            flags,
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def own_mount_namespace() -> None:
+    """The zygote's own mount namespace, owned by its user namespace.
+
+    bwrap leaves the zygote in a mount namespace that its user namespace does not own, where
+    no mount can be changed; a copy owned by it can (the copied mounts stay locked against
+    being taken apart, as the kernel does for any less privileged copy)."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(mount)")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+
+
+def forbid_user_namespaces() -> None:
+    """No process below this user namespace may create another one (the zygote, once).
+
+    The limit is the zygote's namespace's own `user.max_user_namespaces`; a child's creation
+    counts against every ancestor's limit, so 0 here refuses `clone(CLONE_NEWUSER)` and
+    `clone3` alike, which a seccomp filter on `unshare` alone would not."""
+    with open("/proc/sys/user/max_user_namespaces", "w") as limit:
+        limit.write("0")
+
+
+def _kept_flags(path: str) -> int:
+    have = os.statvfs(path).f_flag
+    same = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME  # equal bit values
+    return (have & same) | (MS_RELATIME if have & _ST_RELATIME else 0)
+
+
+def make_device_nodes_readonly() -> None:
+    """bwrap's `/dev` nodes are bind mounts of the host's inodes: read-only mounts, so that no
+    sandbox can chmod, chown or touch the host's `/dev/null` (writing to the device still works:
+    a read-only mount does not stop I/O on a device node)."""
+    for node in DEVICE_NODES:
+        path = f"/dev/{node}"
+        if os.path.exists(path):
+            # A remount must keep the flags the host's mount locked (atime, nosuid, ...).
+            _mount("none", path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(path), None)
+
+
+def unshare_sandbox_namespaces() -> None:
+    """Mount, pid (for the next child), network, ipc, uts and cgroup namespaces of our own."""
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    _check(_libc.unshare(flags | CLONE_NEWCGROUP), "unshare")
+    # Nothing mounted from here on may reach the zygote's or a sibling's mount namespace.
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    socket.sethostname("sandbox")
+
+
+def mount_tmpfs(target: str, size_bytes: int) -> None:
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_bytes},mode=1777")
+
+
+def mount_proc() -> None:
+    """A /proc of the new pid namespace over the zygote's (pid 1 of that namespace calls it)."""
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def up_loopback() -> None:
+    """The new network namespace's `lo`, up (bwrap did the same): no other device exists."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def set_death_signal(signum: int) -> None:
+    _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def last_capability() -> int:
+    """The highest capability number this kernel knows (read once, in the zygote)."""
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        return int(last.read())
+
+
+def drop_capabilities(last_cap: int) -> None:
+    """Empties the bounding, ambient, inheritable, permitted and effective sets."""
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two all-zero __user_cap_data_struct
+    _check(_libc.capset(header, data), "capset")
+
+
+def install_seccomp(program: bytes) -> None:
+    """no_new_privs, then the BPF program (an array of `struct sock_filter`, as libseccomp
+    exports it) for this process and everything it starts."""
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if not program:
+        return
+    if len(program) % 8:
+        raise OSError(0, "seccomp: the program is not a whole number of instructions")
+    buffer = ctypes.create_string_buffer(program, len(program))
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = _Prog(len(program) // 8, ctypes.addressof(buffer))
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
+        "seccomp",
+    )

@@ -1,0 +1,192 @@
+"""The fork server (zygote): the trusted parent of every process sandbox (standard library only).
+
+Started once per backend inside bubblewrap (read-only runtime view, no network, capabilities
+only inside its own user namespace), it imports the guest runtime once (`bootstrap`: asyncio,
+ast, inspect, json, typing, traceback and the stub runtime), freezes the heap for the garbage
+collector so that children do not copy it, and then only forks. It never receives a script, a
+manifest or a tenant's data: a fork request carries the sizes of the child's private `/tmp` and
+`/dev/shm` and four descriptors (the child's channel, stdout, stderr and exit-status pipe).
+
+Each child, before anything untrusted runs:
+1. keeps only its four descriptors (channel at 3, as `bootstrap` expects) and starts a session;
+2. waits for one byte on its channel: the host has moved it into its cgroup, so everything it
+   ever creates is born there (race-free, like bwrap's `--block-fd` before);
+3. enters new mount, pid, network, ipc, uts and cgroup namespaces, mounts its own `/tmp` and
+   `/dev/shm` and brings `lo` up;
+4. forks the sandbox's pid 1, which mounts its own `/proc`, drops every capability, sets
+   no_new_privs and the seccomp filter, and becomes the guest bootstrap.
+The first child stays outside, without capabilities, as the sandbox's reaper: it reports pid 1's
+exit status on the status pipe and kills it if the host goes away.
+
+Control frames (SOCK_SEQPACKET, one JSON object per message, descriptors as SCM_RIGHTS):
+host -> zygote `{"t": "fork", "tmp_bytes": N}` + 4 fds; zygote -> host `{"t": "forked",
+"pid": P}` (a host pid: the zygote is in the host's pid namespace, so that its children outlive
+it) or `{"t": "error", "message": ...}`; at start zygote -> host `{"t": "ready"}`.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_ARGS = sys.argv[1:]  # CONTROL_FD PROGRAM_FD
+sys.argv = sys.argv[:1]  # bootstrap reads its channel from fd 3 when given no argument
+
+import _confine  # type: ignore[import-not-found]  # noqa: E402
+import bootstrap  # type: ignore[import-not-found]  # noqa: E402  # the guest runtime, once
+
+CHANNEL_FD, STDOUT_FD, STDERR_FD, STATUS_FD = 3, 1, 2, 4
+MAX_CONTROL_BYTES = 4096
+EXIT_SETUP_FAILED = 70
+
+
+def _log(message: str) -> None:
+    os.write(2, f"ptc-zygote: {message}\n".encode())
+
+
+def _receive(control: socket.socket) -> tuple[dict[str, object], list[int]] | None:
+    fds = array.array("i")
+    data, ancdata, _flags, _addr = control.recvmsg(
+        MAX_CONTROL_BYTES, socket.CMSG_SPACE(8 * fds.itemsize)
+    )
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(data), list(fds)
+
+
+def _reply(control: socket.socket, message: dict[str, object]) -> None:
+    control.send(json.dumps(message).encode())
+
+
+def _place_fds(fds: list[int]) -> None:
+    """Channel, stdout, stderr, status to 3, 1, 2, 4; everything else closed; stdin empty."""
+    # Received descriptors may sit on 1-4 already: move them out of the way first.
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in fds]
+    channel, stdout, stderr, status = high
+    null = os.open("/dev/null", os.O_RDONLY)
+    for source, target in ((null, 0), (stdout, STDOUT_FD), (stderr, STDERR_FD)):
+        os.dup2(source, target)
+    os.dup2(channel, CHANNEL_FD)
+    os.dup2(status, STATUS_FD)
+    os.closerange(STATUS_FD + 1, os.sysconf("SC_OPEN_MAX"))
+
+
+def _wait_for_cgroup() -> None:
+    if os.read(CHANNEL_FD, 1) != b"g":
+        os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
+
+
+def _sandbox_init(program: bytes, last_cap: int) -> None:
+    """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
+    _confine.set_death_signal(signal.SIGKILL)
+    # A session and process group of its own: kill(0) or killpg from the script must not
+    # reach the reaper, which would otherwise share its group.
+    os.setsid()
+    _confine.mount_proc()
+    os.close(STATUS_FD)
+    _confine.drop_capabilities(last_cap)
+    _confine.install_seccomp(program)
+    sys.argv = ["/ptc/bootstrap.py", str(CHANNEL_FD)]  # as a bootstrap started directly sees it
+    bootstrap.main()
+
+
+def _reap(child: int) -> None:
+    """The reaper outside the sandbox: pid 1's exit status to the host, or its death when the
+    host is gone (the status pipe's reader closed)."""
+    for fd in (0, 1, 2, CHANNEL_FD):
+        os.close(fd)
+    pidfd = os.pidfd_open(child)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(STATUS_FD, select.POLLERR)
+    while True:
+        events = dict(poller.poll())
+        if pidfd in events:
+            break
+        if STATUS_FD in events:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            break
+    _pid, status = os.waitpid(child, 0)
+    with contextlib.suppress(OSError):  # the host is gone: nobody to tell
+        os.write(STATUS_FD, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    os._exit(0)
+
+
+def _child(request: dict[str, object], fds: list[int], program: bytes, last_cap: int) -> None:
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _place_fds(fds)
+        os.setsid()
+        _wait_for_cgroup()
+        _confine.unshare_sandbox_namespaces()
+        tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
+        _confine.mount_tmpfs("/tmp", tmp_bytes)
+        _confine.mount_tmpfs("/dev/shm", tmp_bytes)
+        os.chdir("/tmp")  # the new tmpfs, not the directory it covers
+        _confine.up_loopback()
+        pid = os.fork()
+        if pid == 0:
+            _sandbox_init(program, last_cap)
+            os._exit(0)  # bootstrap.main() never returns
+        _confine.drop_capabilities(last_cap)
+        _reap(pid)
+    except BaseException as exc:  # trusted code failed: say why on the sandbox's stderr
+        try:
+            os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+
+
+def _serve(control: socket.socket, program: bytes, last_cap: int) -> None:
+    while True:
+        received = _receive(control)
+        if received is None:
+            return  # the host closed the control socket: retire
+        request, fds = received
+        if request.get("t") != "fork" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            _reply(control, {"t": "error", "message": "bad fork request"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _child(request, fds, program, last_cap)
+        for fd in fds:
+            os.close(fd)
+        _reply(control, {"t": "forked", "pid": pid})
+
+
+def main() -> None:
+    control_fd, program_fd = int(_ARGS[0]), int(_ARGS[1])
+    control = socket.socket(fileno=control_fd)
+    with os.fdopen(program_fd, "rb") as source:
+        program = source.read()
+    last_cap = _confine.last_capability()
+    _confine.own_mount_namespace()
+    _confine.forbid_user_namespaces()
+    _confine.make_device_nodes_readonly()
+    # Children are reaped by the kernel: the reaper child reports each sandbox's status.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    gc.collect()
+    gc.freeze()  # children leave the frozen heap alone: no copy-on-write from the collector
+    _reply(control, {"t": "ready", "pid": os.getpid()})
+    _serve(control, program, last_cap)
+
+
+if __name__ == "__main__":
+    main()
