@@ -3,7 +3,8 @@
 protoc writes modules named after the proto package path (ptc/sandbox/v1/...); we place them
 flat in sandbox/_proto and make the one cross-import relative, so the generated code lives in a
 private subpackage of the service. The output is deterministic for a pinned grpcio-tools, which
-is what lets CI fail on drift.
+is what lets CI fail on drift. The .proto files are copied beside them, under their import
+path, so the wheel ships the contract.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def main() -> int:
             text = path.read_text()
             text = re.sub(r"^from ptc\.sandbox\.v1 import", "from . import", text, flags=re.M)
             (OUT / path.name).write_text(BANNER + text)
+    # The contract itself ships in the wheel too (package data), at its import path, for users
+    # who generate their own gRPC client: sandbox/_proto/ptc/sandbox/v1/sandbox.proto.
+    for proto in protos:
+        (OUT / proto).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PROTO_ROOT / proto, OUT / proto)
     return 0
 
 
