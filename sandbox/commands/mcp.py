@@ -27,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (streamable-http)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP port (streamable-http)")
+    parser.add_argument(
+        "--tenants",
+        metavar="TOML",
+        help="tenants file (as for ptc serve): HTTP callers must send 'Authorization: Bearer KEY' "
+        "with one of its API keys; required to listen on a non-loopback --host",
+    )
     parser.add_argument("--tools", metavar="MANIFEST", help="tool manifest (JSON file)")
     parser.add_argument(
         "--upstream",
@@ -62,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         import anyio
 
-        from sandbox.integrations.mcp_server import McpOptions, load_tools_file, serve_mcp
+        from sandbox.integrations.mcp_server import (
+            McpOptions,
+            check_exposure,
+            load_tools_file,
+            serve_mcp,
+        )
         from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, ScriptRunner
     except ImportError as exc:  # the `mcp` extra is missing
         raise InvalidArgument(f"ptc mcp needs the `mcp` extra: {exc}") from exc
@@ -82,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
         limits=parse_limit_args(args.limit),
         expected_calls=parse_expect(args.expect),
         tool_name=args.name,
+        tenants=args.tenants,
     )
+    check_exposure(options)  # before anything starts: refuse an unauthenticated public listener
     runner: ScriptRunner
     if args.server:
         runner = ClientRunner.connect(args.server, args.api_key)

@@ -10,10 +10,18 @@ An agent then calls many upstream tools from one script instead of one tool per 
 
 Scripts run on an embedded engine (the process backend) unless `--server` names a `ptc serve`
 to run them on; either way through a `ScriptRunner`.
+
+Authentication follows `ptc serve`'s rule: streamable HTTP on anything but a loopback address
+needs a tenants file (`--tenants`, the same TOML and key hashes as `ptc serve --tenants`), and
+every HTTP request must then carry ``Authorization: Bearer <API key>`` of one of its tenants;
+anything else gets 401 before the MCP layer sees it. Without a tenants file it refuses to start
+on a non-loopback host. (The tenants' limits and quotas are not applied here: point `--server`
+at a `ptc serve` with the same tenants for that.)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -23,7 +31,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
 from sandbox.client.tools import ToolLike
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unauthenticated
 from sandbox.expectations import ExpectedCalls
 from sandbox.integrations.execute_tool import ExecuteTool
 from sandbox.integrations.mcp_upstream import connect_upstream
@@ -31,7 +39,7 @@ from sandbox.integrations.runners import ScriptRunner
 from sandbox.limits import Limits
 from stubs_gen import render_module
 
-__all__ = ["McpOptions", "build_mcp_server", "serve_mcp"]
+__all__ = ["BearerAuth", "McpOptions", "build_mcp_server", "check_exposure", "serve_mcp"]
 
 STUBS_COMPACT_URI = "ptc://stubs/compact"
 STUBS_MODULE_URI = "ptc://stubs/module"
@@ -47,6 +55,67 @@ class McpOptions:
     limits: Limits = field(default_factory=Limits)
     expected_calls: tuple[ExpectedCalls, ...] = ()
     tool_name: str = "execute_python"
+    tenants: str | None = None  # tenants TOML: HTTP callers must present one of its API keys
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(options: McpOptions) -> Any:
+    """Refuses streamable HTTP on a non-loopback host without a tenants file; returns the
+    tenants registry that authenticates HTTP callers (None: no authentication, loopback only).
+    Called before anything starts, so a refused configuration starts nothing."""
+    if options.transport != "streamable-http":
+        return None
+    if options.tenants is None:
+        if not is_loopback(options.host):
+            raise InvalidArgument(
+                f"--host {options.host} is not a loopback address, and without a tenants file "
+                "nothing authenticates callers; pass --tenants TOML or use --host 127.0.0.1"
+            )
+        return None
+    from sandbox.tenants import load_tenancy
+
+    return load_tenancy(options.tenants)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must authenticate against ``registry`` (a
+    `TenantRegistry`: ``Authorization: Bearer <API key>``, keys checked against its hashes)."""
+
+    def __init__(self, app: Any, registry: Any) -> None:
+        self.app = app
+        self.registry = registry
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            self.registry.authenticate(headers)
+        except Unauthenticated as exc:
+            body = json.dumps({"error": "unauthenticated", "detail": exc.message}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b'Bearer realm="ptc-mcp"'),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
 
 
 def build_mcp_server(execute: ExecuteTool, name: str = "ptc-sandbox") -> MCPServer[Any]:
@@ -105,6 +174,7 @@ def load_tools_file(text: str) -> list[ToolLike]:
 
 async def serve_mcp(runner: ScriptRunner, options: McpOptions) -> None:
     """Connects the upstreams, then serves until the transport ends."""
+    registry = check_exposure(options)
     async with AsyncExitStack() as stack:
         tools: list[ToolLike] = list(options.tools)
         seen = {_name(t) for t in tools}
@@ -128,7 +198,17 @@ async def serve_mcp(runner: ScriptRunner, options: McpOptions) -> None:
         if options.transport == "stdio":
             await server.run_stdio_async()
         else:
-            await server.run_streamable_http_async(host=options.host, port=options.port)
+            await _serve_http(server, options, registry)
+
+
+async def _serve_http(server: MCPServer[Any], options: McpOptions, registry: Any) -> None:
+    import uvicorn
+
+    app: Any = server.streamable_http_app(host=options.host)
+    if registry is not None:
+        app = BearerAuth(app, registry)
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
+    await uvicorn.Server(config).serve()
 
 
 def _name(tool: ToolLike) -> str:

@@ -168,3 +168,115 @@ def test_ptc_mcp_over_streamable_http() -> None:
     # Its sandboxes' cgroups and its runtime directory went with it.
     assert glob.glob(f"/sys/fs/cgroup/**/ptc-{server.pid}-*", recursive=True) == []
     assert glob.glob(f"{tempfile.gettempdir()}/ptc-runtime-{server.pid}-*") == []
+
+
+def test_ptc_mcp_refuses_a_non_loopback_host_without_tenants() -> None:
+    """Like `ptc serve`: a public listener with nothing to authenticate callers never starts."""
+    port = _free_port()
+    run = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "mcp", "--transport", "streamable-http",
+         "--host", "0.0.0.0", "--port", str(port)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert "--host 0.0.0.0 is not a loopback address" in run.stderr
+    assert "--tenants" in run.stderr
+    assert leftover_children() == []
+
+
+def _post(port: int, headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+    import http.client
+    import json
+
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"}}}
+    )  # fmt: skip
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/mcp",
+            body=body,
+            headers={
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                **headers,
+            },
+        )
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_ptc_mcp_over_http_with_tenants_needs_a_valid_bearer_key(tmp_path: Any) -> None:
+    """A tenants file as for `ptc serve --tenants`: no key or a wrong key gets 401 before the MCP
+    layer; a tenant's key gets a working session."""
+    import hashlib
+
+    import httpx2
+
+    key = "ptc_test_key_for_the_mcp_http_transport_0123456789"
+    tenants = tmp_path / "tenants.toml"
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    tenants.write_text(f'[[tenant]]\nid = "acme"\nkeys = ["sha256:{digest}"]\n')
+    port = _free_port()
+    server = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "mcp", "--transport", "streamable-http",
+         "--host", "127.0.0.1", "--port", str(port), "--tenants", str(tenants)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "ptc mcp did not listen within 60 s"
+            time.sleep(0.05)
+
+        status, headers, body = _post(port, {})
+        assert status == 401
+        assert headers["www-authenticate"] == 'Bearer realm="ptc-mcp"'
+        assert "missing metadata 'authorization: Bearer <API key>'" in body
+        status, _, body = _post(port, {"authorization": "Bearer ptc_wrong"})
+        assert (status, "unknown API key" in body) == (401, True)
+        status, _, body = _post(port, {"authorization": f"Basic {key}"})
+        assert status == 401
+        status, _, body = _post(port, {"authorization": f"Bearer {key}"})
+        assert status == 200 and '"serverInfo"' in body
+
+        async def run() -> Any:
+            client = httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"})
+            async with (
+                client,
+                streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (
+                    read,
+                    write,
+                    *_,
+                ),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return await session.call_tool("execute_python", {"code": "print(6 * 7)"})
+
+        called = asyncio.run(asyncio.wait_for(run(), 100))
+        assert not called.is_error
+        assert "--- stdout ---\n42" in _text(called)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=30)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            if server.stderr is not None:
+                server.stderr.close()
+    assert code == 0
+    assert leftover_children() == []
