@@ -81,7 +81,7 @@ guest_sha256() {
 build_server() {
   local base=${SERVER_BASE:-}
   if [ -z "$base" ]; then
-    build_debootstrap_base "$SERVER_BASE_IMAGE" python3,python3-venv,python3-pip
+    build_debootstrap_base "$SERVER_BASE_IMAGE" python3,python3-venv,python3-pip,bubblewrap,libseccomp2
     base=$SERVER_BASE_IMAGE
   fi
   local ctx started python
@@ -89,12 +89,14 @@ build_server() {
   [ -x "$python" ] || python=python3
   ctx=$(mktemp -d /var/tmp/ptc-server-ctx.XXXXXX)
   trap "rm -rf '$ctx'" EXIT
-  cp -r Dockerfile .dockerignore pyproject.toml README.md sandbox stubs_gen "$ctx/"
+  cp -r Dockerfile .dockerignore pyproject.toml README.md LICENSE sandbox stubs_gen "$ctx/"
+  mkdir -p "$ctx/images/server"
+  cp images/server/entrypoint.sh "$ctx/images/server/"
   mkdir "$ctx/wheelhouse"
   started=$(date +%s)
   # The wheels are fetched here, where the package index is reachable; the image build is not.
   log "building the wheelhouse with $python"
-  "$python" -m pip wheel -q --wheel-dir "$ctx/wheelhouse" "$ctx[docker]" \
+  "$python" -m pip wheel -q --wheel-dir "$ctx/wheelhouse" "$ctx[docker,mcp]" \
     >/var/tmp/ptc-wheelhouse.log 2>&1 || { tail -n 30 /var/tmp/ptc-wheelhouse.log >&2; exit 1; }
   log "building $SERVER_IMAGE on $base"
   "$DOCKER" build --network none --pull=false --force-rm -q --build-arg "BASE_IMAGE=$base" \

@@ -37,13 +37,16 @@ up() {
   fi
   local started
   started=$(date +%s)
-  scripts/build_images.sh >&2
+  # --server: also the server's own image (top-level Dockerfile), on a local debootstrap base;
+  # tests/server/test_server_image.py runs it.
+  scripts/build_images.sh --server >&2
   echo "ci_docker: images ready in $(( $(date +%s) - started )) s" >&2
   local image=${PTC_DOCKER_IMAGE:-ptc-sandbox-runtime:latest}
   {
     echo "$exports"
     echo "export PTC_DOCKER_HOST=$DOCKER_HOST"
     echo "export PTC_DOCKER_IMAGE=$image"
+    echo "export PTC_SERVER_IMAGE=${PTC_SERVER_IMAGE:-ptc-sandbox-server:latest}"
   } | tee "$ENV_FILE"
 }
 

@@ -1,0 +1,102 @@
+"""The server's own image (top-level Dockerfile), built offline by `scripts/build_images.sh
+--server` (which `scripts/ci_docker.sh up` runs): a container started from it serves gRPC to the
+host over loopback — a real health check, an unauthenticated call refused, one Execute with the
+API key its first start generated. The test engine (scripts/dockerd.sh) runs with
+`--bridge=none`, so nothing can be published with `-p`: the container shares the host's network
+and listens on a free loopback port of it, with the tenants file all the same.
+
+The container runs with the privileges the Dockerfile documents for bubblewrap (CAP_SYS_ADMIN, no
+seccomp profile, unmasked /proc), and with `--allow-degraded`: on a cgroup v1 engine a
+non-privileged container's cgroup filesystem is read-only, so the process backend runs on
+rlimits there (the Dockerfile, README and SECURITY.md say so).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sandbox.client import Client
+
+pytestmark = pytest.mark.requires_docker
+
+IMAGE = os.environ.get("PTC_SERVER_IMAGE", "ptc-sandbox-server:latest")
+DOCKER = "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker"
+RUN_FLAGS = [
+    "--cap-add", "SYS_ADMIN",
+    "--security-opt", "seccomp=unconfined",
+    "--security-opt", "systempaths=unconfined",
+]  # fmt: skip
+
+
+def _docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture
+def container() -> Iterator[tuple[str, int]]:
+    if _docker("image", "inspect", IMAGE).returncode != 0:
+        pytest.skip(f"{IMAGE} is not built: scripts/build_images.sh --server")
+    name = f"ptc-server-test-{uuid.uuid4().hex[:12]}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = _docker(
+        "run", "-d", "--name", name, *RUN_FLAGS, "--network", "host", IMAGE,
+        "serve", "--listen", f"127.0.0.1:{port}", "--tenants", "/var/lib/ptc/tenants.toml",
+        "--allow-degraded",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        yield name, port
+    finally:
+        _docker("rm", "-f", name)
+    assert name not in _docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+
+
+def _logs(name: str) -> str:
+    logs = _docker("logs", name)
+    return logs.stdout + logs.stderr
+
+
+def test_the_server_image_serves_grpc_to_the_host(container: tuple[str, int]) -> None:
+    container, port = container
+    deadline = time.monotonic() + 90
+    while f"listening on 127.0.0.1:{port}" not in _logs(container):
+        state = _docker("inspect", "-f", "{{.State.Running}}", container).stdout.strip()
+        assert state == "true", _logs(container)
+        assert time.monotonic() < deadline, _logs(container)
+        time.sleep(0.2)
+    logs = _logs(container)
+    assert "not serving executions" not in logs, logs
+    match = re.search(r"^ptc-server: generated API key: (ptc_\S+)$", logs, re.M)
+    assert match, logs
+    key = match.group(1)
+    target = f"127.0.0.1:{port}"
+
+    with grpc.insecure_channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+    with pytest.raises(grpc.RpcError) as refused:
+        Client(target, api_key="ptc_wrong").execute("print(1)", timeout=60)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+
+    result = Client(target, api_key=key).execute(
+        "import os\nprint(6 * 7, os.getuid())\n", timeout=60
+    )
+    assert str(result.status) == "ok", result
+    assert result.stdout == "42 65534\n"
+    assert result.exit_code == 0
