@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from sandbox.commands import COMMANDS
-from sandbox.errors import PtcError
+from sandbox.errors import InvalidArgument, PtcError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +25,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except PtcError as exc:
-        print(f"ptc {args.command}: {exc.message}", file=sys.stderr)
-        return 2
+        # A bad request's message already names the field; other classes say what they are.
+        kind = "" if isinstance(exc, InvalidArgument) else f"{exc.label}: "
+        print(f"ptc {args.command}: {kind}{exc.message}", file=sys.stderr)
+        return exc.exit_code  # the table in sandbox/errors.py
     except KeyboardInterrupt:
         return 130
     return code

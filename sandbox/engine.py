@@ -4,9 +4,12 @@
     await engine.start()
     result = await engine.execute(ExecutionRequest(script="print(1)", manifest="[]"))
 
-`Engine.execute` is the data flow of DESIGN.md minus the network: manifest → stubs (cached by
-manifest hash) → effective limits → syntax and policy checks → a sandbox from the backend's warm
-pool → broker → result. The gRPC server, the CLI and the benchmarks all go through it.
+One execution is two steps. `Engine.prepare` validates the request once (script size, manifest,
+expected calls, backend, syntax and policy) and resolves its effective limits once, into a
+`PreparedExecution`; `Engine.run` runs that — stubs (cached by manifest hash) → a sandbox from
+the backend's warm pool → broker → result — and checks nothing again. `Engine.execute` is the
+two together. The gRPC server, the CLI, the integrations and the benchmarks all go through
+`run`, and those that keep an audit record wrap it in `sandbox.recording.Recorder`.
 
 Status rules, in order: cancelled; rejected (bad syntax or script policy, before any sandbox);
 limit_exceeded when any violation was recorded (a limit killed, cut or refused something, or
@@ -22,8 +25,8 @@ import json
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sandbox.backends.base import Backend, Job
@@ -36,6 +39,7 @@ from sandbox.handlers import Approver, ToolHandler, builtin_handlers
 from sandbox.limits import (
     CEILINGS,
     DEFAULTS,
+    LIMIT_SPECS,
     LimitAdjustment,
     Limits,
     ResolvedLimits,
@@ -45,7 +49,14 @@ from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
-__all__ = ["Engine", "EngineConfig", "ExecutionRequest", "StartedInfo"]
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "ExecutionRequest",
+    "PreparedExecution",
+    "StartedInfo",
+    "limits_fields",
+]
 
 MAX_SCRIPT_BYTES = 1024 * 1024
 CACHE_SIZE = 256
@@ -67,6 +78,21 @@ class StartedInfo:
     execution_id: str
     limits: ResolvedLimits
     isolation: list[str]
+
+
+@dataclass(frozen=True)
+class PreparedExecution:
+    """A request that passed every check, with its limits resolved once: what `Engine.run` runs
+    and what the recorder admits. Built only by `Engine.prepare`."""
+
+    execution_id: str
+    request: ExecutionRequest  # its manifest parsed, its backend named
+    manifest: Manifest
+    manifest_json: str  # as given, for the audit record
+    backend: str
+    limits: ResolvedLimits
+    adjustments: tuple[LimitAdjustment, ...]
+    rejection: ScriptError | None  # syntax or policy: `run` returns `rejected`, no sandbox
 
 
 @dataclass
@@ -150,6 +176,37 @@ class Engine:
         return backend
 
     # -- the whole flow --------------------------------------------------------------------
+    def prepare(
+        self,
+        request: ExecutionRequest,
+        *,
+        limits: tuple[ResolvedLimits, Sequence[LimitAdjustment]] | None = None,
+        execution_id: str | None = None,
+    ) -> PreparedExecution:
+        """Checks ``request`` once and resolves its limits once; raises `InvalidArgument` (or
+        `Unavailable` for a backend this engine does not have). ``limits`` are effective limits
+        resolved by the caller (a server passes its tenant's); by default the engine's own."""
+        if len(request.script.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
+            raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
+        manifest = self.manifest(request)
+        for index, expected in enumerate(request.expected_calls):
+            if manifest.tool(expected.tool) is None:
+                raise InvalidArgument(
+                    f"expected_calls[{index}].tool: unknown tool {expected.tool!r}"
+                )
+        backend = self.backend(request.backend).name
+        effective, adjustments = limits or self.effective_limits(request.limits)
+        return PreparedExecution(
+            execution_id=execution_id or uuid.uuid4().hex,
+            request=replace(request, manifest=manifest, backend=backend),
+            manifest=manifest,
+            manifest_json=_manifest_text(request.manifest),
+            backend=backend,
+            limits=effective,
+            adjustments=tuple(adjustments),
+            rejection=_check_script(request.script, request.policy),
+        )
+
     async def execute(
         self,
         request: ExecutionRequest,
@@ -159,29 +216,43 @@ class Engine:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
-        limits: tuple[ResolvedLimits, list[LimitAdjustment]] | None = None,
+        limits: tuple[ResolvedLimits, Sequence[LimitAdjustment]] | None = None,
         execution_id: str | None = None,
     ) -> ExecutionResult:
-        """Runs one execution; invalid requests raise `InvalidArgument`, a failing script
-        is a result."""
-        execution_id = execution_id or uuid.uuid4().hex
-        if len(request.script.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
-            raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
-        manifest = self.manifest(request)
-        effective, adjustments = limits or self.effective_limits(request.limits)
-        for expected in request.expected_calls:
-            if manifest.tool(expected.tool) is None:
-                raise InvalidArgument(f"expected_calls: unknown tool {expected.tool!r}")
-        backend = self.backend(request.backend)
+        """`prepare` then `run`: invalid requests raise, a failing script is a result."""
+        prepared = self.prepare(request, limits=limits, execution_id=execution_id)
+        return await self.run(
+            prepared,
+            handlers=handlers,
+            approver=approver,
+            on_output=on_output,
+            on_started=on_started,
+            cancel=cancel,
+        )
+
+    async def run(
+        self,
+        prepared: PreparedExecution,
+        *,
+        handlers: Mapping[str, ToolHandler] | None = None,
+        approver: Approver | None = None,
+        on_output: OutputCallback | None = None,
+        on_started: Callable[[StartedInfo], None] | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> ExecutionResult:
+        """Runs a prepared execution to its result; nothing is checked again."""
+        request = prepared.request
+        effective = prepared.limits
+        backend = self.backend(prepared.backend)
         result = ExecutionResult(
-            execution_id=execution_id,
+            execution_id=prepared.execution_id,
             status=ExecutionStatus.OK,
             backend=backend.name,
-            effective_limits=effective.to_json(),
-            adjustments=adjustments,
+            effective_limits=limits_fields(effective),
+            adjustments=list(prepared.adjustments),
             started_at=time.time(),
         )
-        rejection = _check_script(request.script, request.policy)
+        rejection = prepared.rejection
         if rejection is not None:
             result.status = ExecutionStatus.REJECTED
             result.error = rejection
@@ -190,14 +261,15 @@ class Engine:
             result.finished_at = time.time()
             return result
 
-        stubs = self.stubs(manifest)
+        execution_id = prepared.execution_id
+        stubs = self.stubs(prepared.manifest)
         handle = await backend.acquire(effective)
         result.isolation = list(handle.isolation)
         if on_started is not None:
             on_started(StartedInfo(execution_id, effective, result.isolation))
         broker = Broker(
             execution_id,
-            manifest,
+            prepared.manifest,
             effective,
             {**self.config.handlers, **(handlers or {})},
             approver,
@@ -255,6 +327,23 @@ class Engine:
             result.status = ExecutionStatus.ERROR
         result.finished_at = time.time()
         return result
+
+
+def limits_fields(limits: ResolvedLimits) -> dict[str, int]:
+    """Effective limits as results and audit records carry them: the proto's unit-named fields
+    (``wall_time_ms``, ``memory_bytes``, ...) with canonical integer values."""
+    return {spec.field: limits.value(spec.name) for spec in LIMIT_SPECS}
+
+
+def _manifest_text(raw: object) -> str:
+    """The manifest as the audit record keeps it: the text as given, or canonical JSON."""
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    if isinstance(raw, Manifest):
+        return ""  # parsed by the caller; its hash still identifies it
+    return json.dumps(raw, sort_keys=True, ensure_ascii=False)
 
 
 def _report_agrees(reported: int, observed: int) -> bool:

@@ -1,20 +1,26 @@
-"""The one error hierarchy of the service, each class carrying its gRPC status code.
+"""The one error hierarchy of the service, each class carrying its gRPC status code and the exit
+code of the `ptc` command line.
 
 A script that fails or breaks a limit is a *result*, never one of these: these are failures of
 a request or of the service itself. The server converts them to gRPC statuses in one place
-(`sandbox.server.interceptors`); foreign errors are translated at each boundary with
-``raise ... from``.
+(`sandbox.server.interceptors`); the client converts statuses back with `from_status`, so a
+caller catches the same classes whether it runs embedded or against a server; foreign errors
+are translated at each boundary with ``raise ... from``.
 
-    PtcError (INTERNAL)
-    ├── InvalidArgument (INVALID_ARGUMENT)   bad manifest, script, limits or RPC field
-    │   ├── InvalidManifest                  the manifest did not parse or render
-    │   └── InvalidLimits                    a limit is unknown, malformed or above a ceiling
-    ├── NotFound (NOT_FOUND)                 no such execution for this tenant
-    ├── ResourceExhausted (RESOURCE_EXHAUSTED) quota, rate or queue full
-    ├── Unauthenticated (UNAUTHENTICATED)    missing or unknown API key
-    ├── PermissionDenied (PERMISSION_DENIED) the tenant may not use this backend or mode
-    ├── Unavailable (UNAVAILABLE)            a backend or the pool cannot serve
-    └── Cancelled (CANCELLED)                the caller went away
+    class                        gRPC status          exit  meaning
+    PtcError                     INTERNAL              13   a failure of the service itself
+    ├── InvalidArgument          INVALID_ARGUMENT       2   bad manifest, script, limits or field
+    │   ├── InvalidManifest                                 the manifest did not parse or render
+    │   └── InvalidLimits                                   a limit unknown, malformed or too high
+    ├── NotFound                 NOT_FOUND              8   no such execution for this tenant
+    ├── Unauthenticated          UNAUTHENTICATED        9   missing or unknown API key
+    ├── PermissionDenied         PERMISSION_DENIED     10   the tenant may not use this backend/mode
+    ├── ResourceExhausted        RESOURCE_EXHAUSTED    11   quota, rate or queue full: retry later
+    ├── Unavailable              UNAVAILABLE           12   no server there, or no backend to serve
+    └── Cancelled                CANCELLED              5   the caller went away
+
+"exit" is the exit code of a `ptc` command that ends with the error (`sandbox.cli`); the codes
+of a finished execution's status (0 ok, 1 error, 3 limit_exceeded, ...) are `ptc run`'s own.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "from_status",
 ]
 
 
@@ -39,6 +46,8 @@ class PtcError(Exception):
     """Base of every error the service raises on purpose."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    exit_code: int = 13
+    label: str = "internal error"  # how the command line names the class
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -47,6 +56,8 @@ class PtcError(Exception):
 
 class InvalidArgument(PtcError):
     code = grpc.StatusCode.INVALID_ARGUMENT
+    exit_code = 2
+    label = "invalid argument"
 
 
 class InvalidManifest(InvalidArgument):
@@ -59,10 +70,14 @@ class InvalidLimits(InvalidArgument):
 
 class NotFound(PtcError):
     code = grpc.StatusCode.NOT_FOUND
+    exit_code = 8
+    label = "not found"
 
 
 class ResourceExhausted(PtcError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    exit_code = 11
+    label = "resource exhausted"
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -71,15 +86,54 @@ class ResourceExhausted(PtcError):
 
 class Unauthenticated(PtcError):
     code = grpc.StatusCode.UNAUTHENTICATED
+    exit_code = 9
+    label = "unauthenticated"
 
 
 class PermissionDenied(PtcError):
     code = grpc.StatusCode.PERMISSION_DENIED
+    exit_code = 10
+    label = "permission denied"
 
 
 class Unavailable(PtcError):
     code = grpc.StatusCode.UNAVAILABLE
+    exit_code = 12
+    label = "unavailable"
 
 
 class Cancelled(PtcError):
     code = grpc.StatusCode.CANCELLED
+    exit_code = 5
+    label = "cancelled"
+
+
+_BY_CODE: dict[grpc.StatusCode, type[PtcError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        ResourceExhausted,
+        Unauthenticated,
+        PermissionDenied,
+        Unavailable,
+        Cancelled,
+    )
+}
+
+
+def from_status(
+    code: grpc.StatusCode, message: str, retry_after_s: float | None = None
+) -> PtcError:
+    """The error of this hierarchy for a gRPC status (the client's side of the interceptor).
+
+    Codes the hierarchy does not declare (a deadline the caller set, an internal error) give a
+    `PtcError` whose ``code`` is the status received."""
+    cls = _BY_CODE.get(code)
+    if cls is ResourceExhausted:
+        return ResourceExhausted(message, retry_after_s)
+    if cls is not None:
+        return cls(message)
+    error = PtcError(f"{code.name}: {message}" if message else code.name)
+    error.code = code
+    return error

@@ -8,7 +8,9 @@ the client's own tools run here and their results flow back into the running scr
 that need approval are put to ``approve``. `start` returns the `Execution` itself, which is also
 an async iterator of output chunks. `execute` is the unary RPC for scripts whose tools all run on
 the server. Results are `sandbox.result.ExecutionResult`, the same objects the embedded engine
-returns; a failing script is a result, while a refused request raises `grpc.aio.AioRpcError`.
+returns. A failing script is a result; a refused request or an unreachable server raises the
+`sandbox.errors` class of its gRPC status (`InvalidArgument`, `Unauthenticated`,
+`PermissionDenied`, `ResourceExhausted`, `Unavailable`, ...) with the server's message.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
+from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.limits import Limits
 from sandbox.result import ExecutionResult
@@ -106,34 +110,44 @@ class Execution:
 
     async def _read(self) -> ExecutionResult:
         try:
-            while True:
-                event = await self._call.read()
-                if not isinstance(event, pb.ServerEvent):  # end of stream
-                    raise ConnectionError("the server ended the stream without a result")
-                kind = event.WhichOneof("event")
-                if kind == "result":
-                    with contextlib.suppress(asyncio.InvalidStateError, grpc.RpcError):
-                        await self._call.done_writing()
-                    return result_from_proto(event.result)
-                if kind == "output":
-                    chunk = OutputChunk(
-                        _STREAM_NAMES.get(event.output.stream, "stdout"), event.output.data
-                    )
-                    self._chunks.put_nowait(chunk)
-                    if self._on_output is not None:
-                        outcome = self._on_output(chunk)
-                        if inspect.isawaitable(outcome):
-                            await outcome
-                elif kind == "started":
-                    self.execution_id = event.started.execution_id
-                elif kind == "tool_call":
-                    self._spawn(self._run_tool(event.tool_call))
-                elif kind == "approval":
-                    self._spawn(self._decide(event.approval))
+            return await self._events()
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
         finally:
             self._chunks.put_nowait(None)
             for task in self._tasks:
                 task.cancel()
+
+    async def _events(self) -> ExecutionResult:
+        while True:
+            event = await self._call.read()
+            if not isinstance(event, pb.ServerEvent):  # end of stream: the status says why
+                code = await self._call.code()
+                if code != grpc.StatusCode.OK:
+                    details = await self._call.details()
+                    trailing = await self._call.trailing_metadata()
+                    raise error_from_status(code, details, trailing)
+                raise Unavailable("the server ended the stream without a result")
+            kind = event.WhichOneof("event")
+            if kind == "result":
+                with contextlib.suppress(asyncio.InvalidStateError, grpc.RpcError):
+                    await self._call.done_writing()
+                return result_from_proto(event.result)
+            if kind == "output":
+                chunk = OutputChunk(
+                    _STREAM_NAMES.get(event.output.stream, "stdout"), event.output.data
+                )
+                self._chunks.put_nowait(chunk)
+                if self._on_output is not None:
+                    outcome = self._on_output(chunk)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+            elif kind == "started":
+                self.execution_id = event.started.execution_id
+            elif kind == "tool_call":
+                self._spawn(self._run_tool(event.tool_call))
+            elif kind == "approval":
+                self._spawn(self._decide(event.approval))
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -241,7 +255,8 @@ class AsyncClient:
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
-        await call.write(pb.ClientMessage(start=request))
+        async with translated():
+            await call.write(pb.ClientMessage(start=request))
         return Execution(call, local, on_output, approve)
 
     async def run(
@@ -292,16 +307,18 @@ class AsyncClient:
         request = request_to_proto(
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
-        message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)
+        async with translated():
+            message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)
         return result_from_proto(message)
 
     async def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
         """The stub module scripts import as `tools`, and its compact form for a prompt."""
         manifest, _local = build_manifest(tools)
-        response = await self._stub.GenerateStubs(
-            pb.GenerateStubsRequest(manifest=pb.ToolManifest(json=manifest)),
-            metadata=self._metadata,
-        )
+        async with translated():
+            response = await self._stub.GenerateStubs(
+                pb.GenerateStubsRequest(manifest=pb.ToolManifest(json=manifest)),
+                metadata=self._metadata,
+            )
         return Stubs(
             response.module,
             response.compact,
@@ -311,15 +328,17 @@ class AsyncClient:
         )
 
     async def get_execution(self, execution_id: str) -> pb.ExecutionRecord:
-        record: pb.ExecutionRecord = await self._stub.GetExecution(
-            pb.GetExecutionRequest(execution_id=execution_id), metadata=self._metadata
-        )
+        async with translated():
+            record: pb.ExecutionRecord = await self._stub.GetExecution(
+                pb.GetExecutionRequest(execution_id=execution_id), metadata=self._metadata
+            )
         return record
 
     async def list_executions(
         self, request: pb.ListExecutionsRequest | None = None
     ) -> pb.ListExecutionsResponse:
-        response: pb.ListExecutionsResponse = await self._stub.ListExecutions(
-            request or pb.ListExecutionsRequest(), metadata=self._metadata
-        )
+        async with translated():
+            response: pb.ListExecutionsResponse = await self._stub.ListExecutions(
+                request or pb.ListExecutionsRequest(), metadata=self._metadata
+            )
         return response

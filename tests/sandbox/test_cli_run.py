@@ -112,7 +112,8 @@ def test_json_violation_fields_and_limit_units(ptc: RunPtc, tmpdir_env: dict[str
     for violation in out["violations"]:
         assert {"limit", "limit_value", "observed", "action"} <= set(violation)
     assert out["violations"][1]["observed"] == 21
-    assert out["limits"]["memory"] == 268435456
+    assert out["limits"]["memory_bytes"] == 268435456
+    assert out["limits"]["wall_time_ms"] == 1000  # the proto's unit-named fields
     assert out["stdout"].startswith("xxxxxxxxxx\n[ptc: stdout truncated: 11 bytes dropped")
 
 

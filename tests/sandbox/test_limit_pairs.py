@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandbox.limits import SPEC_BY_NAME
+
 if TYPE_CHECKING:
     from conftest import EngineHarness
 
@@ -112,7 +114,8 @@ def test_just_under_passes(clean: EngineHarness, name: str) -> None:
     pair = PAIRS[name]
     result = clean.run(pair.script.format(n=pair.under), limits=pair.limits, manifest=pair.manifest)
     assert (result.status, result.exit_code, result.violations) == ("ok", 0, []), result.stderr
-    assert result.effective_limits[name] == pair.limits[name]
+    spec = SPEC_BY_NAME[name]  # results carry the proto's unit-named fields (ms, bytes)
+    assert result.effective_limits[spec.field] == round(pair.limits[name] * spec.scale)
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
@@ -151,7 +154,7 @@ def test_refused_call_over_budget_raises_in_the_script(clean: EngineHarness) -> 
 def test_limits_above_the_ceiling_are_clamped_and_reported(clean: EngineHarness) -> None:
     result = clean.run("print(1)", limits={"wall_time": 100_000})
     assert result.status == "ok"
-    assert result.effective_limits["wall_time"] == 600.0
+    assert result.effective_limits["wall_time_ms"] == 600_000
     assert [(a.limit, a.requested, a.applied, a.action) for a in result.adjustments] == [
         ("wall_time", 100_000.0, 600.0, "clamped")
     ]

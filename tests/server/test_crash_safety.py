@@ -16,11 +16,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-import grpc
 import psutil
 from test_serve import PYTHON, ROOT, _start_server
 
 from sandbox.client import Client
+from sandbox.errors import PtcError
 
 BURST = 24
 
@@ -68,8 +68,8 @@ def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
                 )
                 result = client.run(script)
                 finished.append(result.execution_id)
-        except grpc.RpcError as exc:
-            errors.append(str(exc.code()))
+        except PtcError as exc:  # the server died mid-call: the client's error class
+            errors.append(exc.code.name)
 
     try:
         threads = [threading.Thread(target=one, args=(i,)) for i in range(BURST)]

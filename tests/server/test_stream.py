@@ -12,6 +12,7 @@ from server_support import manifest
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import ApprovalRequest, AsyncClient, OutputChunk, tool
+from sandbox.errors import PtcError
 
 
 @tool(read_only=True)
@@ -235,9 +236,10 @@ def test_client_disconnect_mid_run_is_recorded_cancelled(server):
 
 
 def test_deadline_cancels_the_execution(server):
-    with pytest.raises(grpc.RpcError) as info:
+    with pytest.raises(PtcError) as info:
         server.client.execute("import time\ntime.sleep(30)", timeout=0.5)
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert info.value.message.startswith("DEADLINE_EXCEEDED: ")
     listed = server.client.list_executions(pb.ListExecutionsRequest(page_size=20))
     mine = [r for r in listed.records if r.script == "import time\ntime.sleep(30)"]
     record = _wait_completed(server, mine[0].result.execution_id)

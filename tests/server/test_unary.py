@@ -10,13 +10,14 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from server_support import manifest
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.errors import NotFound
 
 
 def test_unary_print(server):
     result = server.client.execute("print(1)")
     assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "1\n")
     assert "netns:empty" in result.isolation
-    assert result.effective_limits["wall_time"] == 10.0
+    assert result.effective_limits["wall_time_ms"] == 10_000  # the proto's unit, as recorded
 
 
 def test_failing_script_is_a_result_not_an_rpc_error(server):
@@ -86,9 +87,10 @@ def test_get_and_list_executions(server):
 
 
 def test_unknown_execution_is_not_found(server):
-    with pytest.raises(grpc.RpcError) as info:
+    with pytest.raises(NotFound) as info:
         server.client.get_execution("0" * 32)
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert info.value.code == grpc.StatusCode.NOT_FOUND
+    assert info.value.message == f"execution_id: no execution {'0' * 32!r}"
 
 
 def test_generate_stubs(server):

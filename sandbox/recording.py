@@ -1,0 +1,128 @@
+"""`Recorder`: the one place that writes an execution to the audit store.
+
+Every caller that keeps audit records — the gRPC server, `ptc run --audit-db`, `ptc mcp` and the
+integrations' `EmbeddedRunner` — runs its prepared executions through `Recorder.run`:
+
+    admit(prepared)            durable before the script runs (status `running`)
+    result = engine.run(...)
+    complete(result)           the result, every call and violation
+      or, when the engine raised,
+    failed(exc)                a record that says how it ended and why, then the error goes on
+
+so that every admitted execution leaves a finished record whatever happened to it: `failed` for
+an error of the service (a backend that could not give a sandbox, a broken engine), `cancelled`
+when the task running it was cancelled, `interrupted` when the process is stopping (Ctrl-C, a
+draining server). A recorder without a store runs the execution and records nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+
+from sandbox.audit.base import Admission, AuditStore
+from sandbox.capture import OutputCallback
+from sandbox.engine import Engine, PreparedExecution, StartedInfo, limits_fields
+from sandbox.errors import PtcError
+from sandbox.handlers import Approver, ToolHandler
+from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
+
+__all__ = ["Recorder", "failed_result"]
+
+
+class Recorder:
+    """Admits, then completes or fails, each execution it runs, in ``store`` (if any)."""
+
+    def __init__(self, store: AuditStore | None, *, tenant: str = "default") -> None:
+        self.store = store
+        self.tenant = tenant
+
+    def admit(self, prepared: PreparedExecution, *, tenant: str | None = None) -> None:
+        if self.store is None:
+            return
+        request = prepared.request
+        self.store.admit(
+            Admission(
+                execution_id=prepared.execution_id,
+                tenant=tenant or self.tenant,
+                script=request.script,
+                manifest_json=prepared.manifest_json,
+                manifest_sha256=prepared.manifest.sha256,
+                backend=prepared.backend,
+                policy=request.policy,
+                effective_limits=limits_fields(prepared.limits),
+                labels=dict(request.labels),
+                admitted_at=time.time(),
+            )
+        )
+
+    def complete(self, prepared: PreparedExecution, result: ExecutionResult) -> None:
+        if self.store is not None:
+            self.store.complete(prepared.execution_id, result)
+
+    def failed(
+        self, prepared: PreparedExecution, exc: BaseException, *, stopping: bool = False
+    ) -> ExecutionResult:
+        """Completes the record of an execution the engine could not finish; returns it."""
+        result = failed_result(prepared, exc, stopping=stopping)
+        self.complete(prepared, result)
+        return result
+
+    async def run(
+        self,
+        engine: Engine,
+        prepared: PreparedExecution,
+        *,
+        tenant: str | None = None,
+        stopping: Callable[[], bool] | None = None,
+        handlers: Mapping[str, ToolHandler] | None = None,
+        approver: Approver | None = None,
+        on_output: OutputCallback | None = None,
+        on_started: Callable[[StartedInfo], None] | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> ExecutionResult:
+        """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
+        says whether the host is shutting down: a run it cancelled is then `interrupted`."""
+        self.admit(prepared, tenant=tenant)
+        try:
+            result = await engine.run(
+                prepared,
+                handlers=handlers,
+                approver=approver,
+                on_output=on_output,
+                on_started=on_started,
+                cancel=cancel,
+            )
+        except BaseException as exc:
+            self.failed(prepared, exc, stopping=stopping is not None and stopping())
+            raise
+        if result.status == ExecutionStatus.CANCELLED and stopping is not None and stopping():
+            result.status = ExecutionStatus.INTERRUPTED  # the host stopped it, not the caller
+        self.complete(prepared, result)
+        return result
+
+
+def failed_result(
+    prepared: PreparedExecution, exc: BaseException, *, stopping: bool = False
+) -> ExecutionResult:
+    """The result of an execution that ended with ``exc`` instead of a result."""
+    if stopping or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        status = ExecutionStatus.INTERRUPTED
+    elif isinstance(exc, asyncio.CancelledError):
+        status = ExecutionStatus.CANCELLED
+    else:
+        status = ExecutionStatus.FAILED
+    message = exc.message if isinstance(exc, PtcError) else str(exc)
+    now = time.time()
+    return ExecutionResult(
+        execution_id=prepared.execution_id,
+        status=status,
+        exit_code=-1,
+        backend=prepared.backend,
+        effective_limits=limits_fields(prepared.limits),
+        adjustments=list(prepared.adjustments),
+        error=ScriptError(type(exc).__name__, message[:2000]),
+        started_at=now,
+        finished_at=now,
+    )
