@@ -28,7 +28,7 @@ from sandbox.handlers import (
 )
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestCall, encode_frame
-from sandbox.result import CallRecord, CallStatus, Violation
+from sandbox.result import CallRecord, CallStatus, Evidence, Violation
 from stubs_gen import Manifest, ToolOptions
 
 __all__ = ["Broker"]
@@ -80,6 +80,7 @@ class Broker:
                 "count",
                 "refused",
                 f"{self._refused_over_budget} calls over the budget were refused",
+                evidence=Evidence.HOST,
             )
         ]
 

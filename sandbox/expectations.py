@@ -3,7 +3,9 @@
 A model that silently enumerates 70 of 100 items passes every syntactic check; comparing the
 call log with what the request implied is what catches it. Counted calls are the ones the
 broker accepted for dispatch (any status but `refused`), so a refused call does not count as
-done.
+done. The check runs after the script has ended, so its action is `reported`: nothing was
+stopped or refused, the shortfall or excess is only stated (with the broker's count as the
+evidence, `host`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sandbox.result import CallRecord, CallStatus, Violation
+from sandbox.result import CallRecord, CallStatus, Evidence, Violation
 
 __all__ = ["ExpectedCalls", "check_expected_calls"]
 
@@ -38,8 +40,9 @@ def check_expected_calls(
                     item.min,
                     seen,
                     "count",
-                    "refused",
+                    "reported",
                     f"{item.tool}: expected at least {item.min} calls, saw {seen}",
+                    evidence=Evidence.HOST,
                 )
             )
         if item.max is not None and seen > item.max:
@@ -49,8 +52,9 @@ def check_expected_calls(
                     item.max,
                     seen,
                     "count",
-                    "refused",
+                    "reported",
                     f"{item.tool}: expected at most {item.max} calls, saw {seen}",
+                    evidence=Evidence.HOST,
                 )
             )
     return out

@@ -5,6 +5,11 @@ These dataclasses are the single in-memory form of a result. `to_json` renders t
 Violation precedence, when several limits trip at once, is fixed by `VIOLATION_ORDER`: the one
 listed first explains the status (a wall-time kill is reported before the stdout truncation that
 preceded it, a memory kill before a cpu overrun it caused).
+
+A violation is evidence, never a claim: its ``observed`` is a measurement or ``None``, and its
+``evidence`` (`Evidence`) says who measured it. The guest's own report of an error is output;
+it becomes a violation only where the host corroborated it, or, for the refusals only the
+sandbox can see (EMFILE; MemoryError or EFBIG where the host has no counter), marked ``guest``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ __all__ = [
     "VIOLATION_ORDER",
     "CallRecord",
     "CallStatus",
+    "Evidence",
     "ExecutionResult",
     "ExecutionStatus",
     "ScriptError",
@@ -92,16 +98,39 @@ VIOLATION_ORDER = (
 )
 
 
+class Evidence(enum.StrEnum):
+    """Where a violation's observation came from.
+
+    ``kernel``: a kernel counter or event (cgroup memory failcnt and OOM kills, pids.events,
+    CPU usage) or the exit status the kernel gave (SIGXCPU, SIGXFSZ). ``host``: the host's own
+    measurement (its clock, the output capture's byte counts, the broker's call counts, the
+    sandbox's tmpfs usage, a frame it could not parse). ``guest``: only the sandbox's report,
+    where the host had no way to corroborate it. ``unspecified``: not recorded (audit records
+    written before the field existed).
+    """
+
+    KERNEL = "kernel"
+    HOST = "host"
+    GUEST = "guest"
+    UNSPECIFIED = "unspecified"
+
+
 @dataclass(frozen=True)
 class Violation:
-    """A limit that tripped: its value and the observation in ``unit``, and what was done."""
+    """A limit that tripped: its value and the measurement in ``unit``, and what was done.
+
+    ``observed`` is what was measured, never the limit copied; ``None`` when nothing was (a
+    refusal only the guest saw, a kernel event with no figure). ``action`` is ``killed``,
+    ``truncated``, ``refused`` or ``reported`` (found after the end; nothing was stopped).
+    """
 
     limit: str
     limit_value: float
-    observed: float
+    observed: float | None
     unit: str
-    action: str  # killed | truncated | refused
+    action: str  # killed | truncated | refused | reported
     detail: str = ""
+    evidence: Evidence = field(kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +140,7 @@ class Violation:
             "unit": self.unit,
             "action": self.action,
             "detail": self.detail,
+            "evidence": str(self.evidence),
         }
 
 
@@ -157,8 +187,7 @@ class ExecutionResult:
     error: ScriptError | None = None
     backend: str = "process"
     isolation: list[str] = field(default_factory=list)
-    # The limits applied, keyed by the proto's unit-named fields: {"wall_time_ms": 10000, ...}.
-    effective_limits: dict[str, int] = field(default_factory=dict)
+    effective_limits: dict[str, float] = field(default_factory=dict)
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0

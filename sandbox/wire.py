@@ -23,6 +23,7 @@ from sandbox.limits import LIMIT_SPECS, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import (
     CallRecord,
     CallStatus,
+    Evidence,
     ExecutionResult,
     ExecutionStatus,
     ScriptError,
@@ -35,7 +36,6 @@ __all__ = [
     "BACKEND_ENUM",
     "POLICIES",
     "enum_name",
-    "limits_fields_from_proto",
     "limits_from_proto",
     "limits_to_proto",
     "request_to_proto",
@@ -54,8 +54,15 @@ _ACTIONS = {
     "killed": pb.VIOLATION_ACTION_KILLED,
     "truncated": pb.VIOLATION_ACTION_TRUNCATED,
     "refused": pb.VIOLATION_ACTION_REFUSED,
+    "reported": pb.VIOLATION_ACTION_REPORTED,
 }
 _ACTION_NAMES = {value: name for name, value in _ACTIONS.items()}
+_EVIDENCE = {
+    Evidence.KERNEL: pb.VIOLATION_EVIDENCE_KERNEL,
+    Evidence.HOST: pb.VIOLATION_EVIDENCE_HOST,
+    Evidence.GUEST: pb.VIOLATION_EVIDENCE_GUEST,
+}
+_EVIDENCE_NAMES = {value: name for name, value in _EVIDENCE.items()}
 
 
 def _status_enum(status: str) -> int:
@@ -86,31 +93,25 @@ def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
 
 
 def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb.Limits:
-    """From canonical dataclasses, or from a mapping keyed by field (``wall_time_ms``, what
-    results and audit records carry) or, in records written before that, by limit name in the
-    limit's report unit (``wall_time`` in seconds)."""
+    """From canonical dataclasses, or from a result's ``{name: human value}`` mapping."""
     message = pb.Limits()
     for spec in LIMIT_SPECS:
-        value: float | None
-        if not isinstance(limits, Mapping):
-            value = getattr(limits, spec.field)
-        elif spec.field in limits:
-            value = limits[spec.field]
-        else:
+        if isinstance(limits, Mapping):
             human = limits.get(spec.name)
             value = None if human is None else round(human * spec.scale)
+        else:
+            value = getattr(limits, spec.field)
         if value is not None:
             setattr(message, spec.field, int(value))
     return message
 
 
-def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
-    """The set fields of ``message`` as ``{field: value}``, as a result carries them."""
-    return {
-        spec.field: int(getattr(message, spec.field))
-        for spec in LIMIT_SPECS
-        if message.HasField(spec.field)
-    }
+def _limits_to_human(message: pb.Limits) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for spec in LIMIT_SPECS:
+        if message.HasField(spec.field):
+            out[spec.name] = spec.to_human(int(getattr(message, spec.field)))
+    return out
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -204,6 +205,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
             unit=v.unit,
             action=_ACTIONS.get(v.action, pb.VIOLATION_ACTION_UNSPECIFIED),
             detail=v.detail,
+            evidence=_EVIDENCE.get(v.evidence, pb.VIOLATION_EVIDENCE_UNSPECIFIED),
         )
     if result.error is not None:
         message.error.CopyFrom(
@@ -228,7 +230,7 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         stderr=message.stderr,
         backend=BACKENDS.get(message.backend, "unspecified"),
         isolation=list(message.isolation),
-        effective_limits=limits_fields_from_proto(message.effective_limits),
+        effective_limits=_limits_to_human(message.effective_limits),
         adjustments=[
             LimitAdjustment(a.limit, a.requested, a.applied, a.action) for a in message.adjustments
         ],
@@ -262,10 +264,11 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         Violation(
             v.limit,
             v.limit_value,
-            v.observed,
+            v.observed if v.HasField("observed") else None,
             v.unit,
             _ACTION_NAMES.get(v.action, "unspecified"),
             v.detail,
+            evidence=_EVIDENCE_NAMES.get(v.evidence, Evidence.UNSPECIFIED),
         )
         for v in message.violations
     ]

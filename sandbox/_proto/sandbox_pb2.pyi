@@ -50,6 +50,14 @@ class ViolationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VIOLATION_ACTION_KILLED: _ClassVar[ViolationAction]
     VIOLATION_ACTION_TRUNCATED: _ClassVar[ViolationAction]
     VIOLATION_ACTION_REFUSED: _ClassVar[ViolationAction]
+    VIOLATION_ACTION_REPORTED: _ClassVar[ViolationAction]
+
+class ViolationEvidence(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VIOLATION_EVIDENCE_UNSPECIFIED: _ClassVar[ViolationEvidence]
+    VIOLATION_EVIDENCE_KERNEL: _ClassVar[ViolationEvidence]
+    VIOLATION_EVIDENCE_HOST: _ClassVar[ViolationEvidence]
+    VIOLATION_EVIDENCE_GUEST: _ClassVar[ViolationEvidence]
 
 class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +89,11 @@ VIOLATION_ACTION_UNSPECIFIED: ViolationAction
 VIOLATION_ACTION_KILLED: ViolationAction
 VIOLATION_ACTION_TRUNCATED: ViolationAction
 VIOLATION_ACTION_REFUSED: ViolationAction
+VIOLATION_ACTION_REPORTED: ViolationAction
+VIOLATION_EVIDENCE_UNSPECIFIED: ViolationEvidence
+VIOLATION_EVIDENCE_KERNEL: ViolationEvidence
+VIOLATION_EVIDENCE_HOST: ViolationEvidence
+VIOLATION_EVIDENCE_GUEST: ViolationEvidence
 STREAM_UNSPECIFIED: Stream
 STREAM_STDOUT: Stream
 STREAM_STDERR: Stream
@@ -171,20 +184,22 @@ class CallRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., start_offset_us: _Optional[int] = ..., duration_us: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class Violation(_message.Message):
-    __slots__ = ("limit", "limit_value", "observed", "unit", "action", "detail")
+    __slots__ = ("limit", "limit_value", "observed", "unit", "action", "detail", "evidence")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_VALUE_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     limit: str
     limit_value: float
     observed: float
     unit: str
     action: ViolationAction
     detail: str
-    def __init__(self, limit: _Optional[str] = ..., limit_value: _Optional[float] = ..., observed: _Optional[float] = ..., unit: _Optional[str] = ..., action: _Optional[_Union[ViolationAction, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+    evidence: ViolationEvidence
+    def __init__(self, limit: _Optional[str] = ..., limit_value: _Optional[float] = ..., observed: _Optional[float] = ..., unit: _Optional[str] = ..., action: _Optional[_Union[ViolationAction, str]] = ..., detail: _Optional[str] = ..., evidence: _Optional[_Union[ViolationEvidence, str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("wall_time_ms", "cpu_time_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes", "tool_calls")

@@ -22,6 +22,7 @@ from sandbox.limits import LimitAdjustment
 from sandbox.result import (
     CallRecord,
     CallStatus,
+    Evidence,
     ExecutionResult,
     ExecutionStatus,
     ScriptError,
@@ -180,6 +181,8 @@ def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
                 unit=v["unit"],
                 action=v["action"],
                 detail=v.get("detail", ""),
+                # Records written before violations carried their evidence say nothing of it.
+                evidence=Evidence(v.get("evidence", Evidence.UNSPECIFIED)),
             )
             for v in data["violations"]
         ],

@@ -18,7 +18,7 @@ from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import Violation
 
-__all__ = ["Backend", "Job", "Outcome", "ResourceUsage", "SandboxHandle"]
+__all__ = ["Backend", "Job", "Outcome", "ResourceUsage", "SandboxHandle", "TmpfsUsage"]
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,38 @@ class Job:
 
 
 @dataclass(frozen=True)
+class TmpfsUsage:
+    """One of the sandbox's private tmpfs mounts, as the host measured it (fstatvfs)."""
+
+    mount: str  # the path inside the sandbox: /tmp, /dev/shm
+    used_bytes: int
+    size_bytes: int
+    available_bytes: int
+
+    @property
+    def full(self) -> bool:
+        """No block left: a write that needed one was refused with ENOSPC (or EFBIG at the
+        same size, since the tmpfs is as large as the file size limit)."""
+        return self.available_bytes == 0
+
+
+@dataclass(frozen=True)
 class ResourceUsage:
-    """What the kernel accounted for the whole sandbox."""
+    """What the kernel accounted for the whole sandbox, and what the host measured of it.
+
+    ``accounted`` is False where no cgroup could be read: the cgroup figures are then zeros,
+    not measurements. ``tmpfs`` is empty where the host could not measure the sandbox's mounts.
+    """
 
     cpu_time_s: float = 0.0
     peak_memory_bytes: int = 0
     oom_killed: bool = False
     pids_limit_hit: bool = False
+    accounted: bool = False
+    memory_limit_hits: int = 0  # charges that hit the memory limit (v1 failcnt, v2 events max)
+    pids_limit_hits: int = 0  # process or thread creations refused (pids.events max)
+    peak_pids: int | None = None  # cgroup v2 pids.peak, where the kernel has it
+    tmpfs: tuple[TmpfsUsage, ...] = ()
 
 
 @dataclass

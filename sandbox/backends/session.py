@@ -4,10 +4,35 @@ Sends the job, serves the tool channel through the broker, drains stdout and std
 buffers, and enforces the host-side limits: the wall-time deadline and the whole-sandbox CPU
 budget (polled from the cgroup, since RLIMIT_CPU is per process). On any kill the whole sandbox
 goes: the backend's `kill` takes every process, not just the first one.
+
+A violation comes from what the host or the kernel observed, never from the guest's word (see
+`sandbox.result.Evidence`); ``observed`` is a measurement or None:
+
+==============  ===================================================  =========================
+limit           what shows it, and ``observed``                      evidence
+==============  ===================================================  =========================
+wall_time       the host's deadline; the host's clock                host
+cpu_time        cgroup CPU usage (watchdog) or SIGXCPU; the usage    kernel
+memory          OOM kill, or failcnt with a reported MemoryError;    kernel (guest with no
+                the cgroup's peak                                    memory cgroup)
+processes       pids.events max; pids.peak where the kernel has it   kernel
+file_size       SIGXFSZ, or a full /tmp or /dev/shm with a reported  kernel, host (guest where
+                EFBIG/ENOSPC; the tmpfs usage (fstatvfs)             the host cannot measure)
+open_files      only the guest's report of EMFILE (no kernel         guest
+                counter; its descriptors are closed by then); none
+stdout/stderr   the capture's byte counts                            host
+max_tool_calls  the broker's count of refused calls                  host
+expected_calls  the broker's call log, after the end                 host
+protocol        a frame the host rejected; none                      host
+==============  ===================================================  =========================
+
+A guest-only report whose line is the script's own ``raise`` statement is the script's output,
+not a refusal: no violation.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import math
@@ -19,7 +44,7 @@ from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
 from sandbox.broker import Broker
 from sandbox.capture import CappedOutput, OutputCallback
 from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
-from sandbox.result import CallRecord, Violation
+from sandbox.result import CallRecord, Evidence, Violation
 
 __all__ = ["run_session"]
 
@@ -202,35 +227,43 @@ class _Session:
         )
 
     def _violations(self, exit_code: int, wall: float, resources: ResourceUsage) -> list[Violation]:
+        """What the host and kernel observed; `_claimed_violation` weighs the guest's report."""
         limits = self.job.limits
         out: list[Violation] = []
-        error = (self.end.error or {}) if self.end else {}
         if self.killed_for == "protocol":
-            out.append(Violation("protocol", 0, 0, "count", "killed", self.protocol_error or ""))
+            out.append(
+                Violation(
+                    "protocol",
+                    0,
+                    None,
+                    "count",
+                    "killed",
+                    self.protocol_error or "",
+                    evidence=Evidence.HOST,
+                )
+            )
         if self.killed_for == "wall_time":
             out.append(
-                Violation("wall_time", limits.wall_time_ms / 1000, round(wall, 3), "s", "killed")
+                Violation(
+                    "wall_time",
+                    limits.wall_time_ms / 1000,
+                    round(wall, 3),
+                    "s",
+                    "killed",
+                    evidence=Evidence.HOST,
+                )
             )
+        peak_memory = resources.peak_memory_bytes if resources.accounted else None
         if resources.oom_killed:
             out.append(
                 Violation(
                     "memory",
                     limits.memory_bytes,
-                    resources.peak_memory_bytes,
+                    peak_memory,
                     "bytes",
                     "killed",
                     "the sandbox ran out of memory and was killed",
-                )
-            )
-        elif error.get("type") == "MemoryError":
-            out.append(
-                Violation(
-                    "memory",
-                    limits.memory_bytes,
-                    resources.peak_memory_bytes,
-                    "bytes",
-                    "refused",
-                    "an allocation over the memory limit was refused",
+                    evidence=Evidence.KERNEL,
                 )
             )
         cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
@@ -239,38 +272,43 @@ class _Session:
                 Violation(
                     "cpu_time",
                     limits.cpu_time_ms / 1000,
-                    round(resources.cpu_time_s, 3),
+                    round(resources.cpu_time_s, 3) if resources.accounted else None,
                     "s",
                     "killed",
+                    evidence=Evidence.KERNEL,
                 )
             )
-        if resources.pids_limit_hit:
+        if resources.pids_limit_hit or resources.pids_limit_hits:
+            refused = resources.pids_limit_hits
             out.append(
                 Violation(
                     "processes",
                     limits.processes,
-                    limits.processes,
+                    resources.peak_pids,
                     "count",
                     "refused",
-                    "creating a process or thread beyond the limit failed",
+                    f"the kernel refused {refused or 'some'} process or thread creations"
+                    " at the limit",
+                    evidence=Evidence.KERNEL,
                 )
             )
-        errno_name = error.get("errno")
-        if errno_name in ("EFBIG", "ENOSPC"):
+        fullest = max(resources.tmpfs, key=lambda t: t.used_bytes, default=None)
+        if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
             out.append(
                 Violation(
                     "file_size",
                     limits.file_size_bytes,
-                    limits.file_size_bytes,
+                    fullest.used_bytes if fullest else None,
                     "bytes",
-                    "refused",
-                    f"a write failed with {errno_name}",
+                    "killed",
+                    "a write past the file size limit was killed by SIGXFSZ",
+                    evidence=Evidence.KERNEL,
                 )
             )
-        if errno_name == "EMFILE":
-            out.append(
-                Violation("open_files", limits.open_files, limits.open_files, "count", "refused")
-            )
+        else:
+            claimed = self._claimed_violation(resources)
+            if claimed is not None:
+                out.append(claimed)
         for sink in (self.stdout, self.stderr):
             if sink.dropped:
                 out.append(
@@ -281,9 +319,116 @@ class _Session:
                         "bytes",
                         "truncated",
                         f"{sink.dropped} bytes dropped",
+                        evidence=Evidence.HOST,
                     )
                 )
         return out
+
+    def _claimed_violation(self, resources: ResourceUsage) -> Violation | None:
+        """The violation behind the guest's report of a refusal, if the host can stand by it.
+
+        The report (`end` frame) is the script's to forge: it names a refusal only the guest
+        saw (MemoryError, EMFILE, EFBIG, ENOSPC). Where the host has a counter for that limit,
+        the counter decides and the report alone proves nothing; where it has none, the
+        violation says ``guest``, unless the line the report names is the script's own
+        ``raise`` statement.
+        """
+        if self.end is None or not self.end.error:
+            return None
+        error = self.end.error
+        limits = self.job.limits
+        kind = str(error.get("type", ""))
+        errno_name = error.get("errno")
+        if kind == "MemoryError":
+            if resources.oom_killed:
+                return None  # reported above, from the kernel's own event
+            if resources.accounted:
+                if not resources.memory_limit_hits:
+                    return None
+                return Violation(
+                    "memory",
+                    limits.memory_bytes,
+                    resources.peak_memory_bytes,
+                    "bytes",
+                    "refused",
+                    "an allocation was refused; the memory cgroup reached its limit "
+                    f"{resources.memory_limit_hits} times",
+                    evidence=Evidence.KERNEL,
+                )
+            if self._script_raised(error):
+                return None
+            return Violation(
+                "memory",
+                limits.memory_bytes,
+                None,
+                "bytes",
+                "refused",
+                "the script reported a MemoryError under the address-space rlimit",
+                evidence=Evidence.GUEST,
+            )
+        if errno_name in ("EFBIG", "ENOSPC"):
+            if resources.tmpfs:
+                full = [t for t in resources.tmpfs if t.full]
+                if not full:
+                    return None
+                where = full[0]
+                return Violation(
+                    "file_size",
+                    limits.file_size_bytes,
+                    where.used_bytes,
+                    "bytes",
+                    "refused",
+                    f"a write failed with {errno_name}; the sandbox's {where.mount} was full"
+                    f" ({where.used_bytes} of {where.size_bytes} bytes)",
+                    evidence=Evidence.HOST,
+                )
+            if self._script_raised(error):
+                return None
+            return Violation(
+                "file_size",
+                limits.file_size_bytes,
+                None,
+                "bytes",
+                "refused",
+                f"the script reported a write that failed with {errno_name}",
+                evidence=Evidence.GUEST,
+            )
+        if errno_name == "EMFILE":
+            # RLIMIT_NOFILE has no kernel counter, and the descriptors are closed as the error
+            # unwinds, before the report: only the guest ever sees this refusal.
+            if self._script_raised(error):
+                return None
+            return Violation(
+                "open_files",
+                limits.open_files,
+                None,
+                "count",
+                "refused",
+                "the script reported an open that failed with EMFILE",
+                evidence=Evidence.GUEST,
+            )
+        return None
+
+    def _script_raised(self, error: dict[str, Any]) -> bool:
+        """Whether the report's line is a ``raise`` statement of the script: the script made
+        the error up itself, no kernel refused anything."""
+        line = error.get("line")
+        if not isinstance(line, int) or isinstance(line, bool) or line <= 0:
+            return False
+        return line in _raise_lines(self.job.script)
+
+
+def _raise_lines(script: str) -> set[int]:
+    """The lines of every ``raise`` statement in the script."""
+    try:
+        tree = ast.parse(script)
+    except (SyntaxError, ValueError):
+        return set()
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
 
 
 async def run_session(

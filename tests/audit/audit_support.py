@@ -8,6 +8,7 @@ from sandbox.audit import Admission
 from sandbox.result import (
     CallRecord,
     CallStatus,
+    Evidence,
     ExecutionResult,
     ExecutionStatus,
     Usage,
@@ -58,7 +59,10 @@ def result(
             )
             for i, tool in enumerate(tools)
         ],
-        violations=[Violation(v, 1.0, 2.0, "s", "killed", "detail") for v in violations],
+        violations=[
+            Violation(v, 1.0, 2.0, "s", "killed", "detail", evidence=Evidence.HOST)
+            for v in violations
+        ],
         usage=Usage(wall_time_s=0.25, cpu_time_s=0.1, peak_memory_bytes=1 << 20, tool_calls=1),
         backend="process",
         isolation=["userns", "netns"],

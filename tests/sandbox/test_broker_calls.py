@@ -351,7 +351,10 @@ def test_expected_calls(
     )
     got = [(v.limit_value, v.observed, v.detail) for v in result.violations]
     assert got == violations
-    assert all(v.limit == "expected_calls" and v.action == "refused" for v in result.violations)
+    assert all(
+        (v.limit, v.action, v.evidence) == ("expected_calls", "reported", "host")
+        for v in result.violations
+    )
     assert result.status == ("limit_exceeded" if violations else "ok")
 
 

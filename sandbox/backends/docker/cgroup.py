@@ -24,6 +24,8 @@ class CgroupCounters:
     memory_peak_bytes: int = 0
     oom_kills: int = 0
     pids_max_events: int = 0
+    memory_limit_hits: int = 0  # v1 memory.failcnt, v2 memory.events max
+    pids_peak: int | None = None  # v2 pids.peak (Linux 6.1+)
 
 
 def _read(path: Path) -> str | None:
@@ -94,11 +96,15 @@ class ContainerCgroup:
             if cpu_stat is None:
                 return None
             peak = _read(memory / "memory.peak") or _read(memory / "memory.current")
+            events = _read(memory / "memory.events")
+            pids_peak = _read(pids / "pids.peak")
             return CgroupCounters(
                 cpu_time_ns=_keyed(cpu_stat, "usage_usec") * 1000,
                 memory_peak_bytes=_int(peak),
-                oom_kills=_keyed(_read(memory / "memory.events"), "oom_kill"),
+                oom_kills=_keyed(events, "oom_kill"),
                 pids_max_events=_keyed(_read(pids / "pids.events"), "max"),
+                memory_limit_hits=_keyed(events, "max"),
+                pids_peak=None if pids_peak is None else _int(pids_peak),
             )
         usage = _read(cpu / "cpuacct.usage")
         if usage is None:
@@ -108,4 +114,5 @@ class ContainerCgroup:
             memory_peak_bytes=_int(_read(memory / "memory.max_usage_in_bytes")),
             oom_kills=_keyed(_read(memory / "memory.oom_control"), "oom_kill"),
             pids_max_events=_keyed(_read(pids / "pids.events"), "max"),
+            memory_limit_hits=_int(_read(memory / "memory.failcnt")),
         )

@@ -30,6 +30,7 @@ from sandbox.backends.base import ResourceUsage
 from sandbox.backends.docker.cgroup import CgroupCounters, ContainerCgroup
 from sandbox.backends.docker.channel import Connected, HostSockets
 from sandbox.backends.docker.spec import ContainerSettings, container_kwargs, isolation_layers
+from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.errors import Unavailable
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import ProtocolViolation
@@ -81,6 +82,10 @@ class DockerSandbox:
         self.has_cgroup_cpu = self.cgroup is not None
         self.isolation = isolation_layers(settings, self.cgroup is not None)
         self._counters = CgroupCounters()
+        self._sampled = False
+        # The container's /tmp and /dev/shm, measured at the end (a full one corroborates a
+        # write the file size limit refused); only where the engine runs on this host.
+        self._tmpfs = TmpfsProbe.open(pid) if self.cgroup is not None else TmpfsProbe({})
         self._pidfd = -1
         self._exited: asyncio.Future[None] | None = None
         if self.cgroup is not None:
@@ -177,6 +182,7 @@ class DockerSandbox:
             counters = self.cgroup.read()
             if counters is not None:
                 self._counters = counters
+                self._sampled = True
 
     def usage(self) -> ResourceUsage:
         if self._exit_code is None:
@@ -187,6 +193,11 @@ class DockerSandbox:
             peak_memory_bytes=counters.memory_peak_bytes,
             oom_killed=self._oom_killed or counters.oom_kills > 0,
             pids_limit_hit=counters.pids_max_events > 0,
+            accounted=self._sampled,
+            memory_limit_hits=counters.memory_limit_hits,
+            pids_limit_hits=counters.pids_max_events,
+            peak_pids=counters.pids_peak,
+            tmpfs=self._tmpfs.sample(),
         )
 
     async def dispose(self) -> None:
@@ -206,6 +217,7 @@ class DockerSandbox:
         for transport in self._transports:
             transport.close()
         self._sockets.close()
+        self._tmpfs.close()
         # The engine call that removes the container runs in the background (the backend
         # awaits it at close), so it is not on the request path.
         self._reap(self)

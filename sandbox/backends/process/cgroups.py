@@ -14,8 +14,10 @@ processes and threads   pids.max                              pids.max
 CPU bandwidth           cpu.cfs_quota_us / cpu.cfs_period_us  cpu.max
 CPU time used           cpuacct.usage                         cpu.stat usage_usec
 peak memory             memory.max_usage_in_bytes             memory.peak
+memory limit hit        memory.failcnt                        memory.events max
 OOM kill happened       memory.oom_control oom_kill           memory.events oom_kill
 fork refused            pids.events max                       pids.events max
+peak processes          (none)                                pids.peak (Linux 6.1+)
 kill everything         freezer.state + SIGKILL + thaw        cgroup.kill (else cgroup.freeze)
 ======================  ====================================  ===================================
 
@@ -92,6 +94,9 @@ class CgroupUsage:
     memory_peak_bytes: int
     oom_killed: bool
     pids_limit_hit: bool
+    memory_limit_hits: int = 0  # charges that reached the limit (each one reclaimed or failed)
+    pids_limit_hits: int = 0  # process or thread creations refused at pids.max
+    peak_pids: int | None = None  # None where the kernel keeps no peak (v1, v2 before 6.1)
 
 
 # -- file helpers: every OSError becomes a CgroupError naming the path --------------------------
@@ -308,27 +313,34 @@ class SandboxCgroup:
         if self.version == 2:
             d = self._dir("memory")
             events = _keyed(d / "memory.events")
+            refused = _keyed(d / "pids.events").get("max", 0)
             return CgroupUsage(
                 cpu_time_ns=_keyed(d / "cpu.stat").get("usage_usec", 0) * 1000,
                 memory_peak_bytes=_int_or_zero(d / "memory.peak"),
                 oom_killed=events.get("oom_kill", 0) > 0,
-                pids_limit_hit=_keyed(d / "pids.events").get("max", 0) > 0,
+                pids_limit_hit=refused > 0,
+                memory_limit_hits=events.get("max", 0),
+                pids_limit_hits=refused,
+                peak_pids=_int_or_zero(d / "pids.peak") if (d / "pids.peak").exists() else None,
             )
         mem = self._dir("memory")
         peak = _int_or_zero(mem / "memory.max_usage_in_bytes")
         oom = _keyed(mem / "memory.oom_control")
+        failcnt = _int_or_zero(mem / "memory.failcnt")
         if "oom_kill" in oom:
             oom_killed = oom["oom_kill"] > 0
         else:
             # Kernels before 4.13 have no counter: infer it from hitting the limit or a stuck OOM.
             at_limit = peak >= _int_or_zero(mem / "memory.limit_in_bytes")
-            failed = _int_or_zero(mem / "memory.failcnt") > 0
-            oom_killed = oom.get("under_oom", 0) > 0 or (failed and at_limit)
+            oom_killed = oom.get("under_oom", 0) > 0 or (failcnt > 0 and at_limit)
+        refused = _keyed(self._dir("pids") / "pids.events").get("max", 0)
         return CgroupUsage(
             cpu_time_ns=_int_or_zero(self._dir("cpuacct") / "cpuacct.usage"),
             memory_peak_bytes=peak,
             oom_killed=oom_killed,
-            pids_limit_hit=_keyed(self._dir("pids") / "pids.events").get("max", 0) > 0,
+            pids_limit_hit=refused > 0,
+            memory_limit_hits=failcnt,
+            pids_limit_hits=refused,
         )
 
     def pids(self) -> list[int]:

@@ -31,6 +31,7 @@ from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.zygote import ZygoteSupervisor
+from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.capture import OutputStream
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
@@ -103,6 +104,7 @@ class ProcessSandbox:
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
         self._last_usage = ResourceUsage()
+        self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
@@ -142,7 +144,10 @@ class ProcessSandbox:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
 
     def usage(self) -> ResourceUsage:
-        if self.cgroup is None or self._disposed:
+        if self._disposed:
+            return self._last_usage
+        if self.cgroup is None:
+            self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
             return self._last_usage
         with contextlib.suppress(OSError):
             usage = self.cgroup.usage()
@@ -151,6 +156,11 @@ class ProcessSandbox:
                 peak_memory_bytes=usage.memory_peak_bytes,
                 oom_killed=usage.oom_killed,
                 pids_limit_hit=usage.pids_limit_hit,
+                accounted=True,
+                memory_limit_hits=usage.memory_limit_hits,
+                pids_limit_hits=usage.pids_limit_hits,
+                peak_pids=usage.peak_pids,
+                tmpfs=self.tmpfs.sample(),
             )
         return self._last_usage
 
@@ -159,6 +169,7 @@ class ProcessSandbox:
             return
         self.usage()
         self._disposed = True
+        self.tmpfs.close()
         await self.kill()
         await self.channel.close()
         await self._exit
@@ -301,6 +312,8 @@ async def spawn_sandbox(
         )
         sandbox.reaper = reaper
         await sandbox.channel.ready(settings.ready_timeout_s)
+        # The reaper made the sandbox's mounts before it forked pid 1, which said ready.
+        sandbox.tmpfs = TmpfsProbe.open(started.pid)
         return sandbox
     except BaseException as exc:
         if sandbox is not None:
