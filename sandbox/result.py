@@ -187,7 +187,8 @@ class ExecutionResult:
     error: ScriptError | None = None
     backend: str = "process"
     isolation: list[str] = field(default_factory=list)
-    effective_limits: dict[str, float] = field(default_factory=dict)
+    # The limits applied, keyed by the proto's unit-named fields: {"wall_time_ms": 10000, ...}.
+    effective_limits: dict[str, int] = field(default_factory=dict)
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0

@@ -36,6 +36,7 @@ __all__ = [
     "BACKEND_ENUM",
     "POLICIES",
     "enum_name",
+    "limits_fields_from_proto",
     "limits_from_proto",
     "limits_to_proto",
     "request_to_proto",
@@ -93,25 +94,31 @@ def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
 
 
 def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb.Limits:
-    """From canonical dataclasses, or from a result's ``{name: human value}`` mapping."""
+    """From canonical dataclasses, or from a mapping keyed by field (``wall_time_ms``, what
+    results and audit records carry) or, in records written before that, by limit name in the
+    limit's report unit (``wall_time`` in seconds)."""
     message = pb.Limits()
     for spec in LIMIT_SPECS:
-        if isinstance(limits, Mapping):
+        value: float | None
+        if not isinstance(limits, Mapping):
+            value = getattr(limits, spec.field)
+        elif spec.field in limits:
+            value = limits[spec.field]
+        else:
             human = limits.get(spec.name)
             value = None if human is None else round(human * spec.scale)
-        else:
-            value = getattr(limits, spec.field)
         if value is not None:
             setattr(message, spec.field, int(value))
     return message
 
 
-def _limits_to_human(message: pb.Limits) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for spec in LIMIT_SPECS:
-        if message.HasField(spec.field):
-            out[spec.name] = spec.to_human(int(getattr(message, spec.field)))
-    return out
+def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
+    """The set fields of ``message`` as ``{field: value}``, as a result carries them."""
+    return {
+        spec.field: int(getattr(message, spec.field))
+        for spec in LIMIT_SPECS
+        if message.HasField(spec.field)
+    }
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -230,7 +237,7 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         stderr=message.stderr,
         backend=BACKENDS.get(message.backend, "unspecified"),
         isolation=list(message.isolation),
-        effective_limits=_limits_to_human(message.effective_limits),
+        effective_limits=limits_fields_from_proto(message.effective_limits),
         adjustments=[
             LimitAdjustment(a.limit, a.requested, a.applied, a.action) for a in message.adjustments
         ],

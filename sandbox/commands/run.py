@@ -1,9 +1,15 @@
-"""`ptc run SCRIPT --tools MANIFEST [--json] [--limit NAME=VALUE ...]`: one embedded execution.
+"""`ptc run SCRIPT --tools MANIFEST [--json] [--limit NAME=VALUE ...]`: one execution.
 
 No server is needed: the engine starts the process backend (a pool of one), runs the script and
-stops. With `--json` exactly one JSON object is printed on stdout (DESIGN.md's contract); without
-it, the script's output followed by a table of calls and violations. The exit code reflects the
-status: 0 ok, 1 error, 3 limit_exceeded, 4 rejected, 5 cancelled, 2 a bad request.
+stops; `--server HOST:PORT` runs it on a `ptc serve` instead, through the client SDK. With
+`--json` exactly one JSON object is printed on stdout (DESIGN.md's contract); without it, the
+script's stdout and stderr are written as they arrive, then a summary of calls and violations on
+stderr. `--audit-db` records the execution through the same `Recorder` as the server.
+
+Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1 error,
+3 limit_exceeded, 4 rejected, 5 cancelled, 6 interrupted, 7 failed. A request or service error
+(`sandbox.errors`, printed as ``ptc run: [kind: ]message``): 2 invalid argument, 8 not found,
+9 unauthenticated, 10 permission denied, 11 resource exhausted, 12 unavailable, 13 internal.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
 from sandbox.limits import parse_limit_args
+from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 
 EXIT_CODES = {
@@ -29,6 +37,7 @@ EXIT_CODES = {
     ExecutionStatus.REJECTED: 4,
     ExecutionStatus.CANCELLED: 5,
     ExecutionStatus.INTERRUPTED: 6,
+    ExecutionStatus.FAILED: 7,
 }
 
 
@@ -68,6 +77,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--server", metavar="ADDR", help="run on a `ptc serve` server at ADDR (host:port)"
     )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("PTC_API_KEY"),
+        help="API key for --server (default $PTC_API_KEY)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -95,7 +109,10 @@ def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
 
 
 async def _execute(
-    request: ExecutionRequest, allow_degraded: bool, audit_db: str | None = None
+    request: ExecutionRequest,
+    allow_degraded: bool,
+    audit_db: str | None = None,
+    on_output: OutputCallback | None = None,
 ) -> ExecutionResult:
     backends: dict[str, Any] = {}
     if request.backend == "docker":
@@ -111,54 +128,35 @@ async def _execute(
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:
+        prepared = engine.prepare(request)
         if audit_db is None:
-            return await engine.execute(request)
-        return await _execute_audited(engine, request, audit_db)
+            return await engine.run(prepared, on_output=on_output)
+        from sandbox.audit import open_store
 
-
-async def _execute_audited(
-    engine: Engine, request: ExecutionRequest, audit_db: str
-) -> ExecutionResult:
-    """One execution recorded like the server records it: admitted first, then completed."""
-    import time
-    import uuid
-
-    from sandbox.audit import open_store
-    from sandbox.audit.base import Admission
-
-    store = open_store(audit_db, instance="ptc-run")
-    try:
-        store.mark_interrupted()
-        manifest = engine.manifest(request)
-        limits = engine.effective_limits(request.limits)
-        execution_id = uuid.uuid4().hex
-        store.admit(
-            Admission(
-                execution_id=execution_id,
-                tenant="default",
-                script=request.script,
-                manifest_json=request.manifest if isinstance(request.manifest, str) else "[]",
-                manifest_sha256=manifest.sha256,
-                backend=request.backend or "process",
-                policy=request.policy,
-                effective_limits=limits[0].to_json(),
-                admitted_at=time.time(),
-            )
-        )
-        result = await engine.execute(request, limits=limits, execution_id=execution_id)
-        store.complete(execution_id, result)
-        return result
-    finally:
-        store.close()
-
-
-def _execute_remote(server: str, request: ExecutionRequest, manifest: str) -> ExecutionResult:
-    import grpc
-
-    from sandbox.client import Client
-
-    with Client(server) as client:
+        # Recorded like the server records: admitted first, then completed or failed.
+        store = open_store(audit_db, instance="ptc-run")
         try:
+            store.mark_interrupted()
+            return await Recorder(store).run(engine, prepared, on_output=on_output)
+        finally:
+            store.close()
+
+
+def _execute_remote(
+    server: str,
+    api_key: str | None,
+    request: ExecutionRequest,
+    manifest: str,
+    on_output: OutputCallback | None = None,
+) -> ExecutionResult:
+    from sandbox.client import Client, OutputChunk
+
+    def forward(chunk: OutputChunk) -> None:
+        if on_output is not None:
+            on_output(chunk.stream, chunk.data)
+
+    try:
+        with Client(server, api_key) as client:
             return client.run(
                 request.script,
                 manifest,
@@ -166,11 +164,25 @@ def _execute_remote(server: str, request: ExecutionRequest, manifest: str) -> Ex
                 backend=request.backend,
                 policy=request.policy,
                 expected_calls=request.expected_calls,
+                on_output=forward,
             )
-        except grpc.RpcError as exc:  # the RPC failed: name the server and the status
-            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            raise InvalidArgument(f"server {server}: {code.name}: {details}") from exc
+    except PtcError as exc:  # the same class, naming the server it came from
+        exc.message = f"server {server}: {exc.message}"
+        raise
+
+
+class _Live:
+    """Writes the script's output to this process's stdout and stderr as it arrives."""
+
+    def __init__(self) -> None:
+        self.written = {"stdout": 0, "stderr": 0}
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        target.flush()
+        target.buffer.write(data)
+        target.buffer.flush()
+        self.written[stream] += len(data)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,21 +196,26 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         expected_calls=parse_expect(args.expect),
     )
+    live = None if args.json else _Live()
     if args.server:
-        result = _execute_remote(args.server, request, manifest)
+        result = _execute_remote(args.server, args.api_key, request, manifest, live)
     else:
-        result = asyncio.run(_execute(request, args.allow_degraded, args.audit_db))
+        result = asyncio.run(_execute(request, args.allow_degraded, args.audit_db, live))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
-        print_summary(result)
+        print_summary(result, live.written if live is not None else None)
     return EXIT_CODES[result.status]
 
 
-def print_summary(result: ExecutionResult) -> None:
-    sys.stdout.write(result.stdout)
-    if result.stderr:
-        sys.stderr.write(result.stderr)
+def print_summary(result: ExecutionResult, streamed: dict[str, int] | None = None) -> None:
+    """The script's output (what was not already streamed: all of it, or only the marker of
+    what a cap dropped), then the status line, the calls, the violations and the error."""
+    for name, captured in (("stdout", result.stdout), ("stderr", result.stderr)):
+        already = streamed is not None and streamed[name] > 0
+        target = sys.stdout if name == "stdout" else sys.stderr
+        target.write(_marker(captured, name) if already else captured)
+        target.flush()
     err = sys.stderr
     print(
         f"\n── status: {result.status}  exit code: {result.exit_code}  "
@@ -225,3 +242,9 @@ def print_summary(result: ExecutionResult) -> None:
             f"── error: {result.error.type}: {result.error.message} (line {result.error.line})",
             file=err,
         )
+
+
+def _marker(text: str, stream: str) -> str:
+    """The truncation marker at the end of a captured stream's text, if any."""
+    at = text.rfind(f"\n[ptc: {stream} truncated: ")
+    return text[at:] if at >= 0 else ""
