@@ -7,7 +7,10 @@ time limits are tripped by scripts that would run far longer than the limit.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,12 +32,30 @@ ECHO = [
 
 
 @dataclass(frozen=True)
+class AtLeast:
+    """Equal to any number at least ``value``: a measurement of a time that ran past a limit."""
+
+    value: float
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (int, float)) and other >= self.value
+
+
+def _pids_peak_kept() -> bool:
+    """Whether the kernel keeps pids.peak: cgroup v2 on Linux 6.1 or later."""
+    release = tuple(int(p) for p in re.findall(r"\d+", os.uname().release)[:2])
+    return Path("/sys/fs/cgroup/cgroup.controllers").exists() and release >= (6, 1)
+
+
+@dataclass(frozen=True)
 class Pair:
     limits: dict[str, int | float]
     script: str  # formatted with n
     under: int
     over: int
     violation: tuple[str, float, str]
+    evidence: str  # where the over case's observation comes from
+    observed: object  # the measurement the over case reports (None: nothing measured)
     manifest: object = "[]"
 
 
@@ -45,6 +66,8 @@ PAIRS = {
         1,
         600,
         ("wall_time", 2.0, "killed"),
+        "host",
+        AtLeast(2.0),  # the host's clock
     ),
     "cpu_time": Pair(
         {"cpu_time": 1},
@@ -52,6 +75,8 @@ PAIRS = {
         2,
         600,
         ("cpu_time", 1.0, "killed"),
+        "kernel",
+        AtLeast(1.0),  # the cgroup's CPU usage
     ),
     "memory": Pair(
         {"memory": 128 * MiB},
@@ -59,6 +84,8 @@ PAIRS = {
         64,
         160,
         ("memory", 128 * MiB, "killed"),
+        "kernel",
+        128 * MiB,  # the cgroup's peak, which is at the limit when the OOM killer acts
     ),
     # The sandbox's init, the guest and its channel thread count too: 3 tasks before the script.
     "processes": Pair(
@@ -68,6 +95,8 @@ PAIRS = {
         16,
         24,
         ("processes", 24, "refused"),
+        "kernel",
+        24 if _pids_peak_kept() else None,  # pids.peak; cgroup v1 keeps no peak
     ),
     "stdout_bytes": Pair(
         {"stdout_bytes": 1000},
@@ -75,6 +104,8 @@ PAIRS = {
         1000,
         1001,
         ("stdout_bytes", 1000, "truncated"),
+        "host",
+        1001,  # the bytes the capture counted
     ),
     "stderr_bytes": Pair(
         {"stderr_bytes": 1000},
@@ -82,6 +113,8 @@ PAIRS = {
         1000,
         1001,
         ("stderr_bytes", 1000, "truncated"),
+        "host",
+        1001,
     ),
     "file_size": Pair(
         {"file_size": MiB},
@@ -89,6 +122,8 @@ PAIRS = {
         MiB,
         MiB + 1,
         ("file_size", MiB, "refused"),
+        "host",
+        MiB,  # the sandbox's /tmp, full: the file, as large as the limit, fills it
     ),
     "max_tool_calls": Pair(
         {"max_tool_calls": 20},
@@ -96,6 +131,8 @@ PAIRS = {
         20,
         21,
         ("max_tool_calls", 20, "refused"),
+        "host",
+        21,  # the calls the broker saw: 20 done, 1 refused
         ECHO,
     ),
     # stdin, stdout, stderr and the channel are open before the script runs.
@@ -105,6 +142,8 @@ PAIRS = {
         56,
         64,
         ("open_files", 64, "refused"),
+        "guest",  # no kernel counter: only the guest saw EMFILE
+        None,
     ),
 }
 
@@ -124,6 +163,10 @@ def test_just_over_fails_with_the_right_violation(clean: EngineHarness, name: st
     result = clean.run(pair.script.format(n=pair.over), limits=pair.limits, manifest=pair.manifest)
     assert result.status == "limit_exceeded"
     assert [(v.limit, v.limit_value, v.action) for v in result.violations] == [pair.violation]
+    assert (result.violations[0].evidence, result.violations[0].observed) == (
+        pair.evidence,
+        pair.observed,
+    )
     assert "done" not in result.stdout or name.endswith("_bytes")
     clean.assert_healthy()
 
