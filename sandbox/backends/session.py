@@ -266,7 +266,16 @@ class _Session:
                     evidence=Evidence.KERNEL,
                 )
             )
-        cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+        # A signal is the kernel's word only where the counters agree: a script can send
+        # SIGXCPU or SIGXFSZ to itself. RLIMIT_CPU is looser than the whole-sandbox budget, so
+        # a real SIGXCPU comes with the cgroup's usage past the limit; a real SIGXFSZ with a
+        # full tmpfs (it is as large as the file size limit).
+        cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) and (
+            not resources.accounted or resources.cpu_time_s * 1000 >= limits.cpu_time_ms
+        )
+        fsize_signal = exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) and (
+            not resources.tmpfs or any(t.full for t in resources.tmpfs)
+        )
         if self.killed_for == "cpu_time" or cpu_signal:
             out.append(
                 Violation(
@@ -293,7 +302,7 @@ class _Session:
                 )
             )
         fullest = max(resources.tmpfs, key=lambda t: t.used_bytes, default=None)
-        if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        if fsize_signal:
             out.append(
                 Violation(
                     "file_size",
