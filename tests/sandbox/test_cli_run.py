@@ -201,7 +201,10 @@ def test_readable_summary(ptc: RunPtc, tmpdir_env: dict[str, str], manifest_file
     assert "── 2 tool calls" in proc.stderr
     assert re.search(r"\s1\s+lookup-user\s+ok\s", proc.stderr)
     assert re.search(r"\s2\s+lookup-user\s+refused\s", proc.stderr)
-    assert "── violation: max_tool_calls = 1 count, observed 2, refused." in proc.stderr
+    assert (
+        "── violation: max_tool_calls = 1 count, observed 2, refused (host evidence)."
+        in proc.stderr
+    )
     assert "── error: CallRefused: the budget of 1 tool calls is spent (line 4)" in proc.stderr
 
 
