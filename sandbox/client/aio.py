@@ -255,8 +255,16 @@ class AsyncClient:
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
-        async with translated():
+        try:
             await call.write(pb.ClientMessage(start=request))
+        except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+            # The server may end the call before reading a byte (an unknown key): the write then
+            # fails with a generic error, and the call's status says what really happened.
+            code = await call.code()
+            if code == grpc.StatusCode.OK:
+                raise Unavailable(f"the server ended the stream at its start: {exc}") from exc
+            details, trailing = await call.details(), await call.trailing_metadata()
+            raise error_from_status(code, details, trailing) from exc
         return Execution(call, local, on_output, approve)
 
     async def run(

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sandbox.backends.base import Backend
 from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import InvalidArgument, PtcError
@@ -108,23 +109,24 @@ def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
     return tuple(out)
 
 
-async def _execute(
-    request: ExecutionRequest,
-    allow_degraded: bool,
-    audit_db: str | None = None,
-    on_output: OutputCallback | None = None,
-) -> ExecutionResult:
-    backends: dict[str, Any] = {}
+def _backends(request: ExecutionRequest, allow_degraded: bool) -> dict[str, Backend]:
     if request.backend == "docker":
         from sandbox.backends.docker.backend import DockerBackend
 
-        backends["docker"] = DockerBackend()
-    else:
-        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+        return {"docker": DockerBackend()}
+    from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 
-        backends["process"] = ProcessBackend(
-            ProcessBackendConfig(pool_size=1, allow_degraded=allow_degraded)
-        )
+    return {
+        "process": ProcessBackend(ProcessBackendConfig(pool_size=1, allow_degraded=allow_degraded))
+    }
+
+
+async def _execute(
+    request: ExecutionRequest,
+    backends: dict[str, Backend],
+    audit_db: str | None = None,
+    on_output: OutputCallback | None = None,
+) -> ExecutionResult:
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:
@@ -200,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     if args.server:
         result = _execute_remote(args.server, args.api_key, request, manifest, live)
     else:
-        result = asyncio.run(_execute(request, args.allow_degraded, args.audit_db, live))
+        backends = _backends(request, args.allow_degraded)
+        result = asyncio.run(_execute(request, backends, args.audit_db, live))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:

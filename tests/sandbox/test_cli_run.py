@@ -11,7 +11,10 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -256,3 +259,46 @@ def test_audit_db_records_the_execution(
     assert "lookup-user" in shown.stdout
     verify = ptc("audit", "verify", "--db", db)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_human_mode_prints_output_as_it_arrives(tmpdir_env: dict[str, str]) -> None:
+    """Defect 7: the first line reaches our pipe while the script still sleeps."""
+    root = Path(__file__).resolve().parents[2]
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.cli", "run", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=root,
+        env={**os.environ, **tmpdir_env},
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(b"import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')\n")
+    proc.stdin.close()
+    first = proc.stdout.readline()
+    first_at = time.monotonic() - started
+    still_running = proc.poll() is None
+    rest = proc.stdout.read()
+    end_at = time.monotonic() - started
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 0, stderr
+    proc.stdout.close()
+    proc.stderr.close()
+    assert (first, rest) == (b"first\n", b"second\n")
+    assert still_running
+    assert end_at - first_at >= 2.0, (first_at, end_at)
+    assert "── status: ok" in stderr
+
+
+def test_human_mode_streams_and_still_marks_truncation(
+    ptc: RunPtc, tmpdir_env: dict[str, str]
+) -> None:
+    proc = ptc(
+        "run", "-", "--limit", "stdout_bytes=10",
+        stdin="print('x' * 20)", env=tmpdir_env,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stdout == (
+        "xxxxxxxxxx\n[ptc: stdout truncated: 11 bytes dropped of 21; the cap is 10 bytes]\n"
+    )

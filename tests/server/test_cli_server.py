@@ -1,0 +1,185 @@
+"""`ptc run --server` against a real `ptc serve` with a tenants file: each service error comes
+back as its own `sandbox.errors` class, with the server's message and its own exit code (the
+table in sandbox/errors.py), and human mode prints the script's output as it arrives.
+
+Also: `import sandbox.client` loads nothing of the server side (checked in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.client import Client
+from sandbox.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from sandbox.tenants import hash_key
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+KEY = "ptc-test-key-cli-server-0123456789"
+TENANTS = f"""
+[[tenant]]
+id = "acme"
+keys = ["{hash_key(KEY)}"]
+max_concurrent = 1
+queue = 0
+backends = ["process"]
+"""
+
+
+@pytest.fixture(scope="module")
+def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
+    tenants.write_text(TENANTS)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
+         "--audit-db", "memory", "--tenants", str(tenants)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line + proc.stderr.read()
+    try:
+        yield line.split()[-1]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        assert "Traceback" not in stderr, stderr
+
+
+def _ptc_run(
+    address: str, *args: str, script: str = "print(1)", key: str | None = KEY
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PTC_API_KEY"}
+    if key is not None:
+        env["PTC_API_KEY"] = key
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, *args],
+        input=script,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_ok_through_the_server_with_a_key(address: str) -> None:
+    done = _ptc_run(address, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stdout"] == "1\n"
+
+
+def test_no_key_is_unauthenticated(address: str) -> None:
+    done = _ptc_run(address, key=None)
+    assert done.returncode == 9, done.stderr
+    assert done.stderr.startswith(f"ptc run: unauthenticated: server {address}: "), done.stderr
+    assert done.stdout == ""
+
+
+def test_backend_the_tenant_may_not_use_is_permission_denied(address: str) -> None:
+    done = _ptc_run(address, "--backend", "docker")
+    assert done.returncode == 10, done.stderr
+    assert done.stderr.startswith(f"ptc run: permission denied: server {address}: "), done.stderr
+    assert "docker" in done.stderr
+
+
+def test_bad_manifest_is_an_invalid_argument(address: str, tmp_path: Path) -> None:
+    manifest = tmp_path / "tools.json"
+    manifest.write_text('{"tools": 3}')
+    done = _ptc_run(address, "--tools", str(manifest))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"ptc run: server {address}: manifest"), done.stderr
+
+
+def test_full_queue_is_resource_exhausted(address: str) -> None:
+    with Client(address, KEY) as client:
+        running = client.stream("import time\nprint('busy', flush=True)\ntime.sleep(30)")
+        next(iter(running))  # admitted and running: the tenant's one slot is taken
+        try:
+            done = _ptc_run(address)
+            with pytest.raises(ResourceExhausted) as info:
+                client.execute("print(2)")
+        finally:
+            running.cancel("test done")
+            assert running.result(timeout=30).status == "cancelled"
+    assert done.returncode == 11, done.stderr
+    assert done.stderr.startswith(f"ptc run: resource exhausted: server {address}: tenant acme")
+    assert info.value.retry_after_s is not None and info.value.retry_after_s > 0
+
+
+def test_client_raises_the_error_classes(address: str) -> None:
+    with Client(address) as anonymous, pytest.raises(Unauthenticated):
+        anonymous.execute("print(1)")
+    with Client(address, KEY) as client, pytest.raises(PermissionDenied) as info:
+        client.execute("print(1)", backend="docker")
+    assert "docker" in info.value.message
+
+
+def test_human_mode_streams_output_through_the_server(address: str) -> None:
+    _assert_streams([PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address], KEY)
+
+
+def _assert_streams(argv: list[str], key: str | None = None) -> None:
+    """The first line reaches our pipe while the script still sleeps, long before the end."""
+    env = {**os.environ, **({"PTC_API_KEY": key} if key else {})}
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(b"import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')\n")
+    proc.stdin.close()
+    first = proc.stdout.readline()
+    first_at = time.monotonic() - started
+    still_running = proc.poll() is None
+    rest = proc.stdout.read()
+    end_at = time.monotonic() - started
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 0, stderr
+    proc.stdout.close()
+    proc.stderr.close()
+    assert first == b"first\n"
+    assert still_running
+    assert end_at - first_at >= 2.0, (first_at, end_at)
+    assert rest == b"second\n"
+    assert "── status: ok" in stderr
+
+
+def test_import_client_loads_no_server_side_module() -> None:
+    code = "import json, sys, sandbox.client; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
+    )
+    loaded = json.loads(done.stdout)
+    assert "sandbox.client" in loaded and "sandbox.wire" in loaded
+    server_side = (
+        "sandbox.server",
+        "sandbox.engine",
+        "sandbox.backends",
+        "sandbox.audit",
+        "sandbox.broker",
+        "sandbox.recording",
+        "sandbox.tenants",
+        "docker",
+    )
+    assert [m for m in loaded if m.startswith(server_side)] == []
