@@ -210,7 +210,7 @@ class DockerBackend:
         return await self._spawn(limits)
 
     def isolation(self) -> list[str]:
-        return ["container", "netns:none", "caps:none", "seccomp:default", "fs:readonly-root"]
+        return ["container", "netns:none", "caps:none", "seccomp:ptc", "fs:readonly-root"]
 
     async def close(self) -> None:
         self._closed = True

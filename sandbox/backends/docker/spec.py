@@ -2,8 +2,10 @@
 
 The one place that decides a container's isolation, so a reviewer can read it in one sitting.
 Nothing from a request reaches the engine except the typed limits below (no passthrough of raw
-`docker run` options). The engine's default seccomp profile stays in force because no
-`seccomp=` security option is ever given.
+`docker run` options). The seccomp profile is ours (`seccomp_profile`), never the engine's
+default, which differs between engines. There is no init process: the guest bootstrap is the
+container's pid 1 and the script runs in it, so no process of another trust level (docker-init,
+which a script could ptrace and stop, or make report another exit code) shares the container.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backends.docker.channel import GUEST_MOUNT
+from sandbox.backends.docker.seccomp_profile import profile_json
 
 __all__ = [
     "LABEL_CHANNEL_DIR",
@@ -78,15 +81,17 @@ def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
         "shm_size": settings.tmp_bytes,
         "volumes": {str(settings.channel_dir): {"bind": GUEST_MOUNT, "mode": "ro"}},
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", f"seccomp={profile_json()}"],
         "ipc_mode": "private",
         # Memory without swap; the engine kills on exhaustion and reports State.OOMKilled.
         "mem_limit": settings.memory_bytes,
         "memswap_limit": settings.memory_bytes,
         "pids_limit": settings.processes,
         "nano_cpus": int(settings.cpu_cores * 1e9),
-        # docker-init (tini) as pid 1: reaps the script's orphans, and a kill needs no grace.
-        "init": True,
+        # No init: the guest is pid 1 (as in the process backend), so nothing else is in reach
+        # of the script. Signals it sends itself without a handler are ignored, as for any init;
+        # the host's SIGKILL still ends it, and with it every process of the container.
+        "init": False,
         "stdin_open": False,
         "tty": False,
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_BYTES, "max-file": "1"}},
@@ -103,7 +108,8 @@ def isolation_layers(settings: ContainerSettings, cgroup_readable: bool) -> list
         "mntns",
         "caps:none",
         "no_new_privs",
-        "seccomp:default",
+        "seccomp:ptc",
+        "init:none",
         "fs:readonly-root",
         f"uid:{settings.user.partition(':')[0]}",
         "cgroup:memory",

@@ -28,7 +28,9 @@ def test_print_runs_in_the_container(dclean: DockerHarness) -> None:
     assert result.stdout == "1 65532 sandbox\n"
     assert result.stderr == "err\n"
     assert result.backend == "docker"
-    assert {"container", "netns:none", "caps:none", "seccomp:default"} <= set(result.isolation)
+    assert {"container", "netns:none", "caps:none", "seccomp:ptc", "init:none"} <= set(
+        result.isolation
+    )
 
 
 def test_tool_calls_go_through_the_broker(dclean: DockerHarness) -> None:
