@@ -3,8 +3,9 @@
 `sandbox.client.tools.function_tool` derives a tool from a Python signature. Tools that come
 from elsewhere — an upstream MCP server, a smolagents `Tool` — already carry a JSON Schema and
 take their arguments as one mapping; this wraps them as a `ClientTool` so that both runners
-(`Client.run` and `EmbeddedRunner`) serve them like any other client tool, and the broker has
-already validated the arguments against the schema before the callable sees them.
+(`Client.run`, which hands over JSON text through `invoke_json`, and `EmbeddedRunner`, which
+calls `invoke`) serve them like any other client tool, and the broker has already validated the
+arguments against the schema before the callable sees them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class ForwardedTool(ClientTool):
             raise TypeError(f"tool {self.name!r}: arguments must be an object")
         value = await self.forward(arguments)
         return json.dumps(pydantic_core.to_jsonable_python(value), ensure_ascii=False)
+
+    async def invoke_json(self, arguments_json: str | bytes) -> str:
+        """The path `Client.run` takes (arguments as JSON text off the stream): forwarded the
+        same way as `invoke`, never to the placeholder function."""
+        try:
+            arguments = json.loads(arguments_json)
+        except ValueError as exc:
+            raise TypeError(f"tool {self.name!r}: arguments are not JSON: {exc}") from None
+        return await self.invoke(arguments)
 
 
 def forwarded_tool(
