@@ -2,7 +2,8 @@
 
 Serves the execute tool over MCP (see `sandbox.integrations.mcp_server`). With stdio, standard
 output is the protocol channel: nothing else is ever printed there. Scripts run on an embedded
-engine unless `--server HOST:PORT` names a `ptc serve` to run them on. Needs the `mcp` extra.
+engine unless `--server HOST:PORT` names a `ptc serve` to run them on; embedded, `--audit-db`
+records each execution as the server would (`sandbox.recording.Recorder`). Needs the `mcp` extra.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--api-key", help="API key for --server")
     parser.add_argument(
+        "--audit-db",
+        metavar="PATH|URL",
+        default=None,
+        help="record every execution in this audit store (SQLite file or postgresql:// URL; "
+        "embedded only: with --server the server records them)",
+    )
+    parser.add_argument(
         "--allow-degraded",
         action="store_true",
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
@@ -97,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     )
     check_exposure(options)  # before anything starts: refuse an unauthenticated public listener
     runner: ScriptRunner
+    if args.server and args.audit_db:
+        raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
     if args.server:
         runner = ClientRunner.connect(args.server, args.api_key)
     else:
@@ -106,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         backend = ProcessBackend(
             ProcessBackendConfig(pool_size=1, allow_degraded=args.allow_degraded)
         )
-        runner = EmbeddedRunner(EngineConfig(backends={"process": backend}))
+        runner = EmbeddedRunner(EngineConfig(backends={"process": backend}), audit=args.audit_db)
     # SIGTERM stops like Ctrl-C: the sandboxes, cgroups and runtime files go with the runner.
     # (uvicorn handles it for the HTTP transport, then raises it again: it lands here too.)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -7,9 +7,11 @@ frameworks that call tools synchronously: LangChain's `_run`, smolagents' execut
 awaitable `arun` (OpenAI Agents, the MCP server). Both flavours own a private event loop on a
 daemon thread, so they can be called from any thread and from inside someone else's loop.
 
-`EmbeddedRunner` serves `client`-mode tools itself: the engine's `client` handler looks the tool
-up among the functions of this run and calls it, so a plain Python function is a tool with no
-server in between, exactly as it is through `Client.run`.
+`EmbeddedRunner` runs each script through `Engine.prepare` and `sandbox.recording.Recorder` (the
+one path every execution takes; with an audit store it is recorded like the server's). It
+serves `client`-mode tools itself: the engine's `client` handler looks the tool up among the
+functions of this run and calls it, so a plain Python function is a tool with no server in
+between, exactly as it is through `Client.run`.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.expectations import ExpectedCalls
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
+from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
@@ -108,15 +112,34 @@ class _LoopThread:
 
 
 class EmbeddedRunner:
-    """Runs scripts on an in-process `Engine` (the process backend unless configured)."""
+    """Runs scripts on an in-process `Engine` (the process backend unless configured).
 
-    def __init__(self, config: EngineConfig | None = None) -> None:
+    With ``audit`` (an `AuditStore`, or a SQLite path / PostgreSQL URL to open) every execution
+    is recorded by `sandbox.recording.Recorder`, as the server records its own: admitted, then
+    completed or failed. The runner closes a store it opened itself."""
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        audit: AuditStore | str | None = None,
+        tenant: str = "default",
+    ) -> None:
+        self._owned_store: AuditStore | None = None
+        store = audit if not isinstance(audit, str) else None
+        if isinstance(audit, str):
+            from sandbox.audit import open_store
+
+            store = self._owned_store = open_store(audit, instance="ptc-embedded")
+            store.mark_interrupted()
+        self.recorder = Recorder(store, tenant=tenant)
         self._loop = _LoopThread("ptc-embedded")
         self.engine = Engine(config)
         try:
             self._loop.call(self.engine.start())
         except BaseException:
             self._loop.stop()
+            self._close_store()
             raise
         self._closed = False
 
@@ -129,7 +152,15 @@ class EmbeddedRunner:
             policy="restricted" if request.policy == "restricted" else "none",
             expected_calls=request.expected_calls,
         )
-        return await self.engine.execute(execution, handlers={"client": _client_handler(local)})
+        prepared = self.engine.prepare(execution)
+        return await self.recorder.run(
+            self.engine, prepared, handlers={"client": _client_handler(local)}
+        )
+
+    def _close_store(self) -> None:
+        if self._owned_store is not None:
+            self._owned_store.close()
+            self._owned_store = None
 
     def run(self, request: RunRequest) -> ExecutionResult:
         return self._loop.call(self._execute(request))
@@ -146,6 +177,7 @@ class EmbeddedRunner:
             self._loop.call(self.engine.close())
         finally:
             self._loop.stop()
+            self._close_store()
 
     async def _settle(self) -> None:
         # Closing a backend while its warm pool is still starting a sandbox leaks that
