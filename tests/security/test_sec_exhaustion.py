@@ -1,0 +1,234 @@
+"""Hostile scripts that try to exhaust the host: processes, threads, memory, CPU, time, output,
+disk, the stack. Each trips exactly the limit it attacks (named, with its value and the action)
+and leaves nothing behind; the engine serves the next execution.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import EngineHarness
+
+    from sandbox.result import ExecutionResult
+
+MiB = 1 << 20
+
+
+def tripped(result: ExecutionResult) -> list[tuple[str, float, str]]:
+    return [(v.limit, v.limit_value, v.action) for v in result.violations]
+
+
+def test_fork_bomb(clean: EngineHarness) -> None:
+    result = clean.run(
+        """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+""",
+        limits={"wall_time": 2, "processes": 32},
+    )
+    assert result.status == "limit_exceeded"
+    # The bomb spins until the deadline; the pids cgroup refused every fork past 32.
+    assert tripped(result) == [("wall_time", 2.0, "killed"), ("processes", 32, "refused")]
+    assert result.exit_code == -9
+    clean.assert_healthy()
+
+
+def test_thread_bomb(clean: EngineHarness) -> None:
+    result = clean.run(
+        """
+import threading, time
+threads = []
+while True:
+    t = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+    t.start()
+    threads.append(t)
+""",
+        limits={"processes": 40},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("processes", 40, "refused")]
+    assert result.error is not None
+    assert (result.error.type, result.error.message) == ("RuntimeError", "can't start new thread")
+    clean.assert_healthy()
+
+
+def test_memory_bomb_in_one_process(clean: EngineHarness) -> None:
+    result = clean.run(
+        "hoard = []\nwhile True:\n    hoard.append(bytearray(8 * 1024 * 1024))",
+        limits={"memory": 128 * MiB},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("memory", 128 * MiB, "killed")]
+    assert result.violations[0].observed == 128 * MiB
+    assert result.exit_code == -9
+    clean.assert_healthy()
+
+
+def test_memory_bomb_spread_over_processes(clean: EngineHarness) -> None:
+    # Each child stays far below the limit; together they are over it: the limit is the
+    # sandbox's as a whole, not per process.
+    result = clean.run(
+        """
+import os, time
+for _ in range(4):
+    if os.fork() == 0:
+        block = bytearray(48 * 1024 * 1024)
+        time.sleep(30)
+        os._exit(0)
+time.sleep(30)
+""",
+        limits={"memory": 128 * MiB, "wall_time": 5},
+    )
+    assert result.status == "limit_exceeded"
+    assert ("memory", 128 * MiB, "killed") in tripped(result)
+    clean.assert_healthy()
+
+
+def test_busy_loop(clean: EngineHarness) -> None:
+    result = clean.run("while True:\n    pass", limits={"cpu_time": 1})
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("cpu_time", 1.0, "killed")]
+    assert result.violations[0].observed >= 1.0
+    assert result.exit_code == -9
+    clean.assert_healthy()
+
+
+def test_busy_loop_over_several_processes_counts_them_together(clean: EngineHarness) -> None:
+    result = clean.run(
+        "import os\nfor _ in range(3):\n    os.fork()\nwhile True:\n    pass",
+        limits={"cpu_time": 1, "wall_time": 20},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("cpu_time", 1.0, "killed")]
+    clean.assert_healthy()
+
+
+def test_sleep_past_the_wall_limit(clean: EngineHarness) -> None:
+    result = clean.run(
+        "import time\nprint('before', flush=True)\ntime.sleep(60)", limits={"wall_time": 1}
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("wall_time", 1.0, "killed")]
+    assert result.violations[0].observed >= 1.0
+    assert result.stdout == "before\n"
+    clean.assert_healthy()
+
+
+FLOODS = {
+    "stdout-lines": ("import sys\nfor _ in range(1024):\n    print('x' * 1023)", "stdout"),
+    "stdout-no-newline": ("import sys\nsys.stdout.write('y' * (1 << 20))", "stdout"),
+    "stdout-binary-os-write": (
+        "import os\nfor _ in range(4096):\n    os.write(1, bytes(range(256)))",
+        "stdout",
+    ),
+    "stderr-lines": (
+        "import sys\nfor _ in range(1024):\n    print('x' * 1023, file=sys.stderr)",
+        "stderr",
+    ),
+    "stderr-no-newline": ("import sys\nsys.stderr.write('y' * (1 << 20))", "stderr"),
+    "stderr-binary-os-write": (
+        "import os\nfor _ in range(4096):\n    os.write(2, bytes(range(256)))",
+        "stderr",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOODS))
+def test_output_flood_is_cut_with_a_marker(clean: EngineHarness, name: str) -> None:
+    script, stream = FLOODS[name]
+    cap = 64 * 1024
+    result = clean.run(script, limits={f"{stream}_bytes": cap})
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [(f"{stream}_bytes", cap, "truncated")]
+    assert result.violations[0].observed == MiB
+    dropped = MiB - cap
+    text = result.stdout if stream == "stdout" else result.stderr
+    assert text.endswith(
+        f"\n[ptc: {stream} truncated: {dropped} bytes dropped of {MiB}; the cap is {cap} bytes]\n"
+    )
+    assert getattr(result.usage, f"{stream}_bytes") == MiB
+    clean.assert_healthy()
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_endless_output_flood_is_killed_at_the_deadline(clean: EngineHarness, stream: str) -> None:
+    fd = 1 if stream == "stdout" else 2
+    result = clean.run(
+        f"import os\nwhile True:\n    os.write({fd}, b'z' * 65536)",
+        limits={"wall_time": 1, f"{stream}_bytes": 4096},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("wall_time", 1.0, "killed"), (f"{stream}_bytes", 4096, "truncated")]
+    text = result.stdout if stream == "stdout" else result.stderr
+    assert text.startswith("z" * 4096 + f"\n[ptc: {stream} truncated: ")
+    clean.assert_healthy()
+
+
+# /dev/shm is a tmpfs of its own, sized like /tmp (both are charged to the memory cgroup too).
+@pytest.mark.parametrize("directory", ["/tmp", "/dev/shm"])
+def test_disk_fill_stops_at_file_size(clean: EngineHarness, directory: str) -> None:
+    result = clean.run(
+        f"""
+i = 0
+while True:
+    with open(f"{directory}/fill{{i}}", "wb") as f:
+        f.write(b"d" * (1 << 20))
+    i += 1
+""",
+        limits={"file_size": 4 * MiB},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("file_size", 4 * MiB, "refused")]
+    assert result.error is not None
+    assert result.error.type == "OSError"
+    assert "No space left on device" in result.error.message
+    clean.assert_healthy()
+
+
+def test_deep_recursion(clean: EngineHarness) -> None:
+    result = clean.run("def f(n):\n    return f(n + 1) + 1\n\nf(0)")
+    assert (result.status, result.exit_code, result.violations) == ("error", 1, [])
+    assert result.error is not None
+    assert (result.error.type, result.error.line) == ("RecursionError", 2)
+    clean.assert_healthy()
+
+
+def test_deep_recursion_with_the_guard_removed(clean: EngineHarness) -> None:
+    result = clean.run(
+        "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1) + 1\n\nf(0)",
+        limits={"memory": 128 * MiB},
+    )
+    # Python 3.11 keeps frames on the heap: unbounded recursion is a memory bomb.
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("memory", 128 * MiB, "killed")]
+    clean.assert_healthy()
+
+
+def test_raising_own_limits_fails(clean: EngineHarness) -> None:
+    result = clean.run(
+        """
+import resource
+for name in ("RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_FSIZE"):
+    which = getattr(resource, name)
+    soft, hard = resource.getrlimit(which)
+    try:
+        resource.setrlimit(which, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print(name, "raised")
+    except (ValueError, OSError) as exc:
+        print(name, type(exc).__name__)
+"""
+    )
+    assert result.status == "ok"
+    assert result.stdout.splitlines() == [
+        "RLIMIT_CPU ValueError",
+        "RLIMIT_NOFILE ValueError",
+        "RLIMIT_FSIZE ValueError",
+    ]
+    clean.assert_healthy()
