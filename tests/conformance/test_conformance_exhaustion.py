@@ -1,6 +1,6 @@
-"""Hostile scripts that try to exhaust the host: processes, threads, memory, CPU, time, output,
-disk, the stack. Each trips exactly the limit it attacks (named, with its value and the action)
-and leaves nothing behind; the engine serves the next execution.
+"""Hostile scripts that try to exhaust the host, on every backend: processes, threads, memory,
+CPU, time, output, disk, the stack. Each trips exactly the limit it attacks (named, with its
+value and the action) and leaves nothing behind; the engine serves the next execution.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
-
     from sandbox.result import ExecutionResult
+
+    from .conftest import Harness
 
 MiB = 1 << 20
 
@@ -21,7 +21,7 @@ def tripped(result: ExecutionResult) -> list[tuple[str, float, str]]:
     return [(v.limit, v.limit_value, v.action) for v in result.violations]
 
 
-def test_fork_bomb(clean: EngineHarness) -> None:
+def test_fork_bomb(clean: Harness) -> None:
     result = clean.run(
         """
 import os
@@ -40,7 +40,7 @@ while True:
     clean.assert_healthy()
 
 
-def test_thread_bomb(clean: EngineHarness) -> None:
+def test_thread_bomb(clean: Harness) -> None:
     result = clean.run(
         """
 import threading, time
@@ -59,7 +59,7 @@ while True:
     clean.assert_healthy()
 
 
-def test_memory_bomb_in_one_process(clean: EngineHarness) -> None:
+def test_memory_bomb_in_one_process(clean: Harness) -> None:
     result = clean.run(
         "hoard = []\nwhile True:\n    hoard.append(bytearray(8 * 1024 * 1024))",
         limits={"memory": 128 * MiB},
@@ -71,7 +71,7 @@ def test_memory_bomb_in_one_process(clean: EngineHarness) -> None:
     clean.assert_healthy()
 
 
-def test_memory_bomb_spread_over_processes(clean: EngineHarness) -> None:
+def test_memory_bomb_spread_over_processes(clean: Harness) -> None:
     # Each child stays far below the limit; together they are over it: the limit is the
     # sandbox's as a whole, not per process.
     result = clean.run(
@@ -91,7 +91,7 @@ time.sleep(30)
     clean.assert_healthy()
 
 
-def test_busy_loop(clean: EngineHarness) -> None:
+def test_busy_loop(clean: Harness) -> None:
     result = clean.run("while True:\n    pass", limits={"cpu_time": 1})
     assert result.status == "limit_exceeded"
     assert tripped(result) == [("cpu_time", 1.0, "killed")]
@@ -100,7 +100,7 @@ def test_busy_loop(clean: EngineHarness) -> None:
     clean.assert_healthy()
 
 
-def test_busy_loop_over_several_processes_counts_them_together(clean: EngineHarness) -> None:
+def test_busy_loop_over_several_processes_counts_them_together(clean: Harness) -> None:
     result = clean.run(
         "import os\nfor _ in range(3):\n    os.fork()\nwhile True:\n    pass",
         limits={"cpu_time": 1, "wall_time": 20},
@@ -110,7 +110,7 @@ def test_busy_loop_over_several_processes_counts_them_together(clean: EngineHarn
     clean.assert_healthy()
 
 
-def test_sleep_past_the_wall_limit(clean: EngineHarness) -> None:
+def test_sleep_past_the_wall_limit(clean: Harness) -> None:
     result = clean.run(
         "import time\nprint('before', flush=True)\ntime.sleep(60)", limits={"wall_time": 1}
     )
@@ -118,6 +118,7 @@ def test_sleep_past_the_wall_limit(clean: EngineHarness) -> None:
     assert tripped(result) == [("wall_time", 1.0, "killed")]
     assert result.violations[0].observed >= 1.0
     assert result.stdout == "before\n"
+    assert result.exit_code == -9
     clean.assert_healthy()
 
 
@@ -141,7 +142,7 @@ FLOODS = {
 
 
 @pytest.mark.parametrize("name", list(FLOODS))
-def test_output_flood_is_cut_with_a_marker(clean: EngineHarness, name: str) -> None:
+def test_output_flood_is_cut_with_a_marker(clean: Harness, name: str) -> None:
     script, stream = FLOODS[name]
     cap = 64 * 1024
     result = clean.run(script, limits={f"{stream}_bytes": cap})
@@ -158,7 +159,7 @@ def test_output_flood_is_cut_with_a_marker(clean: EngineHarness, name: str) -> N
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
-def test_endless_output_flood_is_killed_at_the_deadline(clean: EngineHarness, stream: str) -> None:
+def test_endless_output_flood_is_killed_at_the_deadline(clean: Harness, stream: str) -> None:
     fd = 1 if stream == "stdout" else 2
     result = clean.run(
         f"import os\nwhile True:\n    os.write({fd}, b'z' * 65536)",
@@ -173,7 +174,7 @@ def test_endless_output_flood_is_killed_at_the_deadline(clean: EngineHarness, st
 
 # /dev/shm is a tmpfs of its own, sized like /tmp (both are charged to the memory cgroup too).
 @pytest.mark.parametrize("directory", ["/tmp", "/dev/shm"])
-def test_disk_fill_stops_at_file_size(clean: EngineHarness, directory: str) -> None:
+def test_disk_fill_stops_at_file_size(clean: Harness, directory: str) -> None:
     result = clean.run(
         f"""
 i = 0
@@ -192,7 +193,17 @@ while True:
     clean.assert_healthy()
 
 
-def test_deep_recursion(clean: EngineHarness) -> None:
+def test_one_file_bigger_than_the_limit(clean: Harness) -> None:
+    result = clean.run(
+        "with open('/tmp/big', 'wb') as f:\n    f.write(b'x' * (2 * 1024 * 1024))",
+        limits={"file_size": MiB},
+    )
+    assert result.status == "limit_exceeded"
+    assert tripped(result) == [("file_size", MiB, "refused")]
+    clean.assert_healthy()
+
+
+def test_deep_recursion(clean: Harness) -> None:
     result = clean.run("def f(n):\n    return f(n + 1) + 1\n\nf(0)")
     assert (result.status, result.exit_code, result.violations) == ("error", 1, [])
     assert result.error is not None
@@ -200,7 +211,7 @@ def test_deep_recursion(clean: EngineHarness) -> None:
     clean.assert_healthy()
 
 
-def test_deep_recursion_with_the_guard_removed(clean: EngineHarness) -> None:
+def test_deep_recursion_with_the_guard_removed(clean: Harness) -> None:
     result = clean.run(
         "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1) + 1\n\nf(0)",
         limits={"memory": 128 * MiB},
@@ -211,7 +222,7 @@ def test_deep_recursion_with_the_guard_removed(clean: EngineHarness) -> None:
     clean.assert_healthy()
 
 
-def test_raising_own_limits_fails(clean: EngineHarness) -> None:
+def test_raising_own_limits_fails(clean: Harness) -> None:
     result = clean.run(
         """
 import resource
