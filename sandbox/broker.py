@@ -1,11 +1,30 @@
 """The host-side broker: every stub call is validated, policed, dispatched and recorded here.
 
 Order of checks for one call, each a distinct outcome in the call log:
-unknown tool → oversized arguments → call budget (`max_tool_calls`) → repeated failing call
-(loop breaker) → schema validation (`invalid_arguments`) → approval (`denied`) → handler
-(`ok` / `error`). Calls of read-only tools run concurrently; calls of tools with side effects
-run one at a time, in the order they arrived. Every call gets a seq, an idempotency key and a
-record, including calls still in flight when the execution ends (recorded as `cancelled`).
+unknown tool → oversized arguments → call budget (`max_tool_calls`) → call log budget
+(`call_log_bytes`) → repeated failing call (loop breaker) → schema validation
+(`invalid_arguments`) → approval (`denied`) → handler (`ok` / `error`). Calls of read-only tools
+run concurrently; calls of tools with side effects run one at a time, in the order they arrived.
+Every call gets a seq, an idempotency key and a record, including calls still in flight when the
+execution ends (recorded as `cancelled`).
+
+The call log is bounded: `call_log_bytes` caps what its records hold, counted as the JSON the
+result carries (arguments, result or error) plus `RECORD_OVERHEAD_BYTES` per record for its
+other fields. What does not fit is never dropped silently, and the two halves of a call are
+treated differently on purpose:
+
+- a call whose *arguments* do not fit is refused before it is dispatched (the script sees
+  `tools.CallRefused`; the record keeps a marker with the arguments' size). A call that ran
+  must have its arguments in the audit log, so the broker does not run what it cannot record;
+  refusing first also means no side effect happened that the script was not told about.
+- a *result* or error that does not fit is kept in the record as a marker with its size, and
+  the script still gets it in full: the tool has already run (a side effect may have
+  happened), so refusing the answer afterwards would lie to the script about the call.
+
+Once the budget is spent every later call is refused; when not even a refusal's record fits,
+later calls are counted instead of recorded. The `call_log_bytes` violation (`refused` when a
+call was refused, else `truncated`) says how many of each, and `observed` is the size the log
+would have had with nothing cut.
 """
 
 from __future__ import annotations
@@ -31,10 +50,14 @@ from sandbox.protocol import GuestCall, encode_frame
 from sandbox.result import CallRecord, CallStatus, Evidence, Violation
 from stubs_gen import Manifest, ToolOptions
 
-__all__ = ["Broker"]
+__all__ = ["RECORD_OVERHEAD_BYTES", "Broker"]
 
 REPEAT_FAILURE_LIMIT = 3
 MAX_RESULT_BYTES = 16 * 1024 * 1024
+# A record's fields besides its tool name, arguments and result or error (seq, status, timings,
+# idempotency key, field names or tags: under 200 bytes as JSON or protobuf) and room for the
+# two markers (< 80 bytes each) that may stand in for its arguments and its result or error.
+RECORD_OVERHEAD_BYTES = 384
 
 
 class Broker:
@@ -64,13 +87,21 @@ class Broker:
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._refused_over_budget = 0
+        self._seq = 0
+        self._log = _LogBudget(limits.call_log_bytes)
+
+    @property
+    def call_count(self) -> int:
+        """Calls the script made, including any the call log had no room to record."""
+        return self._seq
 
     def start_clock(self) -> None:
         self._t0 = time.monotonic()
 
     def violations(self) -> list[Violation]:
+        log = self._log.violation()
         if not self._refused_over_budget:
-            return []
+            return [log] if log is not None else []
         attempted = self.limits.max_tool_calls + self._refused_over_budget
         return [
             Violation(
@@ -81,7 +112,8 @@ class Broker:
                 "refused",
                 f"{self._refused_over_budget} calls over the budget were refused",
                 evidence=Evidence.HOST,
-            )
+            ),
+            *([log] if log is not None else []),
         ]
 
     def receive(self, call: GuestCall) -> tuple[CallRecord, bytes | None]:
@@ -144,7 +176,8 @@ class Broker:
         return spec is None or spec.options.read_only
 
     def _record(self, call: GuestCall) -> CallRecord:
-        seq = len(self.calls) + 1
+        self._seq += 1
+        seq = self._seq
         now = time.monotonic()
         record = CallRecord(
             seq=seq,
@@ -153,20 +186,21 @@ class Broker:
             start_offset_s=now - self._t0,
             idempotency_key=f"{self.execution_id}:{seq}",
         )
-        self.calls.append(record)
+        if self._log.admit(record, call):
+            self.calls.append(record)
         return record
 
     def _succeed(self, call: GuestCall, record: CallRecord, value: Any) -> bytes:
         frame = _result_frame(call.id, value)  # raises ToolFailure for a value it cannot send
         record.status = CallStatus.OK
-        record.result = value
+        record.result = self._log.keep_result(record, value, len(frame))
         record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
         return frame
 
     def _fail(self, call: GuestCall, record: CallRecord, failure: ToolFailure) -> bytes:
         invalid = isinstance(failure, _InvalidArguments)
         record.status = CallStatus.INVALID_ARGUMENTS if invalid else _STATUS[failure.kind]
-        record.error = failure.message
+        record.error = self._log.keep_error(record, failure.message)
         record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
         if record.status in (CallStatus.ERROR, CallStatus.INVALID_ARGUMENTS):
             self._failures[_call_key(call)] += 1
@@ -182,6 +216,7 @@ class Broker:
 
     def _admit(self, call: GuestCall, record: CallRecord) -> ToolCall:
         """The checks before dispatch, in the documented order; raises ToolFailure."""
+        unlogged = self._log.refused(record)  # taken first: whichever check refuses the call
         spec = self.manifest.tool(call.tool)
         if spec is None:
             names = ", ".join(t.name for t in self.manifest.tools) or "none"
@@ -196,6 +231,13 @@ class Broker:
             self._refused_over_budget += 1
             raise ToolFailure(
                 f"the budget of {self.limits.max_tool_calls} tool calls is spent", "refused"
+            )
+        if unlogged is not None:
+            raise ToolFailure(
+                f"the call log's budget of {self.limits.call_log_bytes} bytes (call_log_bytes) "
+                f"has no room for this call's arguments of {unlogged} bytes; pass less data per "
+                "call, or ask for a larger call_log_bytes",
+                "refused",
             )
         failures = self._failures[_call_key(call)] if self._failures else 0
         if failures >= self.repeat_failure_limit:
@@ -240,6 +282,97 @@ class Broker:
                 record.error = "the execution ended before the call completed"
 
 
+class _LogBudget:
+    """The call log's byte budget: what each record may keep, and what was cut.
+
+    The broker's lock guards it. Sizes are those of the JSON the result carries (UTF-8, as
+    `sandbox.wire` and the audit codec write it). Each record is charged its tool name and
+    `RECORD_OVERHEAD_BYTES`, which covers its other fields and the (at most two) markers it may
+    get, so the kept records never hold more than the limit.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0  # bytes the kept records hold
+        self.wanted = 0  # bytes they would hold with nothing cut
+        self.refused_calls = 0
+        self.cut_values = 0  # results and errors kept as a marker
+        self.unrecorded = 0  # refused calls not even a record had room for
+        self._first_unrecorded = 0  # from this seq on, no call is recorded (0: none yet)
+        self._refused: dict[int, int] = {}  # seq → size of the arguments, until `refused`
+
+    def _take(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def admit(self, record: CallRecord, call: GuestCall) -> bool:
+        """Charges a new record; False when it cannot be kept at all (only counted)."""
+        base = RECORD_OVERHEAD_BYTES + len(call.tool.encode("utf-8", "surrogatepass"))
+        size = _json_bytes(call.arguments) if call.arguments is not None else 0
+        self.wanted += base + size
+        if not self._first_unrecorded and self._take(base + size):
+            return True
+        self.refused_calls += 1
+        self._refused[record.seq] = size
+        record.arguments = _marker(size, "arguments")
+        if not self._first_unrecorded and self._take(base):
+            return True
+        self._first_unrecorded = self._first_unrecorded or record.seq
+        self.unrecorded += 1
+        return False
+
+    def refused(self, record: CallRecord) -> int | None:
+        """The size of the arguments that had no room, once, for the call's refusal."""
+        return self._refused.pop(record.seq, None)
+
+    def _recorded(self, record: CallRecord) -> bool:
+        return not self._first_unrecorded or record.seq < self._first_unrecorded
+
+    def keep_result(self, record: CallRecord, value: Any, size: int) -> Any:
+        if not self._recorded(record):
+            return value
+        self.wanted += size
+        if self._take(size):
+            return value
+        self.cut_values += 1
+        return _marker(size, "result")  # within the record's overhead
+
+    def keep_error(self, record: CallRecord, message: str) -> str:
+        if not self._recorded(record):
+            return message
+        data = message.encode("utf-8", "surrogatepass")
+        self.wanted += len(data)
+        if self._take(len(data)):
+            return message
+        self.cut_values += 1
+        room = max(0, self.limit - self.used)
+        self.used += room
+        kept = data[:room].decode("utf-8", "ignore")
+        return kept + _marker(len(data) - len(kept.encode("utf-8", "surrogatepass")), "error")
+
+    def violation(self) -> Violation | None:
+        if not (self.refused_calls or self.cut_values):
+            return None
+        return Violation(
+            "call_log_bytes",
+            float(self.limit),
+            float(self.wanted),
+            "bytes",
+            "refused" if self.refused_calls else "truncated",
+            f"the call log kept {self.used} of {self.wanted} bytes: {self.refused_calls} calls "
+            f"refused (no room for their arguments; {self.unrecorded} of them not recorded), "
+            f"{self.cut_values} results or errors kept as a marker",
+            evidence=Evidence.HOST,
+        )
+
+
+def _marker(size: int, what: str) -> str:
+    """What a record keeps instead of a value the budget had no room for (< 80 bytes)."""
+    return f"[ptc: {size} bytes of {what} not logged (call_log_bytes)]"
+
+
 class _InvalidArguments(ToolFailure):
     def __init__(self, message: str) -> None:
         super().__init__(message, "error")
@@ -276,6 +409,15 @@ def _result_frame(call_id: int, value: Any) -> bytes:
             f"the tool's result of {len(frame)} bytes is over the {MAX_RESULT_BYTES}-byte cap"
         )
     return frame
+
+
+# Sizes as the wire writes JSON (`sandbox.wire`): compact enough, UTF-8, NaN allowed (the guest's
+# JSON parser accepts it), lone surrogates counted as their three bytes.
+_SIZE_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def _json_bytes(value: Any) -> int:
+    return len(_SIZE_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
 
 
 def _call_key(call: GuestCall) -> str:

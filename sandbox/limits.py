@@ -17,6 +17,7 @@ passed unchanged to the broker and the backend.
 | file_size      | file_size_bytes  | 16 MiB   | RLIMIT_FSIZE; size of the private tmpfs
 | max_tool_calls | max_tool_calls   | 1000     | broker; further calls raise in the script
 | open_files     | open_files       | 256      | RLIMIT_NOFILE
+| call_log_bytes | call_log_bytes   | 8 MiB    | broker; calls whose arguments do not fit refused
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ __all__ = [
     "CEILINGS",
     "DEFAULTS",
     "LIMIT_SPECS",
+    "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
     "parse_limit_args",
+    "result_bytes_bound",
 ]
 
 Unit = Literal["s", "bytes", "count"]
@@ -88,6 +91,7 @@ LIMIT_SPECS: tuple[LimitSpec, ...] = (
     LimitSpec("file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp"),
     LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
     LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process"),
+    LimitSpec("call_log_bytes", "call_log_bytes", "bytes", 1, "call log: arguments and results"),
 )
 SPEC_BY_NAME: dict[str, LimitSpec] = {spec.name: spec for spec in LIMIT_SPECS}
 SPEC_BY_FIELD: dict[str, LimitSpec] = {spec.field: spec for spec in LIMIT_SPECS}
@@ -106,6 +110,7 @@ class Limits:
     file_size_bytes: int | None = None
     max_tool_calls: int | None = None
     open_files: int | None = None
+    call_log_bytes: int | None = None
 
     def resolve(self, defaults: ResolvedLimits) -> ResolvedLimits:
         """Fills every unset field from ``defaults``."""
@@ -156,6 +161,7 @@ class ResolvedLimits:
     file_size_bytes: int
     max_tool_calls: int
     open_files: int
+    call_log_bytes: int
 
     def value(self, name: str) -> int:
         value: int = getattr(self, SPEC_BY_NAME[name].field)
@@ -179,6 +185,7 @@ DEFAULTS = ResolvedLimits(
     file_size_bytes=16 * 1024**2,
     max_tool_calls=1000,
     open_files=256,
+    call_log_bytes=8 * 1024**2,
 )
 
 CEILINGS = ResolvedLimits(
@@ -191,7 +198,26 @@ CEILINGS = ResolvedLimits(
     file_size_bytes=4 * 1024**3,
     max_tool_calls=1_000_000,
     open_files=4096,
+    call_log_bytes=64 * 1024**2,
 )
+
+# What a result holds beyond its output and call log, at most: the truncation markers, the
+# violations, usage, limits, the script error (type and message are cut at 200 and 2000
+# characters), ids and timestamps. Generous: it only sizes a message limit.
+RESULT_OVERHEAD_BYTES = 1024**2
+
+
+def result_bytes_bound(limits: ResolvedLimits) -> int:
+    """The most bytes one execution's result can take as a protobuf message under ``limits``.
+
+    Output is kept up to its cap in bytes, but a byte that is not UTF-8 becomes U+FFFD, three
+    bytes, in the text a result carries; the call log is bounded by `call_log_bytes` as the
+    broker counts it (JSON as the wire carries it, plus a fixed share per call for its other
+    fields). Client and server size their gRPC message limits from this, so a result the
+    limits allow always reaches the client.
+    """
+    output = 3 * (limits.stdout_bytes + limits.stderr_bytes)
+    return output + limits.call_log_bytes + RESULT_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ VIOLATION_ORDER = (
     "file_size",
     "open_files",
     "max_tool_calls",
+    "call_log_bytes",
     "stdout_bytes",
     "stderr_bytes",
     "expected_calls",

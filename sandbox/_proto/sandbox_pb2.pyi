@@ -105,7 +105,7 @@ class ToolManifest(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("wall_time_ms", "cpu_time_ms", "memory_bytes", "processes", "stdout_bytes", "stderr_bytes", "file_size_bytes", "max_tool_calls", "open_files")
+    __slots__ = ("wall_time_ms", "cpu_time_ms", "memory_bytes", "processes", "stdout_bytes", "stderr_bytes", "file_size_bytes", "max_tool_calls", "open_files", "call_log_bytes")
     WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     CPU_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class Limits(_message.Message):
     FILE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FILES_FIELD_NUMBER: _ClassVar[int]
+    CALL_LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
     wall_time_ms: int
     cpu_time_ms: int
     memory_bytes: int
@@ -124,7 +125,8 @@ class Limits(_message.Message):
     file_size_bytes: int
     max_tool_calls: int
     open_files: int
-    def __init__(self, wall_time_ms: _Optional[int] = ..., cpu_time_ms: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., processes: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., open_files: _Optional[int] = ...) -> None: ...
+    call_log_bytes: int
+    def __init__(self, wall_time_ms: _Optional[int] = ..., cpu_time_ms: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., processes: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., open_files: _Optional[int] = ..., call_log_bytes: _Optional[int] = ...) -> None: ...
 
 class ExpectedCalls(_message.Message):
     __slots__ = ("tool", "min", "max")

@@ -32,7 +32,7 @@ from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import Limits
+from sandbox.limits import CEILINGS, Limits, result_bytes_bound
 from sandbox.result import ExecutionResult
 from sandbox.wire import request_to_proto, result_from_proto
 
@@ -219,7 +219,11 @@ class AsyncClient:
         self._channel = aio.insecure_channel(
             target,
             options=[
-                ("grpc.max_receive_message_length", 32 * 1024 * 1024),
+                # Any result the server's limits allow (`result_bytes_bound`), with its request.
+                (
+                    "grpc.max_receive_message_length",
+                    32 * 1024 * 1024 + result_bytes_bound(CEILINGS),
+                ),
                 ("grpc.max_send_message_length", 32 * 1024 * 1024),
                 *options,
             ],

@@ -1,0 +1,102 @@
+"""Large results through a real `ptc serve`: a call log the limits allow and output as large as
+the limits allow reach the client as a result (not RESOURCE_EXHAUSTED), and the audit store
+grows by no more than the limits allow per execution."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.client import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+MiB = 1 << 20
+ECHO = json.dumps(
+    [{"name": "echo", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+)
+MEGABYTE_ECHOES = """
+import tools
+ok = refused = 0
+for i in range(64):
+    try:
+        tools.echo(text="y" * 1_000_000)
+        ok += 1
+    except tools.CallRefused:
+        refused += 1
+print(ok, refused)
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    db = tmp_path / "audit.db"
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
+         "--audit-db", str(db)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline()
+    try:
+        assert line.startswith("listening on "), line + proc.stderr.read()
+        yield line.split()[-1], db
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        assert "Traceback" not in stderr, stderr
+
+
+def _store_bytes(db: Path) -> int:
+    """The database's logical size (its committed pages, the write-ahead log's included)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    return int(pages) * int(size)
+
+
+def test_megabyte_echoes_come_back_as_a_result_and_a_bounded_record(
+    server: tuple[str, Path],
+) -> None:
+    address, db = server
+    with Client(address) as client:
+        assert client.execute("print('warm')").stdout == "warm\n"
+        before = _store_bytes(db)
+        result = client.execute(MEGABYTE_ECHOES, ECHO)
+        grown = _store_bytes(db) - before
+        assert (result.status, result.stdout) == ("limit_exceeded", "4 60\n")
+        assert [(v.limit, v.limit_value, v.action) for v in result.violations] == [
+            ("call_log_bytes", 8 * MiB, "refused")
+        ]
+        assert [c.status for c in result.calls] == ["ok"] * 4 + ["refused"] * 60
+        record = client.get_execution(result.execution_id)
+        assert record.ByteSize() < 9 * MiB
+        assert len(record.result.calls) == 64
+        # The record (its calls, output and index rows) is one bounded write, not 128 MB.
+        assert 4 * MiB < grown < 10 * MiB
+        assert client.execute("print('still ok')").stdout == "still ok\n"
+
+
+def test_output_as_large_as_the_limits_allow_reaches_the_client(server: tuple[str, Path]) -> None:
+    """Bytes that are not UTF-8 come back as U+FFFD, three bytes each: 12 MiB of them make a
+    36 MiB result, past gRPC's usual 32 MiB message limit."""
+    address, _ = server
+    with Client(address) as client:
+        result = client.execute(
+            f"import sys\nsys.stdout.buffer.write(b'\\xff' * {12 * MiB})",
+            limits={"stdout_bytes": 12 * MiB},
+        )
+        assert (result.status, result.violations) == ("ok", [])
+        assert result.stdout == "\ufffd" * (12 * MiB)
+        assert result.usage.stdout_bytes == 12 * MiB
+        assert client.execute("print('still ok')").stdout == "still ok\n"
