@@ -60,6 +60,13 @@ class LimitSpec:
     def to_human(self, canonical: int) -> float:
         return canonical / self.scale if self.scale != 1 else float(canonical)
 
+    def describe(self, canonical: int) -> str:
+        """The value with its unit for messages: ``1.5 s``, ``1048576 bytes``, ``64 count``
+        (exact: never ``1.04858e+06``)."""
+        if self.unit == "s":
+            return f"{canonical / self.scale:g} s"
+        return f"{canonical} {self.unit}"
+
     def from_human(self, text: str) -> int:
         """Parses a human value (seconds or bytes, with optional k/m/g suffix for sizes)."""
         raw = text.strip().lower()
@@ -247,8 +254,8 @@ def apply_ceilings(
             continue
         if policy == "refuse":
             raise InvalidLimits(
-                f"limits.{spec.name}: {spec.to_human(value):g} {spec.unit} is above the "
-                f"ceiling of {spec.to_human(ceiling):g} {spec.unit}"
+                f"limits.{spec.name}: {spec.describe(value)} is above the "
+                f"ceiling of {spec.describe(ceiling)}"
             )
         changes[spec.field] = ceiling
         adjustments.append(LimitAdjustment(spec.name, spec.to_human(value), spec.to_human(ceiling)))

@@ -205,8 +205,7 @@ def _ceilings(read: _Reader) -> ResolvedLimits:
         if value > maximum:
             raise read.fail(
                 f"ceilings.{spec.name}",
-                f"{spec.to_human(value):g} {spec.unit} is above the server's maximum of "
-                f"{spec.to_human(maximum):g} {spec.unit}",
+                f"{spec.describe(value)} is above the server's maximum of {spec.describe(maximum)}",
             )
     return dataclasses.replace(CEILINGS, **fields)
 
@@ -220,8 +219,8 @@ def _defaults(read: _Reader, ceilings: ResolvedLimits) -> ResolvedLimits:
             if fields[spec.field] > ceiling:
                 raise read.fail(
                     f"defaults.{spec.name}",
-                    f"{spec.to_human(fields[spec.field]):g} {spec.unit} is above the tenant's "
-                    f"ceiling of {spec.to_human(ceiling):g} {spec.unit}",
+                    f"{spec.describe(fields[spec.field])} is above the tenant's "
+                    f"ceiling of {spec.describe(ceiling)}",
                 )
             values[spec.field] = fields[spec.field]
         else:
