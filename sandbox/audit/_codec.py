@@ -111,7 +111,11 @@ def admission_to_json(admission: Admission, admitted_at: float) -> dict[str, Any
         "manifest_sha256": admission.manifest_sha256,
         "backend": admission.backend,
         "policy": admission.policy,
-        "effective_limits": {k: float(v) for k, v in admission.effective_limits.items()},
+        # Proto field names with canonical integers (ms, bytes); records written before that
+        # carry limit names in report units (seconds), kept as they were.
+        "effective_limits": {
+            k: v if isinstance(v, int) else float(v) for k, v in admission.effective_limits.items()
+        },
         "labels": dict(admission.labels),
         "admitted_at": admitted_at,
     }

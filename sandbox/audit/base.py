@@ -29,7 +29,7 @@ class Admission:
     manifest_sha256: str
     backend: str
     policy: str
-    effective_limits: Mapping[str, float]
+    effective_limits: Mapping[str, float]  # {"wall_time_ms": 10000, ...}: proto fields
     labels: Mapping[str, str] = field(default_factory=dict)
     admitted_at: float = 0.0
 

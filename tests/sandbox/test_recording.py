@@ -93,6 +93,7 @@ def test_result_and_audit_record_carry_the_same_limits(tmp_path: Path) -> None:
         assert record is not None and record.result is not None
         assert record.status == "ok"
         assert dict(record.admission.effective_limits) == out["limits"]
+        assert all(type(v) is int for v in record.admission.effective_limits.values())
         assert record.result.effective_limits == out["limits"]
     finally:
         store.close()
