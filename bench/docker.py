@@ -1,41 +1,36 @@
 """Docker backend benchmark: warm-pool latency against `docker run`, and throughput.
 
 Run: ``python -m bench.docker`` with an engine (``eval "$(scripts/dockerd.sh start)"``) and the
-runtime image (``scripts/build_images.sh``). Printed, all measured in this one run:
+runtime image (``scripts/build_images.sh``). Printed, all measured in this one run, each pair
+interleaved block by block (`bench.harness`):
 
 - latency of ``print(1)`` end to end through the engine API (`Engine.execute`) with a container
-  already waiting in the warm pool (the pool refills between samples), p50 and p95;
-- latency of ``docker run --rm --network none IMAGE python3 -c 'print(1)'``, p50 and p95, and
-  the ratio of the two p50s (target: the pool at least 20x faster);
-- executions per second at concurrency 8 while the pool refills, next to the engine's own
-  container start rate (create, start, wait, remove of ``python3 -c pass``, 8 at a time): a
+  already waiting in the warm pool (the pool is full and no removal runs before each sample),
+  against ``docker run --rm --network none IMAGE python3 -c 'print(1)'`` in the same blocks,
+  p50 and p95, and the ratio of the two p50s (target: the pool at least 20x faster);
+- executions per second at concurrency 8 while the pool refills, interleaved with the engine's
+  own container start rate (create, start, wait, remove of ``python3 -c pass``, 8 at a time): a
   single-use container per execution cannot go faster than the engine starts containers.
 
-Options: ``--samples N`` (latency samples, default 40), ``--runs N`` (``docker run`` samples,
-default 10), ``--burst N`` (executions in the throughput test, default 48).
+Options: ``--rounds N`` (latency blocks, default 10), ``--blocks N`` (throughput blocks, default
+2), ``--burst N`` (executions per throughput block, default 24), ``--warmup``, ``--json-out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 
 CONCURRENCY = 8
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def docker_cli() -> str:
@@ -47,17 +42,13 @@ def docker_cli() -> str:
     )
 
 
-def docker_run_latency(image: str, runs: int) -> list[float]:
+def docker_run(image: str) -> None:
     argv = [docker_cli(), "-H", engine_client.engine_address(), "run", "--rm", "--network", "none"]
-    argv += [image, "python3", "-c", "print(1)"]
-    out = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        out.append(time.perf_counter() - started)
-        if proc.stdout != "1\n":
-            raise SystemExit(f"docker run failed: {proc.stderr.strip()}")
-    return out
+    proc = subprocess.run(
+        [*argv, image, "python3", "-c", "print(1)"], capture_output=True, text=True, check=False
+    )
+    if proc.stdout != "1\n":
+        raise SystemExit(f"docker run failed: {proc.stderr.strip()}")
 
 
 def engine_start_rate(image: str, count: int) -> float:
@@ -82,23 +73,21 @@ def engine_start_rate(image: str, count: int) -> float:
     return count / elapsed
 
 
-async def warm_latency(engine: Engine, backend: DockerBackend, samples: int) -> list[float]:
-    request = ExecutionRequest(script="print(1)", backend="docker")
-    out = []
-    for _ in range(samples):
-        await backend.pool.wait_ready(60)
-        while backend._removals:  # let the last container's removal finish: quiet machine
-            await asyncio.sleep(0.005)
-        started = time.perf_counter()
-        result = await engine.execute(request)
-        out.append(time.perf_counter() - started)
-        if result.stdout != "1\n":
-            raise SystemExit(f"unexpected result: {result.to_json()}")
-    return out
+async def pooled_print(engine: Engine) -> None:
+    result = await engine.execute(ExecutionRequest(script="print(1)", backend="docker"))
+    if result.stdout != "1\n":
+        raise SystemExit(f"unexpected result: {result.to_json()}")
+
+
+async def quiet_pool(backend: DockerBackend) -> None:
+    """A full pool and no container removal under way: what a warm request meets."""
+    await backend.pool.wait_ready(120)
+    while backend._removals:
+        await asyncio.sleep(0.005)
 
 
 async def throughput(engine: Engine, backend: DockerBackend, burst: int) -> float:
-    await backend.pool.wait_ready(120)
+    """Executions per second of ``burst`` runs at concurrency 8, from a full pool."""
     request = ExecutionRequest(script="print(1)", backend="docker")
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(burst):
@@ -116,39 +105,54 @@ async def throughput(engine: Engine, backend: DockerBackend, burst: int) -> floa
     return burst / (time.perf_counter() - started)
 
 
-async def pooled(samples: int, burst: int) -> tuple[list[float], float]:
+async def main(report: Report, rounds: int, warmup: int, blocks: int, burst: int) -> None:
+    image = engine_client.default_image()
+    report.print(f"engine {engine_client.engine_address()}, image {image}")
     backend = DockerBackend(DockerBackendConfig(pool_size=CONCURRENCY, max_starting=2))
     async with Engine(
         EngineConfig(backends={"docker": backend}, default_backend="docker")
     ) as engine:
         if backend.unavailable_reason:
             raise SystemExit(backend.unavailable_reason)
-        latencies = await warm_latency(engine, backend, samples)
-        rate = await throughput(engine, backend, burst)
-    return latencies, rate
+        report.section("print(1), end to end (interleaved blocks)")
+        latency = await interleave(
+            {
+                "warm pool print(1)": lambda: pooled_print(engine),
+                # Blocking on purpose: nothing else may run while it is timed. The pool refills
+                # (untimed) before the next warm sample.
+                "docker run print(1)": lambda: docker_run(image),
+            },
+            rounds,
+            warmup=warmup,
+            before=lambda: quiet_pool(backend),
+        )
+        for label, values in latency.items():
+            report.timings(label, values)
+        warm_p50 = percentile(latency["warm pool print(1)"], 0.5)
+        run_p50 = percentile(latency["docker run print(1)"], 0.5)
+        report.figure("speed-up (p50)", run_p50 / warm_p50, "x", "target >= 20x", ".1f")
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--samples", type=int, default=40)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--burst", type=int, default=48)
-    args = parser.parse_args()
-    image = engine_client.default_image()
-    print(f"engine {engine_client.engine_address()}, image {image}")
-
-    latencies, rate = asyncio.run(pooled(args.samples, args.burst))
-    runs = docker_run_latency(image, args.runs)
-    starts = engine_start_rate(image, max(16, args.burst // 2))
-
-    warm_p50, run_p50 = statistics.median(latencies), statistics.median(runs)
-    for label, values in (("warm pool print(1)  ", latencies), ("docker run print(1) ", runs)):
-        p50, p95 = statistics.median(values) * 1000, pct(values, 0.95) * 1000
-        print(f"{label} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (n={len(values)})")
-    print(f"speed-up (p50)       {run_p50 / warm_p50:7.1f}x  (target >= 20x)")
-    print(f"throughput, concurrency {CONCURRENCY}, pool refilling: {rate:6.1f} executions/s")
-    print(f"engine container start rate, {CONCURRENCY} at a time:   {starts:6.1f} containers/s")
+        report.section(f"rates at concurrency {CONCURRENCY} (interleaved blocks)")
+        starts = max(16, burst // 2)
+        rates = await interleave(
+            {
+                "executions/s, pool refilling": lambda: throughput(engine, backend, burst),
+                "engine container starts/s": lambda: asyncio.to_thread(
+                    engine_start_rate, image, starts
+                ),
+            },
+            blocks,
+            warmup=0,
+            before=lambda: quiet_pool(backend),
+        )
+        for label, values in rates.items():
+            report.figure(label, percentile(values, 0.5), "/s", f"median of {len(values)}", ".1f")
 
 
 if __name__ == "__main__":
-    main()
+    parser = bench_parser(__doc__, rounds=10)
+    parser.add_argument("--blocks", type=int, default=2, help="throughput blocks")
+    parser.add_argument("--burst", type=int, default=24, help="executions per throughput block")
+    args = parser.parse_args()
+    with Report("docker", args) as report:
+        asyncio.run(main(report, args.rounds, args.warmup, args.blocks, args.burst))

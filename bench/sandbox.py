@@ -1,15 +1,16 @@
 """Sandbox benchmarks: latency, tool-call overhead, fan-out, throughput, memory per sandbox.
 
 Run: ``python -m bench.sandbox [--rounds N]`` (needs bubblewrap and cgroups, like the process
-backend). Every figure is printed next to a baseline measured in the same run, since the
-machines are shared and noisy:
+backend). Every figure is printed next to a baseline measured in the same run, interleaved with
+it block by block (`bench.harness`), since the machines are shared and noisy:
 
 1. ``print(1)`` end to end through the embedded `Engine` with a warm pool (the pool is full and
    idle before each timed run), p50/p95, against spawning ``python3 -I -S -c pass`` by the real
    interpreter path. Target: ratio of p50s below 1.
 2. One echo tool call from a script (10,000 sequential calls, timed inside the script; median
-   of 3 runs) against a bare round trip of the same JSON frames over a socketpair between two
-   processes, JSON encode/decode included. Targets: at most 2x; 10,000 calls in at most 1 s.
+   of 3 interleaved blocks) against a bare round trip of the same JSON frames over a socketpair
+   between two processes, JSON encode/decode included. Targets: at most 2x; 10,000 calls in at
+   most 1 s.
    Also printed: the host CPU per call, and both figures with the channel threads' spinning
    turned off (`sandbox.backends.channel` says why they spin).
 3. Fan-out: 1,000 ``asyncio.gather``-ed calls to a read-only tool whose host handler sleeps
@@ -20,12 +21,10 @@ machines are shared and noisy:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import socket
-import statistics
 import struct
 import subprocess
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.channel import allow_spinners
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
@@ -59,40 +59,36 @@ ECHO = [
 ]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 async def slow_handler(call: ToolCall) -> Any:
     await asyncio.sleep(0.01)
     return call.arguments
 
 
 # -- 1. print(1) vs a bare interpreter ---------------------------------------------------------
-async def latency(engine: Engine, backend: ProcessBackend, rounds: int) -> None:
-    bare: list[float] = []
-    ours: list[float] = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        subprocess.run([REAL_PYTHON, "-I", "-S", "-c", "pass"], check=True)
-        bare.append(time.perf_counter() - t)
+async def latency(report: Report, engine: Engine, backend: ProcessBackend, rounds: int) -> None:
+    async def quiet() -> None:
         await backend.pool.wait_ready()
         await backend.drain()
         await asyncio.sleep(0.02)
-        t = time.perf_counter()
+
+    async def ours() -> None:
         result = await engine.execute(ExecutionRequest("print(1)"))
-        ours.append(time.perf_counter() - t)
         assert result.stdout == "1\n", result.to_json()
-    b50, o50 = statistics.median(bare), statistics.median(ours)
-    print("1. print(1), end to end, warm pool")
-    for label, values in (
-        (f"python3 -I -S -c pass ({REAL_PYTHON})", bare),
-        ("Engine.execute print(1)", ours),
-    ):
-        p50, p95 = statistics.median(values) * 1e3, pct(values, 0.95) * 1e3
-        print(f"   {label:<40} p50 {p50:.2f} ms  p95 {p95:.2f} ms")
-    print(f"   ratio p50 {o50 / b50:.2f}x  (target < 1)")
+
+    bare_label = f"python3 -I -S -c pass ({REAL_PYTHON})"
+    times = await interleave(
+        {
+            bare_label: lambda: subprocess.run([REAL_PYTHON, "-I", "-S", "-c", "pass"], check=True),
+            "Engine.execute print(1)": ours,
+        },
+        rounds,
+        before=quiet,
+    )
+    report.section("1. print(1), end to end, warm pool")
+    for label, values in times.items():
+        report.timings(label, values)
+    ratio = percentile(times["Engine.execute print(1)"], 0.5) / percentile(times[bare_label], 0.5)
+    report.figure("ratio p50", ratio, "x", "target < 1")
 
 
 # -- 2. one echo call vs a bare socketpair round trip ---------------------------------------------
@@ -163,27 +159,44 @@ async def echo_calls(engine: Engine, n: int) -> tuple[float, float]:
     return float(result.stdout) / n, cpu / n
 
 
-async def call_overhead(engine: Engine) -> None:
+async def call_overhead(report: Report, engine: Engine, blocks: int = 3) -> None:
     n = 10_000
-    bare = statistics.median(bare_round_trips(n) for _ in range(3))
-    per_call, host_cpu = sorted([await echo_calls(engine, n) for _ in range(3)])[1]
-    allow_spinners(0)
-    try:
-        no_spin, no_spin_cpu = sorted([await echo_calls(engine, n) for _ in range(3)])[1]
-    finally:
-        allow_spinners(DEFAULT_SPINNERS)
-    print("2. one echo tool call from a script vs a bare socketpair round trip (same frames)")
-    print(f"   bare round trip, two processes:     {bare * 1e6:.1f} us")
-    print(
-        f"   echo call through stub + broker:    {per_call * 1e6:.1f} us  "
-        f"(host CPU {host_cpu * 1e6:.1f} us per call; median of 3 runs)"
+    cpu: dict[str, list[float]] = {"spinning": [], "not spinning": []}
+
+    async def echo(spinning: bool) -> float:
+        if not spinning:
+            allow_spinners(0)
+        try:
+            per_call, host_cpu = await echo_calls(engine, n)
+        finally:
+            allow_spinners(DEFAULT_SPINNERS)
+        cpu["spinning" if spinning else "not spinning"].append(host_cpu)
+        return per_call
+
+    times = await interleave(
+        {
+            "bare round trip, two processes": lambda: bare_round_trips(n),
+            "echo call through stub + broker": lambda: echo(True),
+            "same, channel threads not spinning": lambda: echo(False),
+        },
+        blocks,
+        warmup=0,
     )
-    print(f"   ratio {per_call / bare:.2f}x  (target <= 2x)")
-    print(f"   {n} sequential calls: {per_call * n:.3f} s  (target <= 1 s)")
-    print(
-        f"   same, channel threads not spinning: {no_spin * 1e6:.1f} us = {no_spin / bare:.2f}x "
-        f"(host CPU {no_spin_cpu * 1e6:.1f} us per call)"
+    bare = percentile(times["bare round trip, two processes"], 0.5)
+    per_call = percentile(times["echo call through stub + broker"], 0.5)
+    no_spin = percentile(times["same, channel threads not spinning"], 0.5)
+    report.section(
+        "2. one echo tool call from a script vs a bare socketpair round trip (same frames)"
     )
+    for label, values in times.items():
+        report.timings(label, values, unit="us")
+    report.figure("host CPU per call", percentile(cpu["spinning"], 0.5) * 1e6, "us")
+    report.figure(
+        "host CPU per call, not spinning", percentile(cpu["not spinning"], 0.5) * 1e6, "us"
+    )
+    report.figure("ratio", per_call / bare, "x", "target <= 2x")
+    report.figure("ratio, not spinning", no_spin / bare, "x")
+    report.figure(f"{n} sequential calls", per_call * n, "s", "target <= 1 s", ".3f")
 
 
 FAN_OUT_SCRIPT = """
@@ -194,17 +207,21 @@ print(time.perf_counter() - t)
 """
 
 
-async def fan_out(engine: Engine) -> None:
+async def fan_out(report: Report, engine: Engine) -> None:
     result = await engine.execute(
         ExecutionRequest(FAN_OUT_SCRIPT, ECHO), handlers={"host": slow_handler}
     )
     assert result.status == "ok", result.to_json()
-    print("3. fan-out: 1,000 gathered calls to a read-only tool whose handler sleeps 10 ms")
-    print(f"   {float(result.stdout):.3f} s  (target <= 0.5 s; serial would be 10 s)")
+    report.section(
+        "3. fan-out: 1,000 gathered calls to a read-only tool whose handler sleeps 10 ms"
+    )
+    report.figure(
+        "1,000 gathered calls", float(result.stdout), "s", "target <= 0.5 s; serial 10 s", ".3f"
+    )
 
 
-async def throughput(engine: Engine, total: int) -> None:
-    print("4. executions per second of print(1)")
+async def throughput(report: Report, engine: Engine, total: int) -> None:
+    report.section("4. executions per second of print(1)")
     for concurrency in (2, 8, 32):
         slots = asyncio.Semaphore(concurrency)
 
@@ -216,13 +233,13 @@ async def throughput(engine: Engine, total: int) -> None:
         t = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(total)))
         elapsed = time.perf_counter() - t
-        print(
-            f"   concurrency {concurrency:>2}: {total / elapsed:6.1f} executions/s ({total} runs)"
+        report.figure(
+            f"concurrency {concurrency:>2}", total / elapsed, "executions/s", f"{total} runs", ".1f"
         )
 
 
-def memory(backend: ProcessBackend) -> None:
-    print("5. memory of one idle pooled sandbox")
+def memory(report: Report, backend: ProcessBackend) -> None:
+    report.section("5. memory of one idle pooled sandbox")
     for handle in list(backend.pool._idle):
         charge = 0
         if handle.cgroup is not None:
@@ -233,40 +250,39 @@ def memory(backend: ProcessBackend) -> None:
                     if f.exists():
                         charge = int(f.read_text())
         pss = 0
-        procs = [psutil.Process(handle.proc.pid)]
+        procs = [psutil.Process(handle.pid)]
         procs += procs[0].children(recursive=True)
         for proc in procs:
             try:
                 pss += proc.memory_full_info().pss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-        print(
-            f"   cgroup charge {charge / 2**20:.1f} MiB, PSS of its {len(procs)} processes "
-            f"{pss / 2**20:.1f} MiB"
-        )
+        report.figure("cgroup charge", charge / 2**20, "MiB", fmt=".1f")
+        report.figure(f"PSS of its {len(procs)} processes", pss / 2**20, "MiB", fmt=".1f")
 
 
-async def main(rounds: int, pool: int) -> None:
+async def main(report: Report, rounds: int, pool: int, throughput_runs: int) -> None:
     backend = ProcessBackend(ProcessBackendConfig(pool_size=pool))
     engine = Engine(EngineConfig(backends={"process": backend}))
     await engine.start()
     try:
         await backend.pool.wait_ready()
-        print(f"pool size {pool}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
-        await latency(engine, backend, rounds)
-        await call_overhead(engine)
-        await fan_out(engine)
-        await throughput(engine, max(64, rounds))
+        report.print(f"pool size {pool}")
+        await latency(report, engine, backend, rounds)
+        await call_overhead(report, engine)
+        await fan_out(report, engine)
+        await throughput(report, engine, throughput_runs)
         await backend.pool.wait_ready()
         await backend.drain()
-        memory(backend)
+        memory(report, backend)
     finally:
         await engine.close()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40)
+    parser = bench_parser(__doc__, rounds=40)
     parser.add_argument("--pool", type=int, default=4)
+    parser.add_argument("--throughput-runs", type=int, default=64)
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.pool))
+    with Report("sandbox", args) as report:
+        asyncio.run(main(report, args.rounds, args.pool, args.throughput_runs))
