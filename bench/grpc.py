@@ -8,11 +8,11 @@ backend). Three ways to run the same ``print(1)`` are measured in one run:
   called over loopback by a client on the same event loop;
 - ``gRPC``: a real ``ptc serve`` subprocess (its own pool of the same size) over loopback.
 
-Fairness: the three are interleaved run by run (in a rotating order, so slow drifts of the load
-on a shared machine hit all alike), and before every timed run both pools are full and idle:
-this process's pool is waited for, and the pause after each run (``PACE_S``) is several times
-the time a pool takes to refill after one run, which is printed as evidence. No pool refills while
-another side is timed.
+Fairness: the three are interleaved run by run (in a rotating order, so slow drifts of the load on
+a shared machine hit all alike; `bench.harness`, after ``--warmup`` discarded blocks), and before
+every timed run both pools are full and idle: this process's pool is waited for, and the pause
+after each run (``PACE_S``) is several times the time a pool takes to refill after one run, which
+is printed as evidence. No pool refills while another side is timed.
 
 Floors measured in the same run, against the same subprocess server: a bare unary RPC (health
 ``Check``), and a bare bidirectional-stream round trip (a minimal echo servicer in a subprocess,
@@ -28,9 +28,11 @@ pays it, the embedded one far less (it wakes no other process but the sandbox). 
 2. Tool-call round trip as the script sees it (timed inside the sandbox around each call): an
    ``echo`` tool served by the server vs a ``client`` tool whose call travels over the stream to
    this client and back (target for the client-side call <= 300 us p50), for both servers.
-3. Executions per second of ``print(1)`` at concurrency 32, embedded then gRPC (each while the
-   other side is idle), with the CPU time one execution costs and the sandbox start rate: on a
-   2-vCPU machine that, not the RPC layer, is the bound.
+3. Executions per second of ``print(1)`` at concurrency 32, embedded and gRPC in interleaved
+   blocks (``--blocks``; each while the other side is idle), with the CPU time one execution
+   costs and the sandbox start rate: on a 2-vCPU machine that, not the RPC layer, is the bound.
+
+Every figure also goes to the run's JSON record (``bench/results/``, or ``--json-out``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
@@ -65,24 +68,12 @@ PACE_S = 0.15  # after each run: lets the pool that served it refill before anyt
 CALLS = 300
 SKIP_CALLS = 20  # the first calls of a script warm its caches; not part of the figure
 FLOOR_ROUNDS = 500
+FLOOR_BLOCK = 50
 CONCURRENCY = 32
 THROUGHPUT_RUNS = 320
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 Run = Callable[[], Awaitable[Any]]
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def line(label: str, values: list[float], scale: float, unit: str, note: str = "") -> None:
-    digits = 2 if unit == "ms" else 0
-    print(
-        f"  {label:<28} p50 {pct(values, 0.5) * scale:8.{digits}f}  "
-        f"p95 {pct(values, 0.95) * scale:8.{digits}f} {unit}{note}"
-    )
 
 
 @tool(read_only=True)
@@ -165,32 +156,38 @@ async def echo_server() -> None:
 
 
 # -- floors ------------------------------------------------------------------------------------
-async def unary_floor(address: str) -> list[float]:
-    async with aio.insecure_channel(address) as channel:
-        check = health_pb2_grpc.HealthStub(channel).Check
+async def floors(report: Report, unary_address: str, stream_address: str) -> None:
+    """A bare unary RPC and a bare stream round trip, interleaved, back to back."""
+    async with (
+        aio.insecure_channel(unary_address) as unary,
+        aio.insecure_channel(stream_address) as streaming,
+    ):
+        check = health_pb2_grpc.HealthStub(unary).Check
         request = health_pb2.HealthCheckRequest()
-        times: list[float] = []
-        for i in range(FLOOR_ROUNDS + 50):
-            t = time.perf_counter()
-            await check(request)
-            if i >= 50:
-                times.append(time.perf_counter() - t)
-        return times
+        call = pb_grpc.SandboxServiceStub(streaming).ExecuteStream()
+        seq = iter(range(1 << 30))
 
-
-async def stream_floor(address: str) -> list[float]:
-    async with aio.insecure_channel(address) as channel:
-        call = pb_grpc.SandboxServiceStub(channel).ExecuteStream()
-        times: list[float] = []
-        for i in range(FLOOR_ROUNDS + 50):
-            t = time.perf_counter()
-            await call.write(pb.ClientMessage(tool_answer=pb.ToolCallAnswer(seq=i)))
+        async def round_trip() -> None:
+            await call.write(pb.ClientMessage(tool_answer=pb.ToolCallAnswer(seq=next(seq))))
             await call.read()
-            if i >= 50:
-                times.append(time.perf_counter() - t)
+
+        times = await interleave(
+            {
+                "bare unary RPC (health)": lambda: check(request),
+                "bare stream round trip": round_trip,
+            },
+            FLOOR_ROUNDS // FLOOR_BLOCK,
+            warmup=1,
+            block=FLOOR_BLOCK,  # back to back within a block: the figure is the back-to-back one
+        )
         await call.done_writing()
         await call.read()
-        return times
+    report.section(
+        f"floors on loopback, {FLOOR_ROUNDS} each, back to back in interleaved blocks of "
+        f"{FLOOR_BLOCK}"
+    )
+    for name, values in times.items():
+        report.timings(name, values, unit="us")
 
 
 # -- phases ------------------------------------------------------------------------------------
@@ -203,49 +200,52 @@ async def paced(backend: ProcessBackend, refills: list[float]) -> None:
 
 
 async def latency(
-    ways: dict[str, Run], floor: tuple[str, Run], backend: ProcessBackend, rounds: int
+    report: Report,
+    ways: dict[str, Run],
+    floor: tuple[str, Run],
+    backend: ProcessBackend,
+    rounds: int,
+    warmup: int,
 ) -> None:
     """``ways`` and the paced ``floor`` (a bare RPC) in one rotation, with the same pacing."""
-    runs = {**ways, floor[0]: floor[1]}
-    names = list(runs)
-    times: dict[str, list[float]] = {name: [] for name in names}
     refills: list[float] = []
-    for r in range(rounds):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
-            await paced(backend, refills)
-            t = time.perf_counter()
-            await runs[name]()
-            times[name].append(time.perf_counter() - t)
+    times = await interleave(
+        {**ways, floor[0]: floor[1]},
+        rounds,
+        warmup=warmup,
+        before=lambda: paced(backend, refills),
+    )
     await paced(backend, refills)
-    base = pct(times["embedded"], 0.5)
-    paced_floor = pct(times[floor[0]], 0.5)
-    print(f"print(1), {rounds} runs each, interleaved, each against a full idle pool (ms):")
-    line(floor[0], times[floor[0]], 1e3, "ms", "   (the floor of the gRPC ways)")
+    base = percentile(times["embedded"], 0.5)
+    paced_floor = percentile(times[floor[0]], 0.5)
+    report.section(
+        f"print(1), {rounds} runs each, interleaved, each against a full idle pool (ms):"
+    )
+    report.timings(floor[0], times[floor[0]], note="   (the floor of the gRPC ways)")
     for name in ways:
-        added = pct(times[name], 0.5) - base
+        added = percentile(times[name], 0.5) - base
         beyond = added - paced_floor
         note = f"   added {added * 1e3:+6.2f}, beyond the paced RPC {beyond * 1e3:+6.2f}"
-        note = "" if name == "embedded" else note
-        line(name, times[name], 1e3, "ms", note)
-    print(
-        f"  (pool refill after a run: p50 {pct(refills, 0.5) * 1e3:.0f} ms, "
-        f"max {max(refills) * 1e3:.0f} ms, then {PACE_S * 1e3:.0f} ms pause; target <= 1.5 ms)"
-    )
+        report.timings(name, times[name], note="" if name == "embedded" else note)
+    report.timings("pool refill after a run", refills, note=f"   then {PACE_S * 1e3:.0f} ms pause")
+    report.print("   (target: gRPC adds <= 1.5 ms)")
 
 
-async def tool_round_trips(label: str, client: AsyncClient) -> None:
+async def tool_round_trips(report: Report, label: str, client: AsyncClient) -> None:
     echo = await client.execute(timing_script("echo_x"), ECHO_MANIFEST)
     streamed = await client.run(timing_script("client_echo"), tools=[client_echo])
     echo_t = json.loads(echo.stdout)[SKIP_CALLS:]
     stream_t = json.loads(streamed.stdout)[SKIP_CALLS:]
-    added = (pct(stream_t, 0.5) - pct(echo_t, 0.5)) * 1e6
-    print(f"  {label}:")
-    line("  echo tool (on the server)", echo_t, 1e6, "us")
-    line("  client tool (the stream)", stream_t, 1e6, "us", f"   added {added:+5.0f} us")
+    added = (percentile(stream_t, 0.5) - percentile(echo_t, 0.5)) * 1e6
+    report.print(f"  {label}:")
+    report.timings(f"{label}: echo tool (on the server)", echo_t, unit="us")
+    report.timings(
+        f"{label}: client tool (the stream)", stream_t, unit="us", note=f"   added {added:+5.0f} us"
+    )
 
 
-async def throughput(run: Run, label: str, cpu: Callable[[], float]) -> None:
+async def throughput(run: Run, cpu: Callable[[], float], per_run: list[float]) -> float:
+    """Executions per second at CONCURRENCY; appends the CPU seconds one run cost."""
     slots = asyncio.Semaphore(CONCURRENCY)
 
     async def one() -> None:
@@ -255,16 +255,11 @@ async def throughput(run: Run, label: str, cpu: Callable[[], float]) -> None:
     cpu0, t = cpu(), time.perf_counter()
     await asyncio.gather(*(one() for _ in range(THROUGHPUT_RUNS)))
     elapsed = time.perf_counter() - t
-    per_run = (cpu() - cpu0) / THROUGHPUT_RUNS
-    vcpus = os.cpu_count() or 1
-    print(
-        f"  {label:<28} {THROUGHPUT_RUNS / elapsed:6.1f}/s   CPU {per_run * 1e3:5.1f} ms per run "
-        f"(all processes), i.e. at most {vcpus / per_run:5.1f}/s on {vcpus} idle vCPUs"
-    )
+    per_run.append((cpu() - cpu0) / THROUGHPUT_RUNS)
+    return THROUGHPUT_RUNS / elapsed
 
 
-async def bench(pool_size: int, rounds: int) -> None:
-    print(f"load average before: {os.getloadavg()}")
+async def bench(report: Report, pool_size: int, rounds: int, warmup: int, blocks: int) -> None:
     # `ptc serve` records every execution, as in production: in a SQLite file of this run's.
     audit_dir = tempfile.TemporaryDirectory(prefix="ptc-bench-")
     remote_proc, remote_address = spawn(
@@ -282,26 +277,12 @@ async def bench(pool_size: int, rounds: int) -> None:
         await backend.pool.wait_ready()
         request = ExecutionRequest(script="print(1)")
         async with AsyncClient(remote_address) as remote, AsyncClient(local_address) as local:
-            refills: list[float] = []
-            for _ in range(5):  # warm every path
-                for run in (remote.execute, local.execute):
-                    await run("print(1)")
-                    await paced(backend, refills)
-                await engine.execute(request)
-                await paced(backend, refills)
-
-            floors = {
-                "bare unary RPC (health)": await unary_floor(remote_address),
-                "bare stream round trip": await stream_floor(echo_address),
-            }
-            print(f"floors on loopback, {FLOOR_ROUNDS} each (us):")
-            for name, values in floors.items():
-                line(name, values, 1e6, "us")
-            print()
+            await floors(report, remote_address, echo_address)
             async with aio.insecure_channel(remote_address) as channel:
                 check = health_pb2_grpc.HealthStub(channel).Check
                 await check(health_pb2.HealthCheckRequest())
                 await latency(
+                    report,
                     {
                         "embedded": lambda: engine.execute(request),
                         "in-process gRPC": lambda: local.execute("print(1)"),
@@ -310,49 +291,73 @@ async def bench(pool_size: int, rounds: int) -> None:
                     ("bare unary RPC, paced", lambda: check(health_pb2.HealthCheckRequest())),
                     backend,
                     rounds,
+                    warmup,
                 )
 
-            print(f"\ntool-call round trip seen by the script, {CALLS - SKIP_CALLS} calls (us):")
-            await tool_round_trips("gRPC (ptc serve)", remote)
-            await tool_round_trips("in-process gRPC", local)
+            report.section(
+                f"tool-call round trip seen by the script, {CALLS - SKIP_CALLS} calls (us):"
+            )
+            await tool_round_trips(report, "gRPC (ptc serve)", remote)
+            await tool_round_trips(report, "in-process gRPC", local)
 
-            print(
-                f"\nexecutions/s of print(1) at concurrency {CONCURRENCY}, {THROUGHPUT_RUNS} runs, "
-                f"pool {pool_size} (one side at a time):"
+            report.section(
+                f"executions/s of print(1) at concurrency {CONCURRENCY}, {THROUGHPUT_RUNS} runs, "
+                f"pool {pool_size} (one side at a time, {blocks} interleaved blocks):"
             )
-            await asyncio.sleep(1.0)
+            cpu: dict[str, list[float]] = {"embedded": [], "gRPC (ptc serve)": []}
             before = backend.pool.started_total
-            await throughput(
-                lambda: engine.execute(request),
-                "embedded",
-                own_cpu_seconds,
+
+            async def idle() -> None:
+                await backend.pool.wait_ready()
+                await asyncio.sleep(1.0)
+
+            rates = await interleave(
+                {
+                    "embedded": lambda: throughput(
+                        lambda: engine.execute(request), own_cpu_seconds, cpu["embedded"]
+                    ),
+                    "gRPC (ptc serve)": lambda: throughput(
+                        lambda: remote.execute("print(1)"),
+                        lambda: cpu_seconds(remote_proc.pid) + own_cpu_seconds(),
+                        cpu["gRPC (ptc serve)"],
+                    ),
+                },
+                blocks,
+                warmup=0,
+                before=idle,
             )
-            print(f"    ({backend.pool.started_total - before} sandboxes started)")
-            await backend.pool.wait_ready()
-            await asyncio.sleep(1.0)
-            await throughput(
-                lambda: remote.execute("print(1)"),
-                "gRPC (ptc serve)",
-                lambda: cpu_seconds(remote_proc.pid) + own_cpu_seconds(),
-            )
+            vcpus = os.cpu_count() or 1
+            for label, values in rates.items():
+                per_run = percentile(cpu[label], 0.5)
+                report.figure(
+                    label,
+                    percentile(values, 0.5),
+                    "/s",
+                    f"CPU {per_run * 1e3:.1f} ms per run (all processes), i.e. at most "
+                    f"{vcpus / per_run:.1f}/s on {vcpus} idle vCPUs",
+                    ".1f",
+                )
+            started = backend.pool.started_total - before
+            report.print(f"    ({started} sandboxes started by the embedded engine)")
     finally:
         await local_server.stop()
         stop(remote_proc)
         stop(echo_proc)
         audit_dir.cleanup()
-    print(f"load average after: {os.getloadavg()}")
+    report.print(f"load average after: {os.getloadavg()}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.grpc")
+    parser = bench_parser(__doc__, rounds=100, warmup=5)
     parser.add_argument("--pool", type=int, default=4, help="warm pool size of both servers")
-    parser.add_argument("--rounds", type=int, default=100, help="print(1) runs per way")
+    parser.add_argument("--blocks", type=int, default=1, help="throughput blocks per side")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
         asyncio.run(echo_server())
     else:
-        asyncio.run(bench(args.pool, args.rounds))
+        with Report("grpc", args) as report:
+            asyncio.run(bench(report, args.pool, args.rounds, args.warmup, args.blocks))
 
 
 if __name__ == "__main__":

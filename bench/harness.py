@@ -32,6 +32,7 @@ How to write a benchmark (``bench/example.py``, run as ``python -m bench.example
 
 A case is a callable (plain or returning an awaitable); its sample is the wall time of the call,
 or the number it returns when it times itself (a script that reports its own timing, a rate).
+``block=K`` runs each case K times in a row per block, for figures that mean "back to back".
 `interleave_sync` is the same for blocking cases. Keep default round counts such that a run takes
 seconds to a few minutes: every benchmark must also run with ``--rounds 3`` as a smoke test.
 """
@@ -91,25 +92,28 @@ async def interleave(
     rounds: int,
     *,
     warmup: int = 1,
+    block: int = 1,
     before: Callable[[], Awaitable[Any]] | None = None,
 ) -> dict[str, list[float]]:
-    """``rounds`` blocks of every case once, rotated, after ``warmup`` discarded blocks.
+    """``rounds`` blocks of every case, rotated, after ``warmup`` discarded blocks.
 
-    ``before`` is awaited, untimed, before every run (a pool refill, a pause). A case's sample
-    is its wall time, or the number it returns.
+    In a block each case runs ``block`` times in a row (a sample each): more than one where a
+    figure means "back to back". ``before`` is awaited, untimed, before every run (a pool
+    refill, a pause). A case's sample is its wall time, or the number it returns.
     """
     names = list(cases)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for block in range(warmup + rounds):
-        for name in _order(names, block):
-            if before is not None:
-                await before()
-            started = time.perf_counter()
-            returned = cases[name]()
-            if inspect.isawaitable(returned):
-                returned = await returned
-            if block >= warmup:
-                samples[name].append(_sample(started, returned))
+    for index in range(warmup + rounds):
+        for name in _order(names, index):
+            for _ in range(block):
+                if before is not None:
+                    await before()
+                started = time.perf_counter()
+                returned = cases[name]()
+                if inspect.isawaitable(returned):
+                    returned = await returned
+                if index >= warmup:
+                    samples[name].append(_sample(started, returned))
     return samples
 
 
@@ -118,19 +122,21 @@ def interleave_sync(
     rounds: int,
     *,
     warmup: int = 1,
+    block: int = 1,
     before: Callable[[], Any] | None = None,
 ) -> dict[str, list[float]]:
     """`interleave` for blocking cases."""
     names = list(cases)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for block in range(warmup + rounds):
-        for name in _order(names, block):
-            if before is not None:
-                before()
-            started = time.perf_counter()
-            returned = cases[name]()
-            if block >= warmup:
-                samples[name].append(_sample(started, returned))
+    for index in range(warmup + rounds):
+        for name in _order(names, index):
+            for _ in range(block):
+                if before is not None:
+                    before()
+                started = time.perf_counter()
+                returned = cases[name]()
+                if index >= warmup:
+                    samples[name].append(_sample(started, returned))
     return samples
 
 
@@ -199,6 +205,10 @@ class Report:
             f"   {label:<40} {value:{fmt}} {unit}{'  (' + note + ')' if note else ''}", flush=True
         )
         self._add({"label": label, "value": value, "unit": unit, "note": note})
+
+    def data(self, label: str, value: Any) -> None:
+        """Anything JSON can hold, kept in the record only (a table printed with `print`)."""
+        self._add({"label": label, "data": value})
 
     # -- the record ---------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:

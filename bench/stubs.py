@@ -12,18 +12,19 @@ serialized with ``json.dumps`` and its default separators; both counted with ``c
 Printed: totals and their ratio, and the median of the per-tool-set ratios (target <= 0.8x).
 
 Time: load + render module + render compact for 1,000 BFCL tool sets (the categories above,
-cycled), each from its JSON text, nothing cached across tool sets (target < 1 s).
+cycled), each from its JSON text, nothing cached across tool sets (target < 1 s), interleaved
+block by block with the ``json.loads`` of the same texts, the floor of any generator.
+Options: ``--rounds N`` (timed blocks, default 5), ``--warmup``, ``--json-out`` (`bench.harness`).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from importlib import resources
 from typing import Any
 
+from bench.harness import Report, bench_parser, interleave_sync, percentile
 from stubs_gen import load_manifest, render_compact, render_module
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
@@ -73,7 +74,7 @@ def openai_chat(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def main() -> int:
+def main(report: Report, rounds: int, warmup: int) -> int:
     try:
         import tiktoken
     except ImportError:
@@ -91,30 +92,41 @@ def main() -> int:
         json_total += reference
         ratios.append(compact / reference)
         worst = max(worst, (compact / reference, position))
-    print(f"tool sets: {len(sets)} ({', '.join(CATEGORIES)})")
-    print(f"compact stub tokens: {compact_total}")
-    print(f"OpenAI chat JSON tokens: {json_total}")
-    print(f"ratio, total: {compact_total / json_total:.3f}x (target <= 0.8x)")
-    print(f"ratio, median tool set: {statistics.median(ratios):.3f}x (target <= 0.8x)")
-    print(f"ratio, worst tool set: {worst[0]:.3f}x (set #{worst[1]})")
+    report.section(f"tokens, {len(sets)} tool sets ({', '.join(CATEGORIES)}), cl100k_base")
+    report.figure("compact stub tokens", compact_total, "tokens", fmt="d")
+    report.figure("OpenAI chat JSON tokens", json_total, "tokens", fmt="d")
+    report.figure("ratio, total", compact_total / json_total, "x", "target <= 0.8x", ".3f")
+    ratio = percentile(ratios, 0.5)
+    report.figure("ratio, median tool set", ratio, "x", "target <= 0.8x", ".3f")
+    report.figure("ratio, worst tool set", worst[0], "x", f"set #{worst[1]}", ".3f")
 
     texts = [json.dumps(tools) for tools in sets]
     batch = [texts[i % len(texts)] for i in range(1000)]
-    timings: list[float] = []
-    for _ in range(5):
-        start = time.perf_counter()
+
+    def generate() -> None:
         for text in batch:
             manifest = load_manifest(text)
             render_module(manifest)
             render_compact(manifest)
-        timings.append(time.perf_counter() - start)
-    best, median = min(timings), statistics.median(timings)
-    print(
-        f"generation, 1000 tool sets (load + module + compact): best {best:.3f} s, "
-        f"median of 5 {median:.3f} s (target < 1 s); {best:.3f} ms per tool set"
+
+    def parse_only() -> None:
+        for text in batch:
+            json.loads(text)
+
+    label = "load + module + compact"
+    times = interleave_sync(
+        {label: generate, "json.loads only (floor)": parse_only}, rounds, warmup=warmup
     )
+    report.section("generation, 1000 tool sets")
+    for name, values in times.items():
+        report.timings(name, values, note="   (target < 1 s)" if name == label else "")
+    best = min(times[label])
+    report.figure("per tool set, best block", best, "ms", fmt=".3f")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    args = bench_parser(__doc__, rounds=5).parse_args()
+    with Report("stubs", args) as report:
+        status = main(report, args.rounds, args.warmup)
+    raise SystemExit(status)

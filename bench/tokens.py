@@ -28,6 +28,7 @@ import json
 import sys
 from typing import Any
 
+from bench.harness import Report, bench_parser
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.client.tools import function_tool
 from sandbox.engine import EngineConfig
@@ -148,7 +149,7 @@ def execute_tool(encoding: Any, execute: ExecuteTool, n: int) -> tuple[int, str]
     return 2 * base + _count(encoding, call) + _count(encoding, message), observation.text
 
 
-def main() -> int:
+def main(report: Report) -> int:
     try:
         import tiktoken
     except ImportError:
@@ -173,12 +174,18 @@ def main() -> int:
             rows[n] = (parallel, sequential, ptc)
             if n == NS[-1]:
                 sample = text
-    print("tokens read by the model (cl100k_base), task: N independent get_weather calls")
+    report.section("tokens read by the model (cl100k_base), task: N independent get_weather calls")
     header = ("N", "JSON parallel", "JSON sequential", "execute tool", "saved vs parallel")
-    print(f"{header[0]:>5} {header[1]:>14} {header[2]:>16} {header[3]:>13} {header[4]:>18}")
+    report.print(f"{header[0]:>5} {header[1]:>14} {header[2]:>16} {header[3]:>13} {header[4]:>18}")
     for n in NS:
         parallel, sequential, ptc = rows[n]
-        print(f"{n:>5} {parallel:>14} {sequential:>16} {ptc:>13} {1 - ptc / parallel:>17.0%}")
+        report.print(
+            f"{n:>5} {parallel:>14} {sequential:>16} {ptc:>13} {1 - ptc / parallel:>17.0%}"
+        )
+    report.data(
+        "tokens per N (JSON parallel, JSON sequential, execute tool)",
+        {n: list(row) for n, row in rows.items()},
+    )
     for label, column in (("JSON parallel", 0), ("JSON sequential", 1)):
         crossover = next(
             (
@@ -188,12 +195,21 @@ def main() -> int:
             ),
             None,
         )
-        print(
-            f"crossover vs {label}: N = {crossover} (execute tool reads fewer tokens from here on)"
+        report.figure(
+            f"crossover vs {label}",
+            crossover or 0,
+            "calls",
+            "the execute tool reads fewer tokens from here on",
+            "d",
         )
-    print(f"\nobservation at N = {NS[-1]} ({len(sample.encode())} bytes):\n{sample}")
+    report.print(f"observation at N = {NS[-1]} ({len(sample.encode())} bytes):")
+    report.print(sample)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Nothing here is timed: --rounds and --warmup do nothing; the record is the table.
+    args = bench_parser(__doc__, rounds=1).parse_args()
+    with Report("tokens", args) as report:
+        status = main(report)
+    raise SystemExit(status)
