@@ -215,6 +215,29 @@ SETUID_ERRNO = {
 }
 
 
+def test_ptrace_cannot_reach_any_host_process(clean: Harness) -> None:
+    host_pid = os.getpid()  # this test process, by its host pid number
+    result = clean.run(
+        f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
+for request in (PTRACE_ATTACH, PTRACE_SEIZE):
+    rc = libc.ptrace(request, {host_pid}, 0, 0)
+    print(rc, ctypes.get_errno())
+try:
+    open("/proc/{host_pid}/mem", "rb")
+except OSError as exc:
+    print("mem", exc.errno)
+"""
+    )
+    # The syscall filter refuses ptrace itself (EPERM); were it let through, the host's
+    # processes would not exist in the sandbox's pid namespace anyway (ENOENT for /proc).
+    assert result.status == "ok"
+    assert result.stdout.splitlines() == ["-1 1", "-1 1", "mem 2"]
+    clean.assert_healthy()
+
+
 UNSHARE_FLAGS = {
     "user": 0x10000000,
     "mount": 0x00020000,
