@@ -4,6 +4,7 @@ the server keeps serving."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import grpc
 import pytest
@@ -209,13 +210,28 @@ def test_other_invalid_field(server, stub, method, request_, needle):
 
 
 def test_invalid_streams_are_recorded_cancelled_and_server_healthy(server, stub):
-    """A stream aborted for a bad message after its start still leaves a cancelled record."""
+    """A stream aborted for a bad message after its start still leaves a cancelled record.
+
+    The test sends its own aborted streams, each with a script marked by a token of its own, so
+    it depends on no other test having run before it (or on none having run)."""
+    token = uuid.uuid4().hex
+    script = f"import time; time.sleep(3)  # {token}"
+    after_start = [c for c in STREAM_CASES if c[1][0].HasField("start")]
+    for case_id, messages, needle in after_start:
+        first = pb.ClientMessage(start=_request(script=script))
+        code, details = _details(lambda: list(stub.ExecuteStream(iter([first, *messages[1:]]))))
+        assert (code, needle in details) == (grpc.StatusCode.INVALID_ARGUMENT, True), (
+            case_id,
+            details,
+        )
     for _ in range(500):  # the cancelled runs complete their records as their sandboxes die
         records = stub.ListExecutions(pb.ListExecutionsRequest(page_size=1000)).records
-        aborted = [r for r in records if r.script == "import time; time.sleep(3)"]
-        if all(r.result.status != pb.EXECUTION_STATUS_UNSPECIFIED for r in aborted):
+        aborted = [r for r in records if r.script == script]
+        if len(aborted) == len(after_start) and all(
+            r.result.status != pb.EXECUTION_STATUS_UNSPECIFIED for r in aborted
+        ):
             break
         time.sleep(0.01)
-    assert aborted
-    assert {r.result.status for r in aborted} == {pb.EXECUTION_STATUS_CANCELLED}
+    assert len(after_start) == 5
+    assert [r.result.status for r in aborted] == [pb.EXECUTION_STATUS_CANCELLED] * 5
     server.assert_healthy()
