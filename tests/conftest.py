@@ -22,6 +22,7 @@ import functools
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from concurrent.futures import Future
@@ -35,6 +36,7 @@ from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfi
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
+from sandbox.guest import GUEST_FILES, ZYGOTE_FILES
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
@@ -43,6 +45,8 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 POOL_SIZE = 2
+# What the process backend's runtime dir holds for as long as the backend lives.
+RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES))
 
 
 def _mounts() -> set[str]:
@@ -52,8 +56,21 @@ def _mounts() -> set[str]:
     }
 
 
-def _tmp_ptc_entries() -> set[str]:
-    return {p.name for p in Path("/tmp").iterdir() if p.name.startswith("ptc")}
+def _own_tmp_entries(pid: int) -> set[Path]:
+    """The temporary entries named after process ``pid``: a `ptc*` name with the pid as one of
+    its ``-``-separated parts (``ptc-runtime-<pid>-<random>``, the process backend's runtime
+    directory). Other processes on this machine use the `ptc` prefix too (other test runs,
+    servers, benchmarks): their entries are none of this process's business."""
+    token = str(pid)
+    found: set[Path] = set()
+    for parent in {Path("/tmp"), Path(tempfile.gettempdir())}:
+        with contextlib.suppress(OSError):
+            found.update(
+                p
+                for p in parent.iterdir()
+                if p.name.startswith("ptc") and token in p.name.split("-")
+            )
+    return found
 
 
 @functools.cache
@@ -93,7 +110,7 @@ class EngineHarness:
         )
         self._thread.start()
         self.baseline_mounts = _mounts()
-        self.baseline_tmp = _tmp_ptc_entries()
+        self.baseline_tmp = _own_tmp_entries(os.getpid())
         self.backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size))
         self.engine = Engine(EngineConfig(backends={"process": self.backend}))
         self.call(self.engine.start())
@@ -204,14 +221,16 @@ class EngineHarness:
             if not m.split()[1].startswith(("/var/lib/", "/run/"))
         }
         problems += [f"mount {m}" for m in sorted(new_mounts)]
-        # Runtime dirs of other engines (other processes on this machine) come and go; ours is
-        # checked when the harness closes, the CLI's through a private TMPDIR.
-        new_tmp = {
-            name
-            for name in _tmp_ptc_entries() - self.baseline_tmp
-            if not name.startswith("ptc-runtime-")
-        }
-        problems += [f"/tmp/{name}" for name in sorted(new_tmp)]
+        # Temporary entries: only this process's own. Its backend's runtime dir holds the guest
+        # files and nothing else; any other entry named after this process (another backend's
+        # runtime dir that was not removed) is a leftover. Entries of other processes on this
+        # machine come and go and are not looked at. The CLI's are checked through a private
+        # TMPDIR, the runtime dir itself when the harness closes.
+        stray = _own_tmp_entries(os.getpid()) - self.baseline_tmp - {self.runtime_dir}
+        problems += [f"temporary entry {p}" for p in sorted(stray)]
+        if self.runtime_dir.exists():
+            extra = {p.name for p in self.runtime_dir.iterdir()} - RUNTIME_FILES
+            problems += [f"runtime dir entry {self.runtime_dir / n}" for n in sorted(extra)]
         return problems
 
     def close(self) -> None:
