@@ -39,8 +39,81 @@ MANIFEST = [
 ]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+
+
+def _cgroup_dirs() -> set[Path]:
+    """Where a CLI started by this test puts its cgroup parents: in every cgroup hierarchy, at
+    the root and at this process's own cgroup (which the CLI inherits)."""
+    own = {line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()}
+    dirs: set[Path] = set()
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, fs = line.partition(" - ")
+        if fs.split()[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, mountpoint = fields.split()[3:5]
+        dirs.add(Path(mountpoint))
+        for rel in own:
+            if rel.startswith(root):
+                dirs.add(Path(mountpoint) / rel[len(root) :].lstrip("/"))
+    return dirs
+
+
+def cli_leftovers(pid: int) -> list[str]:
+    """What the `ptc` process ``pid`` has running or created: cgroups named after it
+    (``ptc-<pid>-<n>``), processes in them, and processes that mount its runtime dir
+    (``ptc-runtime-<pid>-*``). Other processes on this machine are not looked at."""
+    found = [f"cgroup {d}" for base in _cgroup_dirs() for d in base.glob(f"ptc-{pid}-*")]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"/ptc-{pid}-" in cgroup or f"/ptc-runtime-{pid}-" in cmdline:
+            found.append(f"process {proc.name}: {cmdline.replace(chr(0), ' ')[:100]}")
+    return sorted(found)
+
+
 @pytest.fixture
-def tmpdir_env() -> Iterator[dict[str, str]]:
+def cli_pids() -> list[int]:
+    """The pids of the `ptc` processes this test ran, for the leftover check."""
+    return []
+
+
+@pytest.fixture
+def ptc(cli_pids: list[int]) -> RunPtc:
+    """The real command line in a subprocess, like conftest's `run_ptc`, recording its pid."""
+
+    def run(
+        *args: str, stdin: str = "", env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        with subprocess.Popen(
+            [PYTHON, "-m", "sandbox.cli", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        ) as proc:
+            cli_pids.append(proc.pid)
+            try:
+                out, err = proc.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    return run
+
+
+@pytest.fixture
+def tmpdir_env(cli_pids: list[int]) -> Iterator[dict[str, str]]:
     # World-traversable: the sandbox's uid must reach the runtime dir created in it.
     private = Path(tempfile.mkdtemp(prefix="clitmp-", dir="/tmp"))
     private.chmod(0o755)
@@ -48,12 +121,8 @@ def tmpdir_env() -> Iterator[dict[str, str]]:
     left = list(private.iterdir())
     shutil.rmtree(private)
     assert left == [], "ptc run left files in its TMPDIR"
-    stale = [
-        p
-        for p in Path("/sys/fs/cgroup").glob("*/ptc-*")
-        if p.name.split("-")[-1].isdigit() and not Path(f"/proc/{p.name.split('-')[-1]}").exists()
-    ]
-    assert stale == [], "a cgroup of a finished ptc run survived"
+    assert cli_pids, "the test ran no ptc process"
+    assert [(pid, cli_leftovers(pid)) for pid in cli_pids] == [(pid, []) for pid in cli_pids]
 
 
 @pytest.fixture
@@ -217,20 +286,41 @@ def test_no_process_survives_the_cli(ptc: RunPtc, tmpdir_env: dict[str, str]) ->
         stdin="import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)",
     )  # fmt: skip
     assert (code, out["status"]) == (3, "limit_exceeded")
-    # The sandbox runs as uid 65534; nothing of this run may be left running as that uid with
-    # the CLI's cgroup.
-    leftovers = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    # Nothing of this run is left: tmpdir_env checks the CLI's cgroups and processes.
+
+
+def test_cli_leftovers_sees_a_running_cli_and_nothing_after_it(
+    tmpdir_env: dict[str, str], cli_pids: list[int], tmp_path: Path
+) -> None:
+    """The leftover check finds the CLI's own cgroups and sandbox processes while it runs (so an
+    empty answer afterwards means something), and none once it has exited."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\ntime.sleep(4)\n")
+    with subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "run", str(script), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, **tmpdir_env},
+    ) as proc:
+        cli_pids.append(proc.pid)
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
-        except OSError:
-            continue
-        if "\nUid:\t65534\t" in status and "/ptc-" in cgroup:
-            owner = re.search(r"/ptc-(\d+)/", cgroup)
-            if owner and not Path(f"/proc/{owner.group(1)}").exists():
-                leftovers.append(pid)
-    assert leftovers == []
+            seen: list[str] = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and proc.poll() is None:
+                seen = cli_leftovers(proc.pid)
+                kinds = {s.split()[0] for s in seen}
+                if kinds == {"cgroup", "process"}:
+                    break
+                time.sleep(0.05)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["status"] == "ok"
+    assert any(s.startswith(("cgroup ", "process ")) and f"ptc-{proc.pid}-" in s for s in seen)
+    assert {s.split()[0] for s in seen} == {"cgroup", "process"}, seen
+    assert cli_leftovers(proc.pid) == []
 
 
 def test_audit_db_records_the_execution(
@@ -261,7 +351,9 @@ def test_audit_db_records_the_execution(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_human_mode_prints_output_as_it_arrives(tmpdir_env: dict[str, str]) -> None:
+def test_human_mode_prints_output_as_it_arrives(
+    tmpdir_env: dict[str, str], cli_pids: list[int]
+) -> None:
     """Defect 7: the first line reaches our pipe while the script still sleeps."""
     root = Path(__file__).resolve().parents[2]
     started = time.monotonic()
@@ -273,6 +365,7 @@ def test_human_mode_prints_output_as_it_arrives(tmpdir_env: dict[str, str]) -> N
         cwd=root,
         env={**os.environ, **tmpdir_env},
     )
+    cli_pids.append(proc.pid)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(b"import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')\n")
     proc.stdin.close()
