@@ -16,7 +16,9 @@ Each entry must end exactly as on the process backend (status, call log, failure
 backends pass the same entries.
 
 Entries that fail are exactly those listed, with their reason, under ``"ptc_run"`` in
-``tests/data/bfcl_exceptions.json``; the pass rate must be at least 99%.
+``tests/data/bfcl_exceptions.json``. The pass rate is computed from the checker's verdicts on the
+process backend's runs of the whole set (each chunk's outcomes, run once per session) and must be
+at least `MIN_PASS_RATE`.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ DOCKER_POOL_SIZE = 4
 DOCKER_CONCURRENCY = 4
 DOCKER_EVERY = int(os.environ.get("PTC_BFCL_DOCKER_EVERY", "2"))
 EXIT_CODES = {"ok": 0, "error": 1, "limit_exceeded": 3, "rejected": 4}
+# Observed with bfcl-eval 2026.3.23: 996 of the 1000 entries of the four categories pass (99.6%).
+# Each of the 4 failures is a BFCL data error (tests/data/bfcl_exceptions.json says which), so
+# the threshold is the observed rate: one more failing entry is a regression.
+MIN_PASS_RATE = 0.996
 
 pytestmark = [
     pytest.mark.slow,
@@ -265,10 +271,10 @@ Outcome = tuple[str, list[dict[str, Any]], str | None]
 PROCESS_OUTCOMES: dict[tuple[str, int], dict[str, Outcome]] = {}
 
 
-def judge(
+def verdict_outcomes(
     checker: Checker, category: str, entries: list[Entry], as_json: list[dict[str, Any]]
 ) -> dict[str, Outcome]:
-    """Checks one chunk's call logs with BFCL's checker; the failures must be the expected ones."""
+    """What each entry of a chunk ended as, by its run's status and BFCL's checker's verdict."""
     verdicts = checker.check(
         [
             {
@@ -285,6 +291,14 @@ def judge(
     for (question, _), result in zip(entries, as_json, strict=True):
         reason = failure_reason(result, verdicts[question["id"]])
         outcomes[question["id"]] = (result["status"], model_output(result), reason)
+    return outcomes
+
+
+def judge(
+    checker: Checker, category: str, entries: list[Entry], as_json: list[dict[str, Any]]
+) -> dict[str, Outcome]:
+    """Checks one chunk's call logs with BFCL's checker; the failures must be the expected ones."""
+    outcomes = verdict_outcomes(checker, category, entries, as_json)
     failures = {k: reason for k, (_, _, reason) in outcomes.items() if reason is not None}
     ids = {q["id"] for q, _ in entries}
     expected = {k: v for k, v in expected_exceptions(category).items() if k in ids}
@@ -357,7 +371,25 @@ def test_bfcl_ground_truth_on_docker(
     assert docker.leftovers() == []
 
 
-def test_pass_rate_is_at_least_99_percent() -> None:
+def test_pass_rate_of_the_actual_runs(harness: EngineHarness, checker: Checker) -> None:
+    """The share of entries whose run ended `ok` with a call log BFCL's checker accepts, over the
+    whole set on the process backend. Chunks already run in this session are not run again; the
+    others run here, so the test gives the same answer alone and in any order."""
+    outcomes: dict[str, Outcome] = {}
+    for category, start in _chunks():
+        if (category, start) not in PROCESS_OUTCOMES:
+            entries, _, jobs = chunk_jobs(category, start)
+            as_json = [r.to_json() for r in run_all(harness, jobs)]
+            PROCESS_OUTCOMES[(category, start)] = verdict_outcomes(
+                checker, category, entries, as_json
+            )
+        outcomes.update(PROCESS_OUTCOMES[(category, start)])
     total = sum(len(_lines(f"BFCL_v4_{c}.json")) for c in CATEGORIES)
-    excepted = sum(len(expected_exceptions(c)) for c in CATEGORIES)
-    assert (total - excepted) / total >= 0.99, f"{excepted} exceptions of {total} entries"
+    failed = {k: reason for k, (_, _, reason) in outcomes.items() if reason is not None}
+    passed = sum(1 for _, _, reason in outcomes.values() if reason is None)
+    assert (len(outcomes), passed + len(failed)) == (total, total)
+    assert passed / total >= MIN_PASS_RATE, (
+        f"{passed} of {total} entries pass ({passed / total:.1%}); failed: "
+        + json.dumps(failed, indent=1)[:8000]
+    )
+    assert harness.leftovers(allow={checker.proc.pid}) == []
