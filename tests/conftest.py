@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class EngineHarness:
     """A started Engine whose event loop runs in a daemon thread."""
 
-    def __init__(self, pool_size: int = POOL_SIZE) -> None:
+    def __init__(self, pool_size: int = POOL_SIZE, **backend_options: Any) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="engine-loop", daemon=True
@@ -111,7 +111,7 @@ class EngineHarness:
         self._thread.start()
         self.baseline_mounts = _mounts()
         self.baseline_tmp = _own_tmp_entries(os.getpid())
-        self.backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size))
+        self.backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size, **backend_options))
         self.engine = Engine(EngineConfig(backends={"process": self.backend}))
         self.call(self.engine.start())
         self.call(self.backend.pool.wait_ready())
@@ -159,8 +159,11 @@ class EngineHarness:
         sandbox is starting."""
 
         async def _wait() -> None:
-            # Finished sandboxes' cgroups are removed in the background: wait for that first.
+            # Finished sandboxes' cgroups are removed in the background: wait for that first,
+            # and for replaced zygotes to exit.
             await self.backend.drain()
+            if self.backend.zygote is not None:
+                await asyncio.to_thread(self.backend.zygote.wait_retired)
             pool = self.backend.pool
             for _ in range(1000):
                 if pool.idle >= pool.size and pool._starting == 0:

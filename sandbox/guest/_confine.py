@@ -22,6 +22,7 @@ import struct
 
 __all__ = [
     "drop_capabilities",
+    "empty_bounding_set",
     "forbid_user_namespaces",
     "install_seccomp",
     "last_capability",
@@ -183,11 +184,17 @@ def last_capability() -> int:
         return int(last.read())
 
 
-def drop_capabilities(last_cap: int) -> None:
-    """Empties the bounding, ambient, inheritable, permitted and effective sets."""
-    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+def empty_bounding_set(last_cap: int) -> None:
+    """No process forked from here on can ever gain a capability through exec (the zygote, once:
+    the bounding set limits only what exec grants, so the zygote keeps its own)."""
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap)
+
+
+def drop_capabilities() -> None:
+    """Empties the ambient, inheritable, permitted and effective sets (the bounding set is
+    already empty: `empty_bounding_set`)."""
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # two all-zero __user_cap_data_struct
     _check(_libc.capset(header, data), "capset")

@@ -90,7 +90,7 @@ def _wait_for_cgroup() -> None:
         os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
 
 
-def _sandbox_init(program: bytes, last_cap: int) -> None:
+def _sandbox_init(program: bytes) -> None:
     """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
     _confine.set_death_signal(signal.SIGKILL)
     # A session and process group of its own: kill(0) or killpg from the script must not
@@ -98,7 +98,7 @@ def _sandbox_init(program: bytes, last_cap: int) -> None:
     os.setsid()
     _confine.mount_proc()
     os.close(STATUS_FD)
-    _confine.drop_capabilities(last_cap)
+    _confine.drop_capabilities()
     _confine.install_seccomp(program)
     sys.argv = ["/ptc/bootstrap.py", str(CHANNEL_FD)]  # as a bootstrap started directly sees it
     bootstrap.main()
@@ -126,7 +126,7 @@ def _reap(child: int) -> None:
     os._exit(0)
 
 
-def _child(request: dict[str, object], fds: list[int], program: bytes, last_cap: int) -> None:
+def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _place_fds(fds)
@@ -140,9 +140,9 @@ def _child(request: dict[str, object], fds: list[int], program: bytes, last_cap:
         _confine.up_loopback()
         pid = os.fork()
         if pid == 0:
-            _sandbox_init(program, last_cap)
+            _sandbox_init(program)
             os._exit(0)  # bootstrap.main() never returns
-        _confine.drop_capabilities(last_cap)
+        _confine.drop_capabilities()
         _reap(pid)
     except BaseException as exc:  # trusted code failed: say why on the sandbox's stderr
         try:
@@ -151,7 +151,7 @@ def _child(request: dict[str, object], fds: list[int], program: bytes, last_cap:
             os._exit(EXIT_SETUP_FAILED)
 
 
-def _serve(control: socket.socket, program: bytes, last_cap: int) -> None:
+def _serve(control: socket.socket, program: bytes) -> None:
     while True:
         received = _receive(control)
         if received is None:
@@ -165,7 +165,7 @@ def _serve(control: socket.socket, program: bytes, last_cap: int) -> None:
         pid = os.fork()
         if pid == 0:
             control.close()
-            _child(request, fds, program, last_cap)
+            _child(request, fds, program)
         for fd in fds:
             os.close(fd)
         _reply(control, {"t": "forked", "pid": pid})
@@ -176,16 +176,16 @@ def main() -> None:
     control = socket.socket(fileno=control_fd)
     with os.fdopen(program_fd, "rb") as source:
         program = source.read()
-    last_cap = _confine.last_capability()
     _confine.own_mount_namespace()
     _confine.forbid_user_namespaces()
     _confine.make_device_nodes_readonly()
+    _confine.empty_bounding_set(_confine.last_capability())
     # Children are reaped by the kernel: the reaper child reports each sandbox's status.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     gc.collect()
     gc.freeze()  # children leave the frozen heap alone: no copy-on-write from the collector
     _reply(control, {"t": "ready", "pid": os.getpid()})
-    _serve(control, program, last_cap)
+    _serve(control, program)
 
 
 if __name__ == "__main__":

@@ -252,18 +252,24 @@ def _start_blocking(
 
 async def _output_stream(fd: int) -> tuple[OutputStream, asyncio.BaseTransport]:
     pipe = open(fd, "rb", buffering=0)  # noqa: SIM115  (the transport closes it)
-    transport, stream = await asyncio.get_running_loop().connect_read_pipe(OutputStream, pipe)
+    try:
+        transport, stream = await asyncio.get_running_loop().connect_read_pipe(OutputStream, pipe)
+    except BaseException:  # cancelled while the backend closes: no transport owns the pipe
+        pipe.close()
+        raise
     return stream, transport
 
 
-async def _abandon(started: _Started, opened: list[asyncio.BaseTransport]) -> None:
-    """Kills and releases a sandbox that never became ready."""
+async def _abandon(
+    started: _Started, opened: list[asyncio.BaseTransport], pipes_taken: int = 0
+) -> None:
+    """Kills and releases a sandbox that never became ready; the first ``pipes_taken`` output
+    pipes were handed to `_output_stream`, which closes them (or their transport does)."""
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(started.pidfd, signal.SIGKILL)
     for resource in opened:
         resource.close()
-    # The output pipes that got a transport are closed with it; the others here.
-    unwrapped = [started.stdout_fd, started.stderr_fd][len(opened) :]
+    unwrapped = [started.stdout_fd, started.stderr_fd][pipes_taken:]
     for fd in (started.pidfd, started.status_fd, *unwrapped):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -296,10 +302,13 @@ async def spawn_sandbox(
     sandbox: ProcessSandbox | None = None
     channel: FrameChannel | None = None
     opened: list[asyncio.BaseTransport] = []
+    pipes_taken = 0
     try:
         channel = FrameChannel(started.host_sock, name)
+        pipes_taken = 1
         stdout, out_transport = await _output_stream(started.stdout_fd)
         opened.append(out_transport)
+        pipes_taken = 2
         stderr, err_transport = await _output_stream(started.stderr_fd)
         opened.append(err_transport)
         sandbox = ProcessSandbox(
@@ -321,7 +330,7 @@ async def spawn_sandbox(
         else:
             if channel is not None:
                 await channel.close()  # closes the host end of the socket
-            await _abandon(started, opened)
+            await _abandon(started, opened, pipes_taken)
         if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):
             raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
         raise

@@ -54,6 +54,7 @@ class _Zygote:
     def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
         self.proc = proc
         self.pid: int | None = None  # the zygote's own host pid (bwrap's is proc.pid)
+        self.reaper: threading.Thread | None = None
         self.control = control
         self.started_at = time.monotonic()
         self.forks = 0
@@ -85,7 +86,8 @@ class _Zygote:
         if wait:
             self._reap()
         else:
-            threading.Thread(target=self._reap, name="ptc-zygote-reap", daemon=True).start()
+            self.reaper = threading.Thread(target=self._reap, name="ptc-zygote-reap", daemon=True)
+            self.reaper.start()
 
     def _reap(self) -> None:
         try:
@@ -151,9 +153,12 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         ).start()
         return zygote
     except BaseException:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
         host.close()
         raise
     finally:
@@ -180,6 +185,7 @@ class ZygoteSupervisor:
         self._closed = False
         self.generations = 0  # zygotes started so far
         self.deaths = 0  # zygotes found dead (not retired by us)
+        self._retiring: list[_Zygote] = []
 
     def start(self) -> None:
         """Starts the first zygote; raises `Unavailable` when it cannot start."""
@@ -208,10 +214,10 @@ class ZygoteSupervisor:
                 zygote.proc.pid,
                 zygote.proc.returncode,
             )
-            zygote.retire()
+            self._retire(zygote)
             zygote = self._zygote = None
         if zygote is not None and self._worn(zygote):
-            zygote.retire()
+            self._retire(zygote)
             zygote = self._zygote = None
         if zygote is None:
             zygote = self._zygote = _start(self.settings)
@@ -228,7 +234,12 @@ class ZygoteSupervisor:
                     reply = zygote.request({"t": "fork", "tmp_bytes": tmp_bytes}, fds)
                 except (OSError, ValueError) as exc:
                     # Died under us: one retry with a fresh zygote, then give up.
-                    zygote.retire()
+                    log.warning(
+                        "the fork server (pid %d) failed a request (%r); starting a new one",
+                        zygote.proc.pid,
+                        exc,
+                    )
+                    self._retire(zygote)
                     self._zygote = None
                     self.deaths += 1
                     if attempt == 2:
@@ -242,6 +253,25 @@ class ZygoteSupervisor:
                 return pid
         raise AssertionError("unreachable")
 
+    def _retire(self, zygote: _Zygote) -> None:
+        zygote.retire()
+        self._retiring = [z for z in self._retiring if z.proc.poll() is None] + [zygote]
+
+    def wait_retired(self, timeout_s: float = 10.0) -> None:
+        """Waits until every retired zygote has exited (tests check for leftovers)."""
+        for zygote in list(self._retiring):
+            if zygote.reaper is not None:
+                zygote.reaper.join(timeout_s)
+
+    def replace(self) -> None:
+        """Starts a new zygote now and retires the old one (blocking; for operators and the
+        benchmark that measures what a rotation costs)."""
+        with self._lock:
+            if self._zygote is not None:
+                self._retire(self._zygote)
+                self._zygote = None
+            self._current()
+
     def close(self) -> None:
         """Stops the zygote and waits for it (blocking)."""
         with self._lock:
@@ -249,3 +279,4 @@ class ZygoteSupervisor:
             if self._zygote is not None:
                 self._zygote.retire(wait=True)
                 self._zygote = None
+        self.wait_retired()
