@@ -30,6 +30,7 @@ test:           ## all set-up on a fresh machine, then the whole test suite
 bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.stubs
 	$(PY) -m bench.sandbox
+	$(PY) -m bench.forkserver
 	$(PY) -m bench.grpc
 	$(PY) -m bench.tokens
 	$(PY) -m bench.audit

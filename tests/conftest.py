@@ -255,6 +255,13 @@ def harness() -> Iterator[EngineHarness]:
 
 
 @pytest.fixture
+def engine_harness() -> type[EngineHarness]:
+    """The harness class, for tests that need a backend configured their own way (test modules
+    cannot import it: several test folders have a `conftest` module)."""
+    return EngineHarness
+
+
+@pytest.fixture
 def clean(harness: EngineHarness) -> Iterator[EngineHarness]:
     """The shared harness, checked for leftovers after the test."""
     yield harness

@@ -1,7 +1,10 @@
 """A warm pool of single-use sandboxes, so that starting one is off the request path.
 
-The pool keeps `size` sandboxes started and ready; taking one triggers a refill in the
-background (deferred by `REFILL_DELAY_S` while others are still idle). A sandbox leaves the
+The pool keeps `target` sandboxes started and ready, between `size` and `max_idle`: an acquire
+that finds none idle raises the target by one (demand outran the pool), and every
+`SHRINK_AFTER_S` without such a miss lowers it by one, so a burst is met by more warm sandboxes
+and a quiet pool goes back to `size`. Taking one triggers a refill in the background (deferred by
+`REFILL_DELAY_S` while others are still idle). A sandbox leaves the
 pool exactly once and is never returned to it. Starts run at most `max_starting` at a time so
 that a burst of demand does not starve running scripts of CPU; a failed start is retried after
 a growing back-off.
@@ -20,6 +23,7 @@ __all__ = ["WarmPool"]
 
 H = TypeVar("H")
 REFILL_DELAY_S = 0.05
+SHRINK_AFTER_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -31,11 +35,16 @@ class WarmPool(Generic[H]):
         alive: Callable[[H], bool],
         size: int,
         max_starting: int = 2,
+        max_idle: int | None = None,
     ) -> None:
         self._factory = factory
         self._dispose = dispose
         self._alive = alive
         self.size = size
+        self.max_idle = max(size, max_idle if max_idle is not None else size)
+        self.target = size
+        self._last_miss = 0.0
+        self.misses = 0  # acquires that found no idle sandbox
         self._idle: deque[H] = deque()
         self._starting = 0
         self._start_slots = asyncio.Semaphore(max_starting)
@@ -51,7 +60,7 @@ class WarmPool(Generic[H]):
         return len(self._idle)
 
     def _refill(self) -> None:
-        while not self._closed and len(self._idle) + self._starting < self.size:
+        while not self._closed and len(self._idle) + self._starting < self.target:
             self._starting += 1
             task = asyncio.create_task(self._start_one())
             self._tasks.add(task)
@@ -104,12 +113,31 @@ class WarmPool(Generic[H]):
         """Waits until the pool is full (for benchmarks and tests)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while len(self._idle) < self.size and loop.time() < deadline:
+        while len(self._idle) < self.target and loop.time() < deadline:
             self._refill()
             await asyncio.sleep(0.01)
 
+    def _adapt(self, missed: bool) -> None:
+        now = asyncio.get_running_loop().time()
+        if missed:
+            self.misses += 1
+            self._last_miss = now
+            self.target = min(self.max_idle, self.target + 1)
+        elif self.target > self.size and now - self._last_miss > SHRINK_AFTER_S:
+            self._last_miss = now  # one step per quiet period
+            self.target -= 1
+            if len(self._idle) > self.target:
+                surplus = self._idle.pop()
+                task = asyncio.create_task(self._discard(surplus))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _discard(self, handle: H) -> None:
+        await self._dispose(handle)
+
     async def acquire(self) -> H:
         """A ready sandbox; started on demand when none is idle."""
+        self._adapt(missed=not self._idle)
         while self._idle:
             handle = self._idle.popleft()
             if self._alive(handle):

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import EngineHarness
+
+if TYPE_CHECKING:
+    from conftest import EngineHarness
 
 pytestmark = pytest.mark.requires_bwrap
 
@@ -153,7 +156,7 @@ def test_nothing_one_execution_plants_reaches_the_next(clean: EngineHarness) -> 
     first = clean.run(PLANT.format(token=token))
     assert (first.status, first.stdout) == ("ok", "planted\n"), first.to_json()
     # Every idle sandbox is checked: the next execution may take any of them.
-    for _ in range(clean.backend.pool.size + 1):
+    for _ in range(clean.backend.pool.max_idle + 1):
         result = clean.run(CHECK.format(token=token))
         assert result.status == "ok", result.to_json()
         assert result.stdout.splitlines() == [

@@ -11,9 +11,12 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import EngineHarness
+
+if TYPE_CHECKING:
+    from conftest import EngineHarness
 
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.errors import Unavailable
@@ -30,8 +33,8 @@ def zygote_pid(harness: EngineHarness) -> int:
 
 
 @pytest.fixture
-def rotating() -> Iterator[EngineHarness]:
-    harness = EngineHarness(pool_size=1, zygote_max_forks=3)
+def rotating(engine_harness: type[EngineHarness]) -> Iterator[EngineHarness]:
+    harness = engine_harness(pool_size=1, zygote_max_forks=3)
     yield harness
     assert harness.leftovers() == []
     harness.close()

@@ -44,7 +44,9 @@ def default_guest_python() -> str:
 @dataclass(frozen=True)
 class ProcessBackendConfig:
     python: str | None = None
-    pool_size: int = 2
+    pool_size: int = 2  # sandboxes kept warm when quiet
+    pool_max_idle: int = 8  # kept warm at most, while demand outruns the pool
+    max_sandboxes: int = 64  # alive at once (idle and running); more wait for one to end
     uid: int = NOBODY
     gid: int = NOBODY
     # The limits pooled sandboxes are started with; a job with another file_size (which sizes
@@ -71,6 +73,7 @@ class ProcessBackend:
         self._reaping: set[asyncio.Task[None]] = set()
         self._seccomp = False
         self.zygote: ZygoteSupervisor | None = None
+        self._slots = asyncio.Semaphore(self.config.max_sandboxes)
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -116,10 +119,22 @@ class ProcessBackend:
             dispose=lambda h: h.dispose(),
             alive=lambda h: h.alive,
             size=self.config.pool_size,
+            max_idle=self.config.pool_max_idle,
         )
         self._pool.start()
 
     async def _spawn(self, limits: ResolvedLimits) -> ProcessSandbox:
+        assert self.zygote is not None
+        await self._slots.acquire()
+        try:
+            sandbox = await self._fork(limits)
+        except BaseException:
+            self._slots.release()
+            raise
+        sandbox.on_disposed = self._slots.release
+        return sandbox
+
+    async def _fork(self, limits: ResolvedLimits) -> ProcessSandbox:
         assert self.zygote is not None
         settings = SpawnSettings(
             tmp_bytes=limits.file_size_bytes,

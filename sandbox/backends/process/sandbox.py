@@ -99,6 +99,7 @@ class ProcessSandbox:
         self.tmp_bytes = tmp_bytes
         self._transports = transports
         self.reaper: Callable[[ProcessSandbox], None] | None = None
+        self.on_disposed: Callable[[], None] | None = None  # the backend's count of the living
         self.applied = started.applied
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
@@ -169,6 +170,8 @@ class ProcessSandbox:
             return
         self.usage()
         self._disposed = True
+        if self.on_disposed is not None:
+            self.on_disposed()
         self.tmpfs.close()
         await self.kill()
         await self.channel.close()
