@@ -143,6 +143,14 @@ class EngineHarness:
         )
         return self.call(self.engine.execute(request, handlers=handlers, approver=approver))
 
+    def zygote_pid(self) -> int:
+        """The host pid of the backend's fork server (bwrap's child)."""
+        zygote = self.backend.zygote
+        assert zygote is not None
+        pids = zygote.pids()
+        assert len(pids) == 2, pids  # bwrap and the zygote
+        return pids[1]
+
     def assert_healthy(self) -> None:
         """The engine still runs a plain script after whatever the test did."""
         result = self.run("print('still ok')")

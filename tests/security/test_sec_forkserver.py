@@ -20,16 +20,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.requires_bwrap
 
 
-def zygote_pid(harness: EngineHarness) -> int:
-    zygote = harness.backend.zygote
-    assert zygote is not None
-    pids = zygote.pids()
-    assert len(pids) == 2, pids  # bwrap and the zygote
-    return pids[1]
-
-
 def test_the_zygote_is_unreachable_from_a_script(clean: EngineHarness) -> None:
-    zpid = zygote_pid(clean)
+    zpid = clean.zygote_pid()
     result = clean.run(
         f"""
 import ctypes, errno, os, signal
@@ -170,7 +162,7 @@ def test_nothing_one_execution_plants_reaches_the_next(clean: EngineHarness) -> 
 
 
 def test_the_zygote_never_holds_a_script(clean: EngineHarness) -> None:
-    zpid = zygote_pid(clean)
+    zpid = clean.zygote_pid()
     marker = f"ptc-marker-{uuid.uuid4().hex}"
     result = clean.run(f"secret = {marker!r}\nprint(len(secret))")
     assert result.status == "ok", result.to_json()

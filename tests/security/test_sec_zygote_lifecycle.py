@@ -24,14 +24,6 @@ from sandbox.errors import Unavailable
 pytestmark = pytest.mark.requires_bwrap
 
 
-def zygote_pid(harness: EngineHarness) -> int:
-    zygote = harness.backend.zygote
-    assert zygote is not None
-    pids = zygote.pids()
-    assert len(pids) == 2, pids  # bwrap and the zygote
-    return pids[1]
-
-
 @pytest.fixture
 def rotating(engine_harness: type[EngineHarness]) -> Iterator[EngineHarness]:
     harness = engine_harness(pool_size=1, zygote_max_forks=3)
@@ -61,7 +53,7 @@ def test_a_dead_zygote_is_replaced_and_its_sandboxes_finish(
     assert zygote is not None
     before = zygote.generations
     # An idle pooled sandbox was forked by the zygote that is about to die.
-    os.kill(zygote_pid(rotating), 9)
+    os.kill(rotating.zygote_pid(), 9)
     with caplog.at_level(logging.WARNING, logger="sandbox.backends.process.zygote"):
         result = rotating.run("import time\ntime.sleep(0.2)\nprint('finished')")
         assert (result.status, result.stdout) == ("ok", "finished\n"), result.to_json()
