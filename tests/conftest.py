@@ -174,9 +174,11 @@ class EngineHarness:
                 await asyncio.to_thread(self.backend.zygote.wait_retired)
             pool = self.backend.pool
             for _ in range(1000):
-                if pool.idle >= pool.size and pool._starting == 0:
-                    return
+                # _tasks: starts, and surplus sandboxes being disposed of as the pool shrinks.
+                if pool.idle >= pool.size and pool._starting == 0 and not pool._tasks:
+                    break
                 await asyncio.sleep(0.01)
+            await self.backend.drain()  # the cgroups of surplus sandboxes just disposed of
 
         self.call(_wait())
 

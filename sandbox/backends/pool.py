@@ -1,13 +1,13 @@
 """A warm pool of single-use sandboxes, so that starting one is off the request path.
 
 The pool keeps `target` sandboxes started and ready, between `size` and `max_idle`: an acquire
-that finds none idle raises the target by one (demand outran the pool), and every
-`SHRINK_AFTER_S` without such a miss lowers it by one, so a burst is met by more warm sandboxes
-and a quiet pool goes back to `size`. Taking one triggers a refill in the background (deferred by
-`REFILL_DELAY_S` while others are still idle). A sandbox leaves the
-pool exactly once and is never returned to it. Starts run at most `max_starting` at a time so
-that a burst of demand does not starve running scripts of CPU; a failed start is retried after
-a growing back-off.
+that finds none idle raises the target by one (demand outran the pool), and an acquire that
+comes `SHRINK_AFTER_S` or more after the last miss lowers it by one (and disposes of one surplus
+idle sandbox), so a burst is met by more warm sandboxes and a calmer pool goes back to `size`.
+Taking one triggers a refill in the background (deferred by `REFILL_DELAY_S` while others are
+still idle). A sandbox leaves the pool exactly once and is never returned to it. Starts run at
+most `max_starting` at a time so that a burst of demand does not starve running scripts of CPU;
+a failed start is retried after a growing back-off.
 """
 
 from __future__ import annotations

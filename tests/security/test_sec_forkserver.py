@@ -134,7 +134,9 @@ for line in open("/proc/self/maps"):
             found += mem.read(end - start).count(needle)
         except OSError:
             pass
-print("token copies", "many" if found > 16 else "few")
+# At least one copy is always found: the needle this script built itself (a scan that read
+# nothing would say "none").
+print("token copies", "many" if found > 16 else "few" if found else "none")
 print(sorted(os.listdir("/tmp")), sorted(os.listdir("/dev/shm")))
 print(hasattr(json, "PLANTED"), hasattr(tools, "PLANTED"), hasattr(os, "PLANTED"))
 print(signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL)
@@ -167,6 +169,7 @@ def test_the_zygote_never_holds_a_script(clean: EngineHarness) -> None:
     result = clean.run(f"secret = {marker!r}\nprint(len(secret))")
     assert result.status == "ok", result.to_json()
     found = 0
+    control = 0  # a text the zygote does hold: the scan must find it, or it proves nothing
     for line in Path(f"/proc/{zpid}/maps").read_text().splitlines():
         addr, perms = line.split()[:2]
         if not perms.startswith("r") or "[vsyscall]" in line or "[vvar]" in line:
@@ -175,9 +178,12 @@ def test_the_zygote_never_holds_a_script(clean: EngineHarness) -> None:
         with open(f"/proc/{zpid}/mem", "rb") as mem:
             try:
                 mem.seek(start)
-                found += mem.read(end - start).count(marker.encode())
+                region = mem.read(end - start)
             except OSError:
                 continue
+            found += region.count(marker.encode())
+            control += region.count(b"_ptc_runtime")
+    assert control > 0
     assert found == 0
 
 

@@ -66,12 +66,6 @@ class _Started:
     isolation: list[str]
     applied: CgroupLimits | None
 
-    def close_fds(self) -> None:
-        for fd in (self.pidfd, self.stdout_fd, self.stderr_fd, self.status_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.host_sock.close()
-
 
 def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
     return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
@@ -105,6 +99,7 @@ class ProcessSandbox:
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
         self._last_usage = ResourceUsage()
+        self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -145,8 +140,11 @@ class ProcessSandbox:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
 
     def usage(self) -> ResourceUsage:
-        if self._disposed:
+        # Once pid 1 has exited (its whole namespace with it) the figures are final: one read
+        # after the exit serves the session's violations and the disposal alike.
+        if self._disposed or self._final_usage:
             return self._last_usage
+        self._final_usage = self._exit.done()
         if self.cgroup is None:
             self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
             return self._last_usage
@@ -300,7 +298,7 @@ async def spawn_sandbox(
             leftover = await starting
             await _abandon(leftover, [])
         raise
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError) as exc:
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
     channel: FrameChannel | None = None

@@ -43,9 +43,9 @@ class ZygoteSettings:
     runtime_dir: Path
     uid: int
     gid: int
-    seccomp: bool = True
-    max_forks: int = 2000  # forks before the zygote is replaced (layout and hash seed rotate)
-    max_age_s: float = 600.0  # seconds before the zygote is replaced
+    seccomp: bool
+    max_forks: int  # forks before the zygote is replaced (layout and hash seed rotate)
+    max_age_s: float  # seconds before the zygote is replaced
 
 
 class _Zygote:
