@@ -16,7 +16,7 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
-from sandbox.errors import InvalidArgument, NotFound
+from sandbox.errors import InvalidArgument, NotFound, PtcError
 from sandbox.server.convert import (
     query_from_proto,
     record_to_proto,
@@ -59,7 +59,15 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterator[pb.ClientMessage], context: Context
     ) -> None:
         # Reads and writes go through the context (see `StreamSession`), not the iterator.
-        await StreamSession(self.runner, self._tenant(context), context).serve()
+        try:
+            tenant = self._tenant(context)
+        except PtcError:
+            # Take the client's start message before refusing: a refusal that races the
+            # client's first write reaches it as gRPC's "Internal error from Core" instead of
+            # our status (seen with an unknown key, now and then).
+            await context.read()
+            raise
+        await StreamSession(self.runner, tenant, context).serve()
 
     async def GenerateStubs(
         self, request: pb.GenerateStubsRequest, context: Context
