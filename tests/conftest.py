@@ -174,8 +174,9 @@ class EngineHarness:
                 await asyncio.to_thread(self.backend.zygote.wait_retired)
             pool = self.backend.pool
             for _ in range(1000):
-                # _tasks: starts, and surplus sandboxes being disposed of as the pool shrinks.
-                if pool.idle >= pool.size and pool._starting == 0 and not pool._tasks:
+                # Not only full: a refill deferred after an acquire would start a sandbox (a
+                # forked process, a cgroup not yet holding it) in the middle of the check.
+                if pool.settled:
                     break
                 await asyncio.sleep(0.01)
             await self.backend.drain()  # the cgroups of surplus sandboxes just disposed of

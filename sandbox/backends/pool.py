@@ -59,6 +59,13 @@ class WarmPool(Generic[H]):
     def idle(self) -> int:
         return len(self._idle)
 
+    @property
+    def settled(self) -> bool:
+        """Full, and nothing under way: no start, no disposal, no deferred refill (which would
+        start a sandbox a moment later). For leftover checks in tests and benchmarks."""
+        busy = self._starting or self._tasks or self._timer is not None
+        return not busy and len(self._idle) >= self.target
+
     def _refill(self) -> None:
         while not self._closed and len(self._idle) + self._starting < self.target:
             self._starting += 1

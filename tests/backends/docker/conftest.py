@@ -79,7 +79,7 @@ class DockerHarness:
         async def _wait() -> None:
             pool = self.backend.pool
             for _ in range(3000):
-                if pool.idle >= pool.size and pool._starting == 0 and not self.backend._removals:
+                if pool.settled and not self.backend._removals:
                     return
                 await asyncio.sleep(0.01)
 
