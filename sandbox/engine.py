@@ -46,6 +46,7 @@ from sandbox.limits import (
     apply_ceilings,
 )
 from sandbox.restricted import check_restricted
+from sandbox.sessions.driver import SessionSandbox
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
@@ -239,8 +240,11 @@ class Engine:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
+        session: SessionSandbox | None = None,
     ) -> ExecutionResult:
-        """Runs a prepared execution to its result; nothing is checked again."""
+        """Runs a prepared execution to its result; nothing is checked again. With ``session``
+        it runs as the next cell of that session's sandbox (`sandbox.sessions`), not in a
+        fresh single-use one."""
         request = prepared.request
         effective = prepared.limits
         backend = self.backend(prepared.backend)
@@ -263,8 +267,11 @@ class Engine:
 
         execution_id = prepared.execution_id
         stubs = self.stubs(prepared.manifest)
-        handle = await backend.acquire(effective)
-        result.isolation = list(handle.isolation)
+        if session is None:
+            handle = await backend.acquire(effective)
+            result.isolation = list(handle.isolation)
+        else:
+            result.isolation = session.isolation
         if on_started is not None:
             on_started(StartedInfo(execution_id, effective, result.isolation))
         broker = Broker(
@@ -276,7 +283,12 @@ class Engine:
             self.config.max_call_bytes,
         )
         job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
-        outcome = await run_session(handle, job, broker, on_output, cancel)
+        if session is None:
+            outcome = await run_session(handle, job, broker, on_output, cancel)
+        else:
+            cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
+            outcome = cell.outcome
+            result.session_lost = cell.lost or ""
 
         result.calls = broker.calls
         result.violations = [
@@ -293,6 +305,8 @@ class Engine:
             # forged by the script (an `end` frame sent over the channel, then another exit).
             end = None
         result.exit_code = end.exit_code if end is not None else outcome.exit_code
+        if end is not None and session is not None:
+            result.value = end.value
         if end is not None and end.error:
             result.error = ScriptError(
                 str(end.error.get("type", ""))[:200],
