@@ -46,8 +46,8 @@ from sandbox.limits import (
     apply_ceilings,
 )
 from sandbox.restricted import check_restricted
-from sandbox.sessions.driver import SessionSandbox
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.sessions.driver import SessionSandbox
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
 __all__ = [
@@ -256,6 +256,8 @@ class Engine:
             adjustments=list(prepared.adjustments),
             started_at=time.time(),
         )
+        if session is not None:
+            result.session_id = request.labels.get("ptc.session_id", "")
         rejection = prepared.rejection
         if rejection is not None:
             result.status = ExecutionStatus.REJECTED

@@ -110,7 +110,9 @@ def parse_guest_message(obj: Any) -> GuestMessage:
             raise ProtocolViolation("end frame: error must be an object")
         value = obj.get("value")
         if value is not None and (not isinstance(value, str) or len(value) > MAX_VALUE_CHARS):
-            raise ProtocolViolation(f"end frame: value must be a string of at most {MAX_VALUE_CHARS}")
+            raise ProtocolViolation(
+                f"end frame: value must be a string of at most {MAX_VALUE_CHARS}"
+            )
         return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error, value)
     if kind == "ready":
         return GuestReady(_int(obj.get("pid"), "pid", 1, 2**22))

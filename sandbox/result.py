@@ -235,4 +235,8 @@ class ExecutionResult:
         """Only for executions in a session: single-use results keep their exact shape."""
         if not self.session_id:
             return {}
-        return {"session_id": self.session_id, "value": self.value, "session_lost": self.session_lost}
+        return {
+            "session_id": self.session_id,
+            "value": self.value,
+            "session_lost": self.session_lost,
+        }

@@ -233,8 +233,7 @@ class _Cell(_Session):
             )
         if self.interrupted and alive:
             violations = [
-                replace(v, action="interrupted") if v.limit == killed_for else v
-                for v in violations
+                replace(v, action="interrupted") if v.limit == killed_for else v for v in violations
             ]
         outcome = Outcome(
             exit_code=exit_code,

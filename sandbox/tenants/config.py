@@ -13,6 +13,10 @@
     ceiling_policy = "clamp"          # a request above a ceiling: clamp | refuse
     audit_retention_days = 90         # 0 keeps records forever
     labels = { team = "search" }
+    sessions = "allowed"              # CreateSession: allowed | denied
+    max_sessions = 4                  # sessions open at once (0: none)
+    session_idle_timeout_s = 600      # ceiling (and default) of a session's idle timeout
+    session_max_lifetime_s = 3600     # ceiling (and default) of a session's lifetime
 
     [tenant.defaults]                 # limits a request inherits; names as in sandbox.limits
     wall_time = 5                     # seconds
@@ -61,6 +65,10 @@ _FIELDS = frozenset(
         "labels",
         "defaults",
         "ceilings",
+        "sessions",
+        "max_sessions",
+        "session_idle_timeout_s",
+        "session_max_lifetime_s",
     }
 )
 
@@ -193,6 +201,10 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
         ),
         audit_retention_days=read.integer("audit_retention_days", 30, 0),
         labels=dict(labels),
+        sessions_allowed=read.choice("sessions", "allowed", ("allowed", "denied")) == "allowed",
+        max_sessions=read.integer("max_sessions", 4, 0),
+        session_idle_timeout_s=read.integer("session_idle_timeout_s", 600, 1),
+        session_max_lifetime_s=read.integer("session_max_lifetime_s", 3600, 1),
     )
     return TenantConfig(tenant, tuple(parsed), read.integer("rate_burst", rate, 1))
 
