@@ -29,6 +29,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
+from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
@@ -354,3 +355,37 @@ class AsyncClient:
                 request or pb.ListExecutionsRequest(), metadata=self._metadata
             )
         return response
+
+    def session(
+        self,
+        tools: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        idle_timeout: float | None = None,
+        max_lifetime: float | None = None,
+        max_executions: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+    ) -> AsyncSession:
+        """A session (`sandbox.client.sessions`): ``async with client.session(...) as s``.
+        Times in seconds; ``limits`` are the whole session's (``cpu_time`` its total CPU).
+        With ``session_id`` it attaches to an existing session instead of creating one."""
+        return AsyncSession(
+            self,
+            tools=tools,
+            limits=limits,
+            backend=backend,
+            idle_timeout=idle_timeout,
+            max_lifetime=max_lifetime,
+            max_executions=max_executions,
+            labels=labels,
+            session_id=session_id,
+        )
+
+    async def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:
+        async with translated():
+            response: pb.ListSessionsResponse = await self._stub.ListSessions(
+                pb.ListSessionsRequest(include_ended=include_ended), metadata=self._metadata
+            )
+        return list(response.sessions)

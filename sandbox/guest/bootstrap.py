@@ -199,6 +199,9 @@ def _serve_session(channel: object, job: dict[str, object]) -> None:
             with contextlib.suppress(OSError):
                 signal.pthread_kill(main_thread, signal.SIGINT)
 
+    # Whatever the sandbox inherited (an ignored SIGINT survives exec), an interrupt raises
+    # KeyboardInterrupt in the cell.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     jobs: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
     channel.serve_session(jobs, interrupt)  # type: ignore[attr-defined]
     module = types.ModuleType("__main__")
