@@ -15,6 +15,7 @@ in a session run one at a time: a second one while one runs is refused with
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,10 +70,9 @@ class AsyncSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        try:
+        # One that ended already (expired, lost) has nothing left to close.
+        with contextlib.suppress(NotFound, FailedPrecondition):
             await self.close()
-        except (NotFound, FailedPrecondition):
-            pass  # it had ended already (expired, lost): nothing left to close
 
     async def create(self) -> pb.SessionInfo:
         manifest, local = build_manifest(self._tools)

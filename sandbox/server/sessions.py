@@ -31,7 +31,7 @@ MAX_LABELS = 64
 def _seconds(tenant: Tenant, request: pb.CreateSessionRequest, field: str, ceiling_s: int) -> float:
     if not request.HasField(field):
         return float(ceiling_s)
-    value_ms = getattr(request, field)
+    value_ms = int(getattr(request, field))
     if value_ms == 0:
         raise InvalidArgument(f"{field}: must be above 0")
     if value_ms > ceiling_s * 1000:

@@ -82,7 +82,9 @@ class SessionServer:
 @pytest.fixture(
     scope="module", params=["process", pytest.param("docker", marks=pytest.mark.requires_docker)]
 )
-def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionServer]:
+def srv(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SessionServer]:
     server = SessionServer(tmp_path_factory.mktemp(f"sessions-{request.param}"), request.param)
     yield server
     assert server.open_sessions() == 0, "a test left a session open"

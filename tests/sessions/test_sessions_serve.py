@@ -36,7 +36,9 @@ def tripped(result):  # type: ignore[no-untyped-def]
 
 def test_state_persists_across_three_executions(srv: SessionServer) -> None:
     with srv.a.session(ECHO, backend=srv.backend) as session:
-        first = session.execute("import json, tools\nx = 1\n_ = open('notes.txt', 'w').write('kept')")
+        first = session.execute(
+            "import json, tools\nx = 1\n_ = open('notes.txt', 'w').write('kept')"
+        )
         second = session.execute("x += 1\nprint(x)\ntools.lookup(q=x)")
         third = session.execute(
             "print(x, json.dumps([x]), open('notes.txt').read())\nx * 10", ECHO2
@@ -46,7 +48,7 @@ def test_state_persists_across_three_executions(srv: SessionServer) -> None:
     assert (first.status, first.stdout, first.value) == ("ok", "", None)
     assert (second.status, second.stdout, second.value) == ("ok", "2\n", "{'q': 2}")
     assert [(c.tool, c.arguments) for c in second.calls] == [("lookup", {"q": 2})]
-    assert (third.status, third.stdout, third.value) == ("ok", '2 [2] kept\n', "20")
+    assert (third.status, third.stdout, third.value) == ("ok", "2 [2] kept\n", "20")
     assert (fourth.status, fourth.value) == ("ok", "(True, False)")
     assert {r.session_id for r in (first, second, third)} == {session.id}
     assert list(info.execution_ids) == [
@@ -120,7 +122,9 @@ def test_uninterruptible_cell_is_killed_and_the_session_lost(srv: SessionServer)
 def test_out_of_memory_ends_the_session_with_the_reason(srv: SessionServer) -> None:
     with srv.a.session(backend=srv.backend, limits={"memory_bytes": 128 * MiB}) as session:
         session.execute("x = 1")
-        oom = session.execute("hoard = []\nwhile True:\n    hoard.append(bytearray(8 * 1024 * 1024))")
+        oom = session.execute(
+            "hoard = []\nwhile True:\n    hoard.append(bytearray(8 * 1024 * 1024))"
+        )
         with pytest.raises(FailedPrecondition) as lost:
             session.execute("x")
         info = session.get()
@@ -201,7 +205,9 @@ def test_bad_input_gets_exact_codes(srv: SessionServer) -> None:
             session.execute("1")
         runner.join(20)
         assert "is running execution" in str(busy.value)
-        assert str(busy.value).endswith("a session runs one execution at a time (refused, not queued)")
+        assert str(busy.value).endswith(
+            "a session runs one execution at a time (refused, not queued)"
+        )
         assert [getattr(r, "value", None) for r in results] == ["'slow'"]
         wanted = pb.BACKEND_DOCKER if other == "docker" else pb.BACKEND_PROCESS
         with grpc.insecure_channel(srv.address) as channel:
