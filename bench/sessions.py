@@ -43,36 +43,38 @@ async def main(report: Report, rounds: int, warmup: int, backend: str) -> None:
         address = await server.start()
         pool: Any = server.engine.config.backends[backend].pool  # type: ignore[attr-defined]
         try:
-            async with AsyncClient(address) as client:
-                async with client.session(backend=backend) as session:
-                    first = await session.execute("x = 0")
-                    assert first.status == "ok", first
+            async with (
+                AsyncClient(address) as client,
+                client.session(backend=backend) as session,
+            ):
+                first = await session.execute("x = 0")
+                assert first.status == "ok", first
 
-                    async def in_session() -> None:
-                        result = await session.execute("x += 1\nprint(x)")
-                        assert result.status == "ok", result
+                async def in_session() -> None:
+                    result = await session.execute("x += 1\nprint(x)")
+                    assert result.status == "ok", result
 
-                    async def single_use() -> None:
-                        result = await client.execute("print(1)", backend=backend)
-                        assert result.status == "ok", result
+                async def single_use() -> None:
+                    result = await client.execute("print(1)", backend=backend)
+                    assert result.status == "ok", result
 
-                    async def settle() -> None:
-                        await pool.wait_ready()
-                        await asyncio.sleep(PACE_S)
+                async def settle() -> None:
+                    await pool.wait_ready()
+                    await asyncio.sleep(PACE_S)
 
-                    report.section(f"1. one execution through gRPC on the {backend} backend")
-                    times = await interleave(
-                        {"session x += 1": in_session, "single-use print(1)": single_use},
-                        rounds,
-                        warmup=warmup,
-                        before=settle,
-                    )
-                    for label, values in times.items():
-                        report.timings(label, values)
-                    ratio = percentile(times["session x += 1"], 0.5) / percentile(
-                        times["single-use print(1)"], 0.5
-                    )
-                    report.figure("session / single-use p50", ratio, "x", note="target < 1")
+                report.section(f"1. one execution through gRPC on the {backend} backend")
+                times = await interleave(
+                    {"session x += 1": in_session, "single-use print(1)": single_use},
+                    rounds,
+                    warmup=warmup,
+                    before=settle,
+                )
+                for label, values in times.items():
+                    report.timings(label, values)
+                ratio = percentile(times["session x += 1"], 0.5) / percentile(
+                    times["single-use print(1)"], 0.5
+                )
+                report.figure("session / single-use p50", ratio, "x", note="target < 1")
         finally:
             await server.stop(grace_s=1.0)
 
