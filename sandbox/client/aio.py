@@ -253,12 +253,15 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        session_id: str = "",
     ) -> Execution:
-        """Starts a streamed execution and returns it while it runs."""
+        """Starts a streamed execution and returns it while it runs; with ``session_id``, as
+        that session's next cell (its tools replaced by ``tools``)."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
+        request.session_id = session_id
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
@@ -285,6 +288,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        session_id: str = "",
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -298,6 +302,7 @@ class AsyncClient:
             expected_calls=expected_calls,
             labels=labels,
             timeout=timeout,
+            session_id=session_id,
         )
         return await execution.result()
 

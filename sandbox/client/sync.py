@@ -106,8 +106,10 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        session_id: str = "",
     ) -> ExecutionResult:
-        """Runs ``script`` to the end, serving its client tools and approvals here."""
+        """Runs ``script`` to the end, serving its client tools and approvals here; with
+        ``session_id``, as that session's next cell."""
         return self._call(
             self._async.run(
                 script,
@@ -120,6 +122,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                session_id=session_id,
             )
         )
 

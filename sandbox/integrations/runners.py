@@ -32,6 +32,7 @@ from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult
+from sandbox.sessions.manager import SessionManager
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
 
@@ -142,6 +143,19 @@ class EmbeddedRunner:
             self._close_store()
             raise
         self._closed = False
+        self._sessions: SessionManager | None = None
+
+    def session_manager(self) -> SessionManager:
+        """The sessions of this runner's engine (`sandbox.integrations.session_runners`)."""
+        if self._sessions is None:
+            manager = SessionManager(self.engine, self.recorder.store)
+
+            async def start() -> None:
+                manager.start()
+
+            self._loop.call(start())
+            self._sessions = manager
+        return self._sessions
 
     async def _execute(self, request: RunRequest) -> ExecutionResult:
         manifest, local = build_manifest(list(request.tools))
@@ -173,6 +187,8 @@ class EmbeddedRunner:
             return
         self._closed = True
         try:
+            if self._sessions is not None:
+                self._loop.call(self._sessions.close_all("the runner closed"))
             self._loop.call(self._settle())
             self._loop.call(self.engine.close())
         finally:
