@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         if args.session:
             from sandbox.integrations.session_runners import open_session
 
-            served = open_session(runner)  # type: ignore[arg-type]
+            served = open_session(runner)
         anyio.run(serve_mcp, served, options)
     except KeyboardInterrupt:
         pass
