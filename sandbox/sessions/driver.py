@@ -30,7 +30,7 @@ from sandbox.backends.base import Job, Outcome, SandboxHandle
 from sandbox.backends.session import FRAME_OVERHEAD, _Session, job_frame
 from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
-from sandbox.protocol import GuestEnd, GuestMessage, ProtocolViolation, encode_frame
+from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
 from sandbox.result import Evidence, Violation
 
 __all__ = ["INTERRUPT_GRACE_S", "CellOutcome", "SessionSandbox"]
@@ -76,6 +76,31 @@ class SessionSandbox:
 
     async def dispose(self) -> None:
         await self.handle.dispose()
+
+
+class _Between:
+    """Serves the channel between a session's executions: a call a leftover thread of the
+    last cell makes is refused (nothing may reach a finished execution's call log), an `end`
+    frame is ignored, and a protocol violation kills the sandbox (the session is then lost)."""
+
+    def __init__(self, handle: SandboxHandle) -> None:
+        self.handle = handle
+        self.killing: asyncio.Task[None] | None = None
+
+    def inline(self, call: GuestCall) -> bytes | None:
+        return encode_frame(
+            {
+                "t": "result",
+                "id": call.id,
+                "ok": False,
+                "kind": "refused",
+                "message": "no execution is running in this session",
+            }
+        )
+
+    def deliver(self, message: GuestMessage | ProtocolViolation) -> None:
+        if isinstance(message, ProtocolViolation) and self.killing is None:
+            self.killing = asyncio.ensure_future(self.handle.kill())
 
 
 class _Cell(_Session):
@@ -170,14 +195,23 @@ class _Cell(_Session):
         ]
         exited = asyncio.ensure_future(handle.wait())
         ended = asyncio.ensure_future(self.ended.wait())
+        closed = asyncio.ensure_future(handle.channel.wait_closed())
         try:
             done, _ = await asyncio.wait(
-                [exited, ended],
+                [exited, ended, closed],
                 timeout=limits.wall_time_ms / 1000,
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if not done:
                 await self.kill("wall_time")
+            elif closed in done and not self.ended.is_set():
+                # The guest closed or broke its channel: no further cell could be sent. (An
+                # exiting sandbox closes it too, a moment before its exit is seen.)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(exited), DRAIN_GRACE_S)
+                if not exited.done():
+                    self.lost = self.lost or "protocol: the sandbox closed its tool channel"
+                    await self.kill("protocol_closed")
             # An interrupt or kill in progress (from a watcher) settles one way or the other.
             await asyncio.wait([exited, ended], return_when=asyncio.FIRST_COMPLETED)
             for task in helpers:
@@ -197,10 +231,12 @@ class _Cell(_Session):
                 )
         finally:
             self._stopping = True
+            handle.channel.serve(_Between(handle), self.job.max_call_bytes + FRAME_OVERHEAD)
             handle.stdout.detach()
             handle.stderr.detach()
             ended.cancel()
             exited.cancel()
+            closed.cancel()
             for task in [*helpers, *self._calls.values()]:
                 task.cancel()
             await asyncio.gather(*helpers, *self._calls.values(), return_exceptions=True)

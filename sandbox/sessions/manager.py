@@ -341,6 +341,17 @@ class SessionManager:
                     await session.sandbox.handle.kill()
                     continue
                 await self._end(session, SessionState.EXPIRED, reason, ExecutionStatus.OK)
+            elif (
+                session.running is None
+                and session.sandbox.alive
+                and session.sandbox.handle.usage().cpu_time_s >= session.sandbox.total_cpu_s
+            ):
+                # Threads a cell left running spend the budget between executions too.
+                reason = (
+                    "cpu_time: the session used its total CPU budget of "
+                    f"{session.sandbox.total_cpu_s:g} s between executions"
+                )
+                await self._end(session, SessionState.LOST, reason, ExecutionStatus.LIMIT_EXCEEDED)
             elif session.running is None and not session.sandbox.alive:
                 usage = session.sandbox.handle.usage()
                 why = "memory: the sandbox ran out of memory" if usage.oom_killed else "exited"

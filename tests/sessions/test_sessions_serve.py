@@ -264,3 +264,24 @@ def test_audit_records_sessions_and_their_executions(srv: SessionServer) -> None
         }
     finally:
         store.close()
+
+
+def test_a_call_between_executions_is_refused_and_recorded_nowhere(srv: SessionServer) -> None:
+    late = (
+        "import threading, time, tools\n"
+        "seen = []\n"
+        "def later():\n"
+        "    time.sleep(0.5)\n"
+        "    try:\n"
+        "        tools.lookup(q=1)\n"
+        "    except tools.ToolError as exc:\n"
+        "        seen.append(f'{type(exc).__name__}: {exc}')\n"
+        "threading.Thread(target=later).start()\n"
+    )
+    with srv.a.session(ECHO, backend=srv.backend) as session:
+        first = session.execute(late)
+        time.sleep(1.0)
+        second = session.execute("seen")
+    assert (first.status, first.calls) == ("ok", [])
+    assert (second.status, second.calls) == ("ok", [])
+    assert second.value == "['CallRefused: no execution is running in this session']"
