@@ -451,7 +451,7 @@ class ExecutionRecord(_message.Message):
     def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
-    __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token")
+    __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token", "session_id")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +459,7 @@ class ListExecutionsRequest(_message.Message):
     VIOLATION_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     status: ExecutionStatus
@@ -466,7 +467,8 @@ class ListExecutionsRequest(_message.Message):
     violation: str
     page_size: int
     page_token: str
-    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsResponse(_message.Message):
     __slots__ = ("records", "next_page_token")

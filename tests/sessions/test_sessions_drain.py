@@ -3,6 +3,7 @@ records of sessions and their executions, and the session record says how it end
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from .conftest import SessionServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+AUDIT_LIST = [PYTHON, "-m", "sandbox.cli", "audit", "list", "--db"]
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,16 @@ def test_server_stop_ends_sessions_with_a_reason(tmp_path: Path, backend: str) -
         check=False,
     )
     assert verify.returncode == 0, verify.stderr
+    listed = subprocess.run(
+        [*AUDIT_LIST, srv.audit_db, "--json", "--session", session.id],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ),
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["execution_id"] for line in listed.stdout.splitlines()] == [
+        done.execution_id
+    ]

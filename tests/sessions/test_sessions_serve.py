@@ -17,6 +17,7 @@ from sandbox.audit import open_store
 from sandbox.audit.base import AuditQuery
 from sandbox.errors import (
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
@@ -258,12 +259,20 @@ def test_audit_records_sessions_and_their_executions(srv: SessionServer) -> None
             assert kept.result.session_id == session.id
         assert store.get("globex", session.id) is None
         assert store.verify("acme").ok
+        listed, _ = store.list("acme", AuditQuery(session_id=session.id))
+        assert [r.admission.execution_id for r in listed] == [two.execution_id, one.execution_id]
         page, _ = store.list("acme", AuditQuery(limit=1000))
         assert {session.id, one.execution_id, two.execution_id} <= {
             r.admission.execution_id for r in page
         }
     finally:
         store.close()
+    served = srv.a.list_executions(pb.ListExecutionsRequest(session_id=session.id))
+    assert [r.result.execution_id for r in served.records] == [two.execution_id, one.execution_id]
+    assert srv.b.list_executions(pb.ListExecutionsRequest(session_id=session.id)).records == []
+    with pytest.raises(InvalidArgument) as bad:
+        srv.a.list_executions(pb.ListExecutionsRequest(session_id="s-%"))
+    assert str(bad.value) == "session_id: 's-%' is not a session id"
 
 
 def test_a_call_between_executions_is_refused_and_recorded_nowhere(srv: SessionServer) -> None:
