@@ -4,6 +4,7 @@ cell), idle expiry, tenant isolation, bad input with exact codes, and the audit 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -15,6 +16,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit import open_store
 from sandbox.audit.base import AuditQuery
+from sandbox.client import AsyncClient
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -294,3 +296,25 @@ def test_a_call_between_executions_is_refused_and_recorded_nowhere(srv: SessionS
     assert (first.status, first.calls) == ("ok", [])
     assert (second.status, second.calls) == ("ok", [])
     assert second.value == "['CallRefused: no execution is running in this session']"
+
+
+def test_async_client_session_and_streamed_cells(srv: SessionServer) -> None:
+    async def work() -> tuple[object, object, object]:
+        async with (
+            AsyncClient(srv.address, KEY_A) as client,
+            client.session(backend=srv.backend) as session,
+        ):
+            first = await session.execute("word = 'hi'")
+            # ExecuteStream with the session's id: output streamed, state kept.
+            chunks: list[bytes] = []
+            streamed = await client.run(
+                "print(word * 2)",
+                on_output=lambda chunk: chunks.append(chunk.data),
+                session_id=session.id,
+            )
+            return first, streamed, b"".join(chunks)
+
+    first, streamed, chunks = asyncio.run(asyncio.wait_for(work(), 60))
+    assert first.status == "ok"  # type: ignore[attr-defined]
+    assert (streamed.status, streamed.stdout) == ("ok", "hihi\n")  # type: ignore[attr-defined]
+    assert chunks == b"hihi\n"
