@@ -318,3 +318,18 @@ def test_async_client_session_and_streamed_cells(srv: SessionServer) -> None:
     assert first.status == "ok"  # type: ignore[attr-defined]
     assert (streamed.status, streamed.stdout) == ("ok", "hihi\n")  # type: ignore[attr-defined]
     assert chunks == b"hihi\n"
+
+
+def test_a_protocol_violation_loses_the_session(srv: SessionServer) -> None:
+    forge = (
+        "import _ptc_runtime\n_ptc_runtime._channel._sock.sendall(b'\\x00\\x00\\x00\\x05hello')\n"
+    )
+    with srv.a.session(backend=srv.backend) as session:
+        broken = session.execute(forge + "import time\ntime.sleep(5)")
+        with pytest.raises(FailedPrecondition) as lost:
+            session.execute("1")
+    assert broken.status == "limit_exceeded"
+    assert tripped(broken) == [("protocol", "killed")]
+    assert broken.session_lost.startswith("protocol: frame is not UTF-8 JSON")
+    assert str(lost.value).startswith(f"session_lost: session '{session.id}' is lost: protocol:")
+    srv.assert_healthy()
