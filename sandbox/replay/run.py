@@ -56,9 +56,7 @@ async def replay(
     return report(recording, dispatch, result)
 
 
-def report(
-    recording: Recording, dispatch: ReplayDispatch, result: ExecutionResult
-) -> ReplayReport:
+def report(recording: Recording, dispatch: ReplayDispatch, result: ExecutionResult) -> ReplayReport:
     """The report of a finished replay."""
     return ReplayReport(
         recording.execution_id, result, compare(recording.result, result, dispatch.calls)

@@ -10,6 +10,7 @@ manifest's hash, and records with no result (still running, or interrupted) cann
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sandbox.audit.base import AuditRecord
 from sandbox.engine import ExecutionRequest
@@ -44,7 +45,9 @@ class Recording:
     ) -> ExecutionRequest:
         """The request that replays it: the recorded one, with any given manifest, limits
         (field by field over the recorded ones) or backend instead."""
-        policy = "restricted" if self.policy == "restricted" else "none"
+        policy: Literal["none", "restricted"] = (
+            "restricted" if self.policy == "restricted" else "none"
+        )
         return ExecutionRequest(
             script=self.script,
             manifest=self.manifest_json if manifest is None else manifest,
