@@ -202,6 +202,8 @@ def _compare_calls(replayed: list[CallRecord], calls: RecordedCalls) -> list[Dif
 
 
 def _arguments(arguments: Any) -> str:
+    if arguments == {}:
+        return "no arguments"
     if isinstance(arguments, dict):
         text = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
     else:
