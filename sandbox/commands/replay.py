@@ -78,6 +78,7 @@ async def _embedded(args: argparse.Namespace, manifest: str | None, limits: Limi
 
     store = open_store(args.audit_db, instance="ptc-replay")
     try:
+        store.mark_interrupted()  # replays this command left running when it was killed
         record = find_record(store, args.execution_id, args.tenant)
         backend = args.backend or record.admission.backend
         backends = _backends(ExecutionRequest(script="", backend=backend), args.allow_degraded)

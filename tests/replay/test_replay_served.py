@@ -7,6 +7,8 @@ replay are refused with the right error, and the server keeps serving.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import pytest
 
 from sandbox.audit import Admission, open_store
 from sandbox.client import Client
-from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, ExecutionStatus
 from sandbox.tenants import hash_key
 
@@ -274,3 +276,44 @@ def test_a_record_from_before_replay_names_what_is_missing(served: Served) -> No
     )
     result = served.acme.execute("print('still ok')")
     assert (result.status, result.stdout) == ("ok", "still ok\n")
+
+
+def test_bad_requests_are_invalid_and_the_server_keeps_serving(served: Served) -> None:
+    recorded = served.acme.run("print('x')")
+    with pytest.raises(InvalidArgument) as empty:
+        served.acme.replay("")
+    assert empty.value.message == "execution_id: is empty"
+    with pytest.raises(InvalidArgument) as manifest:
+        served.acme.replay(recorded.execution_id, tools="{not json")
+    assert manifest.value.message.startswith("manifest: ")
+    with pytest.raises(InvalidArgument) as limits:
+        served.acme.replay(recorded.execution_id, limits={"wall_time_ms": 0})
+    assert limits.value.message == "limits.wall_time_ms: must be a positive integer, got 0"
+    with pytest.raises(InvalidArgument) as backend:
+        served.acme.replay(recorded.execution_id, backend="vm")
+    assert backend.value.message == "backend: unknown backend 'vm'"
+    result = served.acme.execute("print('still ok')")
+    assert (result.status, result.stdout) == ("ok", "still ok\n")
+
+
+def test_ptc_replay_against_the_server(served: Served) -> None:
+    recorded = served.acme.run(SCRIPT, [get_weather])
+    env = {**os.environ, "PTC_API_KEY": KEY_A}
+    args = [PYTHON, "-m", "sandbox.cli", "replay", recorded.execution_id, "--server"]
+    done = subprocess.run(
+        [*args, served.address, "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["identical"], report["execution_id"]) == (True, recorded.execution_id)
+    env["PTC_API_KEY"] = KEY_G
+    other = subprocess.run(
+        [*args, served.address],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert (other.returncode, other.stderr) == (
+        8,
+        f"ptc replay: not found: server {served.address}: execution_id: no execution "
+        f"{recorded.execution_id!r}\n",
+    )
