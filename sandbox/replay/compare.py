@@ -54,8 +54,12 @@ def _first_line_difference(recorded: str, replayed: str) -> str:
         if a != b:
             return f"line {number} was {a[:200]!r}, is {b[:200]!r}"
     if len(old) != len(new):
-        return f"{len(old)} lines recorded, {len(new)} replayed"
+        return f"{_lines(len(old))} recorded, {_lines(len(new))} replayed"
     return "they differ in line endings"
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"
 
 
 def compare(
