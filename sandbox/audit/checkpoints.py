@@ -29,6 +29,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,14 +110,16 @@ class Checkpoint:
             value = data.get(name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgument(f"{where}: {name} must be a non-negative integer")
-        digest = data["root_hash"].removeprefix("sha256:")
+        digest = data["root_hash"]
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise InvalidArgument(
+                f"{where}: root_hash must be 'sha256:' and 64 lowercase hex digits"
+            )
         try:
-            root_hash = bytes.fromhex(digest)
             signature = base64.b64decode(data["signature"], validate=True)
         except (ValueError, binascii.Error):
-            raise InvalidArgument(f"{where}: root_hash or signature is not well-formed") from None
-        if not data["root_hash"].startswith("sha256:") or len(root_hash) != 32:
-            raise InvalidArgument(f"{where}: root_hash must be 'sha256:' and 64 hex digits")
+            raise InvalidArgument(f"{where}: signature is not base64") from None
+        root_hash = bytes.fromhex(digest.removeprefix("sha256:"))
         return cls(
             origin=data["origin"],
             tenant=data["tenant"],
@@ -187,8 +190,7 @@ def load_private_key(path: str | None = None) -> Ed25519PrivateKey:
 
 
 def _pem_blocks(data: bytes) -> list[bytes]:
-    marker = b"-----END PUBLIC KEY-----"
-    return [part.strip() + b"\n" + marker + b"\n" for part in data.split(marker) if part.strip()]
+    return re.findall(rb"-----BEGIN PUBLIC KEY-----.*?-----END PUBLIC KEY-----", data, re.DOTALL)
 
 
 def load_public_keys(paths: Sequence[str] = ()) -> dict[str, Ed25519PublicKey]:

@@ -112,9 +112,11 @@ def test_random_sizes_prove_prefixes_and_refuse_truncated_or_rewritten_trees(
     # Truncated and regrown: the newest old leaves replaced by others, the tree as large again.
     cut = data.draw(st.integers(min_value=0, max_value=m - 1), label="cut")
     regrown = leaves[:cut] + _leaves(n - cut, salt=b"forged")
-    assert not verify_consistency(
-        m, n, old_root, root(regrown), consistency_proof(regrown, m)
-    ), (m, n, cut)
+    assert not verify_consistency(m, n, old_root, root(regrown), consistency_proof(regrown, m)), (
+        m,
+        n,
+        cut,
+    )
     # The old root presented with a proof for another size fails too.
     other = data.draw(st.integers(min_value=1, max_value=n - 1), label="other")
     if other != m:
