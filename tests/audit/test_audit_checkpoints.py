@@ -58,7 +58,7 @@ def _truncate(db: AuditDb, tenant: str, keep_entries: int) -> None:
     db.raw("DELETE FROM entries WHERE tenant = ? AND seq > ?", (tenant, keep_entries))
     for execution_id in gone:
         for table in ("executions", "calls", "violations"):
-            db.raw(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))  # noqa: S608
+            db.raw(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
     if keep_entries == 0:
         db.raw("DELETE FROM chain_heads WHERE tenant = ?", (tenant,))
         return
