@@ -12,8 +12,10 @@ not signed over), signs a new checkpoint and publishes it three ways:
   cannot reach it;
 - hooks: callables given each `Checkpoint`, e.g. to export the tree size as a metric.
 
-Cost: building a tree reads every entry hash of the tenant and hashes it twice (about 1 s per
-million entries on this machine); unchanged tenants are skipped after that read. In a fleet
+Cost: building a tree reads every entry hash of the tenant and hashes it twice: about 10 us per
+entry on SQLite, 0.12x of what `verify` of the same chain takes (`python -m bench.checkpoints`:
+20,000 entries in 205 ms on 2 loaded cores), so about 10 s per interval for a tenant of a million
+entries; unchanged tenants are skipped after that read. In a fleet
 sharing one PostgreSQL store, every instance that is given a key publishes its own checkpoints
 (``origin`` names the instance); they describe the same chains, so any of them verifies.
 """
