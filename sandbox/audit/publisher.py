@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,6 +71,9 @@ class CheckpointPublisher:
         self.published = 0
         self.refused = 0  # trees that did not extend the last checkpoint
         self._last: dict[str, Checkpoint] = {}
+        # One round at a time: a round cancelled at shutdown goes on in its thread, and the
+        # final round (then the store's close) must wait for it.
+        self._round = threading.Lock()
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -90,6 +94,10 @@ class CheckpointPublisher:
 
     def publish_once(self, now: float | None = None) -> list[Checkpoint]:
         """Signs and publishes a checkpoint for every tenant whose tree changed."""
+        with self._round:
+            return self._publish_changed(now)
+
+    def _publish_changed(self, now: float | None) -> list[Checkpoint]:
         signed: list[Checkpoint] = []
         for tenant in self.store.tenants():
             tree = tenant_tree(self.store.chain_hashes(tenant), tenant)

@@ -249,6 +249,11 @@ def _checkpoint_publisher(config: ServerConfig, store: AuditStore) -> Checkpoint
     from sandbox.audit.checkpoints import load_private_key
     from sandbox.audit.publisher import CheckpointPublisher
 
+    if config.checkpoint_interval_s is not None and config.checkpoint_interval_s <= 0:
+        raise InvalidArgument(
+            f"checkpoint interval {config.checkpoint_interval_s}: must be a positive number "
+            "of seconds"
+        )
     if not isinstance(store, SqlAuditStore):
         raise InvalidArgument(
             "audit checkpoints need an audit store (--audit-db PATH|URL), not one in memory"

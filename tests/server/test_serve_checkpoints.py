@@ -136,3 +136,11 @@ def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
     assert nokey.stderr.strip().endswith(
         "no checkpoint key: pass a key file or set $PTC_CHECKPOINT_KEY"
     )
+    negative = _ptc(
+        "serve", "--listen", "127.0.0.1:0", "--audit-db", str(tmp_path / "a.db"),
+        "--checkpoint-interval", "-1", env=env,
+    )  # fmt: skip
+    assert negative.returncode == 2
+    assert negative.stderr.strip().endswith(
+        "checkpoint interval -1.0: must be a positive number of seconds"
+    )
