@@ -101,6 +101,15 @@ class CheckpointPublisher:
         signed: list[Checkpoint] = []
         for tenant in self.store.tenants():
             tree = tenant_tree(self.store.chain_hashes(tenant), tenant)
+            if tree.gap_after is not None:
+                self.refused += 1
+                log.error(
+                    "audit checkpoint: tenant %s: entry %d is missing from the chain: deleted; "
+                    "not signing",
+                    tenant,
+                    tree.gap_after + 1,
+                )
+                continue
             new_root = tree.root()
             last = self.latest(tenant)
             if last is not None and (last.tree_size, last.root_hash) == (tree.size, new_root):

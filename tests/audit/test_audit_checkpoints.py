@@ -278,6 +278,14 @@ def test_publisher_writes_skips_and_refuses_a_truncated_store(
         "audit checkpoint: tenant acme: the store's tree (size 8) does not extend the "
         "checkpoint at size 6: entries were removed or rewritten; not signing"
     ) in caplog.text
+    audit_db.raw("DELETE FROM entries WHERE tenant = 'globex' AND seq = 1")
+    _fill(store, "globex", 1)
+    with caplog.at_level(logging.INFO, logger="sandbox.audit.publisher"):
+        assert restarted.publish_once() == []
+    assert restarted.refused == 3  # acme again, and globex
+    assert (
+        "audit checkpoint: tenant globex: entry 1 is missing from the chain: deleted; not signing"
+    ) in caplog.text
 
 
 def ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
