@@ -173,8 +173,14 @@ class ProcessSandbox:
         # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
         # parent-death signal, and the kernel then kills every process in its pid namespace.
         # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
-        with contextlib.suppress(ProcessLookupError, OSError):
+        try:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+        except OSError as exc:
+            # EPERM: a server without CAP_KILL cannot signal the sandbox uid; the cgroup sweep
+            # at disposal is then the only kill, and slower. Say so rather than hide it.
+            log.warning("sandbox %d could not be killed through its pidfd: %s", self.pid, exc)
 
     def usage(self) -> ResourceUsage:
         # Once pid 1 has exited (its whole namespace with it) the figures are final: one read
