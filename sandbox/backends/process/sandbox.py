@@ -111,6 +111,7 @@ class ProcessSandbox:
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
+        self._fds_closed = False
         self._last_usage = ResourceUsage()
         self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
@@ -173,6 +174,8 @@ class ProcessSandbox:
         # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
         # parent-death signal, and the kernel then kills every process in its pid namespace.
         # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
+        if self._fds_closed:
+            return  # disposed of: the number may name another descriptor by now
         try:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
         except ProcessLookupError:
@@ -219,6 +222,7 @@ class ProcessSandbox:
         await self._exit
         for transport in self._transports:
             transport.close()
+        self._fds_closed = True
         for fd in (self._started.pidfd, self._started.status_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
