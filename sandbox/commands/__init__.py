@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, mcp, run, serve, session, stubs, tenants
+    from sandbox.commands import audit, mcp, replay, run, serve, session, stubs, tenants
 
-    return [run, stubs, audit, tenants, serve, mcp, session]
+    return [run, stubs, audit, tenants, serve, mcp, replay, session]
 
 
 COMMANDS: list[Command] = _load()

@@ -24,6 +24,7 @@ from sandbox.server.convert import (
     request_from_proto,
     result_to_proto,
 )
+from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
 from sandbox.tenants.base import Tenant
@@ -127,3 +128,6 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.SessionInfo:
         return await sessions.close_session(self.runner, self._tenant(context), request)
+
+    async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
+        return await serve_replay(self.runner, self._tenant(context), request)
