@@ -43,6 +43,8 @@ def test_server_stop_ends_sessions_with_a_reason(tmp_path: Path, backend: str) -
         for client in (srv.a, srv.b, srv.nosess):
             client.close()
         srv.loop.call_soon_threadsafe(srv.loop.stop)
+        srv._thread.join(10)
+        srv.loop.close()
     store = open_store(srv.audit_db)
     try:
         record = store.get("acme", session.id)
