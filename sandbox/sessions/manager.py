@@ -139,6 +139,7 @@ class SessionManager:
         self._ended: OrderedDict[str, Session] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
+        self._creating: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,18 +171,27 @@ class SessionManager:
     ) -> Session:
         if self._closing:
             raise FailedPrecondition("sessions: the server is stopping; no new sessions")
+        # Sessions still being created count too: concurrent creates cannot pass the maximum.
         open_now = sum(1 for s in self._sessions.values() if s.tenant == tenant)
+        open_now += self._creating.get(tenant, 0)
         if max_sessions is not None and open_now >= max_sessions:
             raise ResourceExhausted(
                 f"sessions: tenant {tenant!r} has {open_now} open sessions, its maximum; close "
                 "one first"
             )
-        handle = await self.engine.backend(backend).acquire(settings.limits)
+        self._creating[tenant] = self._creating.get(tenant, 0) + 1
         try:
-            await handle.apply_limits(settings.limits)
-        except BaseException:
+            handle = await self.engine.backend(backend).acquire(settings.limits)
+            try:
+                await handle.apply_limits(settings.limits)
+            except BaseException:
+                await handle.dispose()
+                raise
+        finally:
+            self._creating[tenant] -= 1
+        if self._closing:  # the server began stopping while the sandbox was being taken
             await handle.dispose()
-            raise
+            raise FailedPrecondition("sessions: the server is stopping; no new sessions")
         session = Session(
             id=f"s-{uuid.uuid4().hex}",
             tenant=tenant,
