@@ -333,3 +333,18 @@ def test_a_protocol_violation_loses_the_session(srv: SessionServer) -> None:
     assert broken.session_lost.startswith("protocol: frame is not UTF-8 JSON")
     assert str(lost.value).startswith(f"session_lost: session '{session.id}' is lost: protocol:")
     srv.assert_healthy()
+
+
+def test_tenant_ceilings_clamp_idle_timeout_and_lifetime(srv: SessionServer) -> None:
+    asked = srv.a.session(backend=srv.backend, idle_timeout=1000, max_lifetime=30)
+    default = srv.a.session(backend=srv.backend)
+    try:
+        clamped, inherited = asked.create(), default.create()
+        assert (clamped.idle_timeout_ms, clamped.max_lifetime_ms) == (120_000, 30_000)
+        assert (inherited.idle_timeout_ms, inherited.max_lifetime_ms) == (120_000, 600_000)
+    finally:
+        asked.close()
+        default.close()
+    ended = {s.session_id: s.state for s in srv.a.list_sessions(include_ended=True)}
+    assert ended[asked.id] == ended[default.id] == pb.SESSION_STATE_CLOSED
+    assert asked.id not in {s.session_id for s in srv.a.list_sessions()}
