@@ -55,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
+    parser.add_argument(
+        "--quota-lease-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="with a PostgreSQL store: a crashed server's quota slots return after this",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -79,6 +85,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.grace,
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
+        quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
     )
 
 

@@ -12,6 +12,8 @@ can never name code for the host to import. Example::
     tenants = "/etc/ptc/tenants.toml"      # unset: one tenant, loopback only
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
+    global_quotas = true                   # with postgresql://: quotas hold across the fleet
+    quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -51,6 +53,10 @@ class ServerConfig:
     tenants: str | None = None
     instance_id: str | None = None
     docker: bool = False
+    # With a PostgreSQL audit store: enforce tenants' quotas across every server sharing it
+    # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
+    global_quotas: bool = True
+    quota_lease_ttl_s: float = 15.0
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -77,9 +83,9 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
-        elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
+        elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key in ("allow_degraded", "docker"):
+        elif key in ("allow_degraded", "docker", "global_quotas"):
             values[key] = _typed(path, key, value, bool)
         else:
             raise InvalidArgument(f"config {path}: unknown key {key!r}")

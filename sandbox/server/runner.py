@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sandbox.audit.base import AuditStore
 from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, StartedInfo, limits_fields
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
@@ -59,10 +59,13 @@ class Runner:
         self.host = host
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
         self._draining = False
+        self.refusing: str | None = None  # set at shutdown: new executions get UNAVAILABLE
 
     def prepare(self, tenant: Tenant, request: ExecutionRequest, *, streamed: bool) -> Prepared:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
+        if self.refusing is not None:
+            raise Unavailable(self.refusing)
         manifest = self.engine.manifest(request)  # cached: `Engine.prepare` parses it no more
         for index, tool in enumerate(manifest.tools):
             mode = tool.options.mode
@@ -93,6 +96,11 @@ class Runner:
         self._runs[task] = cancel
         task.add_done_callback(self._finished)
         return task
+
+    @property
+    def in_flight(self) -> int:
+        """Executions started and not yet finished (running or queued for their tenant)."""
+        return len(self._runs)
 
     def _finished(self, task: asyncio.Task[ExecutionResult]) -> None:
         self._runs.pop(task, None)

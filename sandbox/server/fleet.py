@@ -1,0 +1,139 @@
+"""A server as one of a fleet: global quotas, readiness, and what it says while draining.
+
+- `fleet_tenancy` wraps the tenancy in `GlobalQuotas` when the audit store is PostgreSQL (and
+  ``global_quotas`` is on), so a tenant's limits hold across every server sharing the database;
+  with SQLite or the in-memory store each server enforces them on its own. Either way the
+  server logs which, once, at start.
+- `Readiness` is what the health service reports under `READINESS_SERVICE`: SERVING only when
+  the server can take work now — the default backend serves, its warm pool has produced a
+  sandbox since start (not cold), the audit store answers within `STORE_PING_TIMEOUT_S`, and the
+  server is not draining. Liveness stays the whole-server status (``""``), which a cold pool or a
+  slow database must not fail: a load balancer stops sending work, nobody restarts the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from sandbox.audit import is_postgres_url
+from sandbox.audit.base import AuditStore
+from sandbox.server.config import ServerConfig
+from sandbox.tenants.base import Tenancy, Tenant
+
+__all__ = [
+    "DRAINING_MESSAGE",
+    "READINESS_SERVICE",
+    "Readiness",
+    "fleet_tenancy",
+    "quotas_scope",
+]
+
+log = logging.getLogger(__name__)
+READINESS_SERVICE = "ptc.sandbox.v1.Readiness"
+STORE_PING_TIMEOUT_S = 2.0
+DRAINING_MESSAGE = (
+    "the server is shutting down and admits no new executions; retry on another instance"
+)
+
+
+def quotas_scope(config: ServerConfig) -> str:
+    """``global`` when tenants' quotas are enforced across the fleet, else ``per-instance``."""
+    if config.global_quotas and config.audit_db is not None and is_postgres_url(config.audit_db):
+        return "global"
+    return "per-instance"
+
+
+def fleet_tenancy(config: ServerConfig, tenancy: Tenancy) -> Tenancy:
+    """``tenancy``, with its admission moved into PostgreSQL when the quotas are global."""
+    if quotas_scope(config) != "global":
+        store = "in-memory" if config.audit_db is None else "SQLite"
+        log.warning(
+            "quotas: per instance (the %s audit store is not shared): each server enforces a "
+            "tenant's concurrency, queue and rate on its own",
+            store,
+        )
+        return tenancy
+    from sandbox.tenants.global_quota import GlobalQuotas
+    from sandbox.tenants.registry import TenantRegistry
+
+    bursts: dict[str, int] = {}
+    if isinstance(tenancy, TenantRegistry):
+        bursts = {c.tenant.id: c.rate_burst for c in tenancy.file.tenants}
+
+    def burst(tenant: Tenant) -> int | None:
+        # The single-tenant default has no rate limit; a tenants file always has one.
+        return bursts.get(tenant.id) if isinstance(tenancy, TenantRegistry) else None
+
+    assert config.audit_db is not None
+    log.warning(
+        "quotas: global across every server sharing this PostgreSQL database (lease expiry %.0f s)",
+        config.quota_lease_ttl_s,
+    )
+    return GlobalQuotas(
+        tenancy,
+        config.audit_db,
+        burst=burst,
+        instance=config.instance_id or "ptc",
+        lease_ttl_s=config.quota_lease_ttl_s,
+    )
+
+
+async def start_tenancy(tenancy: Tenancy) -> None:
+    start = getattr(tenancy, "start", None)
+    if start is not None:
+        await start()
+
+
+async def close_tenancy(tenancy: Tenancy) -> None:
+    close = getattr(tenancy, "close", None)
+    if close is not None:
+        await close()
+
+
+class Readiness:
+    """Answers "can this server take an execution now?" for the readiness health service."""
+
+    def __init__(self, store: AuditStore) -> None:
+        self.store = store
+        self.reason: str | None = "starting"
+        self._warm = False
+        self._ping: asyncio.Future[Any] | None = None
+
+    async def check(self, serving: bool, pool: Any, draining: bool) -> bool:
+        """Updates and returns readiness; `reason` says why not."""
+        store_ok = await self._store_reachable()
+        if not self._warm and pool is not None and getattr(pool, "idle", 0) > 0:
+            self._warm = True  # once warm, a pool emptied by load is busy, not cold
+        if draining:
+            self.reason = "draining"
+        elif not serving:
+            self.reason = "the sandbox backend cannot serve"
+        elif not self._warm:
+            self.reason = "the warm pool is cold"
+        elif not store_ok:
+            self.reason = "the audit store is unreachable"
+        else:
+            self.reason = None
+        return self.reason is None
+
+    async def _store_reachable(self) -> bool:
+        """One ping at a time, in a thread (a database that hangs must not block the loop);
+        an unanswered ping counts as unreachable until it answers."""
+        ping = getattr(self.store, "schema_version", None)
+        if ping is None:
+            return True  # the in-memory store
+        if self._ping is None or self._ping.done():
+            if self._ping is not None and not self._ping.cancelled():
+                self._ping.exception()  # retrieved: its outcome was already reported
+            self._ping = asyncio.ensure_future(asyncio.to_thread(ping))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ping), STORE_PING_TIMEOUT_S)
+        except Exception:  # a timeout or any failure of the store: unreachable
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._ping is not None and not self._ping.done():
+            self._ping.cancel()
