@@ -175,10 +175,11 @@ class SandboxServer:
         default = self.engine.config.backends.get(self.engine.config.default_backend)
         try:
             pool = getattr(default, "pool", None)
+            idle = None if pool is None or not pool.target else int(pool.idle)
         except PtcError:
-            pool = None  # not started
+            idle = 0  # not started: cold
         ready = await self.readiness.check(
-            self.serving(), pool, draining=self.runner.refusing is not None
+            self.serving(), idle, draining=self.runner.refusing is not None
         )
         await self.health.set(
             fleet.READINESS_SERVICE,

@@ -101,10 +101,11 @@ class Readiness:
         self._warm = False
         self._ping: asyncio.Future[Any] | None = None
 
-    async def check(self, serving: bool, pool: Any, draining: bool) -> bool:
-        """Updates and returns readiness; `reason` says why not."""
+    async def check(self, serving: bool, pool_idle: int | None, draining: bool) -> bool:
+        """Updates and returns readiness; `reason` says why not. ``pool_idle`` is the default
+        backend's idle warm sandboxes, None for a backend without a warm pool."""
         store_ok = await self._store_reachable()
-        if not self._warm and pool is not None and getattr(pool, "idle", 0) > 0:
+        if pool_idle is None or pool_idle > 0:
             self._warm = True  # once warm, a pool emptied by load is busy, not cold
         if draining:
             self.reason = "draining"

@@ -1,0 +1,196 @@
+"""Global quotas through two in-process servers sharing a real PostgreSQL schema.
+
+The servers run the real gRPC stack, tenancy, audit store and `GlobalQuotas`; only the sandbox is
+the `FakeBackend` (a script that waits on a gate holds its slot for as long as the test likes).
+The flood, rate and crash cases with real `ptc serve` processes are in
+tests/server/test_fleet.py. Skipped, and says so, without ``PTC_TEST_POSTGRES_URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import psycopg
+import pytest
+
+from sandbox.backends.fake import FakeBackend
+from sandbox.client import Client
+from sandbox.engine import Engine, EngineConfig
+from sandbox.errors import PtcError, ResourceExhausted
+from sandbox.server import SandboxServer, ServerConfig
+from sandbox.tenants import hash_key
+from sandbox.tenants.global_quota import GlobalQuotas
+
+T = TypeVar("T")
+POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
+KEY = "ptc-test-key-global-quota-0123456789"
+TENANTS = f"""
+[[tenant]]
+id = "q"
+keys = ["{hash_key(KEY)}"]
+max_concurrent = 1
+queue = 1
+rate_per_minute = 6000
+"""
+
+pytestmark = pytest.mark.skipif(
+    not POSTGRES_URL,
+    reason="PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it",
+)
+
+
+class Server:
+    def __init__(self, url: str, tenants: Path, instance: str) -> None:
+        self.backend = FakeBackend()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.server = SandboxServer(
+            ServerConfig(
+                listen="127.0.0.1:0",
+                tenants=str(tenants),
+                audit_db=url,
+                instance_id=instance,
+                quota_lease_ttl_s=3.0,
+                shutdown_grace_s=2.0,
+            ),
+            engine=Engine(EngineConfig(backends={"process": self.backend})),
+        )
+        self.address = self.call(self.server.start())
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(30)
+
+    def close(self) -> None:
+        self.backend.gate("go").set()
+        self.call(self.server.stop(grace_s=2.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    assert POSTGRES_URL is not None
+    schema = f"ptc_quota_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pair(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    a = Server(pg_url, tenants, "quota-a")
+    try:
+        b = Server(pg_url, tenants, "quota-b")
+    except BaseException:
+        a.close()
+        raise
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def leases(url: str) -> list[tuple[str, str]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT owner, state FROM quota_leases ORDER BY queued_seq").fetchall()
+    return [(str(owner).split("/")[0], str(state)) for owner, state in rows]
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_the_server_uses_global_quotas_and_says_so(pair: tuple[Server, Server]) -> None:
+    a, b = pair
+    assert isinstance(a.server.tenancy, GlobalQuotas)
+    assert isinstance(b.server.tenancy, GlobalQuotas)
+
+
+def test_a_queue_and_a_slot_shared_by_two_servers(pair: tuple[Server, Server], pg_url: str) -> None:
+    a, b = pair
+    with Client(a.address, api_key=KEY) as ca, Client(b.address, api_key=KEY) as cb:
+        with ThreadPoolExecutor(2) as pool:
+            holder = pool.submit(ca.execute, 'wait("go")\nprint("held")', timeout=30)
+            wait_for(lambda: leases(pg_url) == [("quota-a", "running")], "a holds the slot")
+            queued = pool.submit(cb.execute, 'print("queued")', timeout=30)
+            wait_for(
+                lambda: leases(pg_url) == [("quota-a", "running"), ("quota-b", "queued")],
+                "b's request waits in the fleet's queue",
+            )
+            with pytest.raises(ResourceExhausted) as refused:
+                ca.execute('print("third")', timeout=30)
+            assert str(refused.value) == (
+                "tenant q: 1 executions running across the fleet (the maximum) and 1 waiting "
+                "(the queue is full)"
+            )
+            assert refused.value.retry_after_s == 1.0
+            a.backend.gate("go").set()
+            assert (holder.result(30).status, holder.result().stdout) == ("ok", "held\n")
+            assert (queued.result(30).status, queued.result().stdout) == ("ok", "queued\n")
+        # both servers still serve, and no lease is left behind
+        assert ca.execute('print("after")', timeout=30).stdout == "after\n"
+    wait_for(lambda: leases(pg_url) == [], "every lease is returned")
+
+
+def test_a_waiter_that_gives_up_returns_its_lease(pair: tuple[Server, Server], pg_url: str) -> None:
+    a, b = pair
+    with Client(a.address, api_key=KEY) as ca, Client(b.address, api_key=KEY) as cb:
+        with ThreadPoolExecutor(1) as pool:
+            holder = pool.submit(ca.execute, 'wait("go")', timeout=30)
+            wait_for(lambda: leases(pg_url) == [("quota-a", "running")], "a holds the slot")
+            with pytest.raises(PtcError) as gave_up:
+                cb.execute('print("never")', timeout=1.0)
+            assert gave_up.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            # As with per-server quotas, the request keeps its place until it gets the slot,
+            # and then ends at once without running (nothing is admitted for a caller gone).
+            assert leases(pg_url) == [("quota-a", "running"), ("quota-b", "queued")]
+            a.backend.gate("go").set()
+            assert holder.result(30).status == "ok"
+            wait_for(lambda: leases(pg_url) == [], "b's lease is returned")
+            assert b.backend.started == 0
+        assert cb.execute('print("now")', timeout=30).stdout == "now\n"
+    wait_for(lambda: leases(pg_url) == [], "every lease is returned")
+
+
+def test_sqlite_keeps_per_instance_quotas_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    with caplog.at_level(logging.WARNING, logger="sandbox.server.fleet"):
+        server = SandboxServer(
+            ServerConfig(tenants=str(tenants), audit_db=str(tmp_path / "audit.db")),
+            engine=Engine(EngineConfig(backends={"process": FakeBackend()})),
+        )
+    try:
+        assert not isinstance(server.tenancy, GlobalQuotas)
+        assert caplog.messages == [
+            "quotas: per instance (the SQLite audit store is not shared): each server enforces "
+            "a tenant's concurrency, queue and rate on its own"
+        ]
+    finally:
+        server.store.close()
