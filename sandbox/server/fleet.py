@@ -48,11 +48,16 @@ def quotas_scope(config: ServerConfig) -> str:
 def fleet_tenancy(config: ServerConfig, tenancy: Tenancy) -> Tenancy:
     """``tenancy``, with its admission moved into PostgreSQL when the quotas are global."""
     if quotas_scope(config) != "global":
-        store = "in-memory" if config.audit_db is None else "SQLite"
+        if config.audit_db is None:
+            why = "the in-memory audit store is not shared"
+        elif is_postgres_url(config.audit_db):
+            why = "global_quotas is off"
+        else:
+            why = "the SQLite audit store is not shared"
         log.warning(
-            "quotas: per instance (the %s audit store is not shared): each server enforces a "
-            "tenant's concurrency, queue and rate on its own",
-            store,
+            "quotas: per instance (%s): each server enforces a tenant's concurrency, queue and "
+            "rate on its own",
+            why,
         )
         return tenancy
     from sandbox.tenants.global_quota import GlobalQuotas

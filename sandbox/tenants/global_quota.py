@@ -247,31 +247,33 @@ class GlobalQuotas:
             await conn.execute(statement)
 
     async def _lock_tenant(self, conn: Any, tenant: Tenant) -> tuple[float, float, float]:
-        """Locks the tenant's row (creating it with a full bucket); deletes expired leases.
-        Returns (tokens, refilled_at, now) by the database's clock."""
+        """Locks the tenant's row, creating it with a full bucket (one statement: the upsert
+        takes the row lock either way). Returns (tokens, refilled_at, now), the database's
+        clock."""
         burst = self.burst(tenant) or 0
-        await conn.execute(
+        cursor = await conn.execute(
             f"INSERT INTO quota_tenants (tenant, tokens, refilled_at) VALUES (%s, %s, {_NOW}) "
-            "ON CONFLICT (tenant) DO NOTHING",
+            "ON CONFLICT (tenant) DO UPDATE SET tenant = excluded.tenant "
+            f"RETURNING tokens, refilled_at, {_NOW}",
             (tenant.id, float(burst)),
         )
-        cursor = await conn.execute(
-            f"SELECT tokens, refilled_at, {_NOW} FROM quota_tenants WHERE tenant = %s FOR UPDATE",
-            (tenant.id,),
-        )
         tokens, refilled_at, now = await cursor.fetchone()
-        await conn.execute(
-            "DELETE FROM quota_leases WHERE tenant = %s AND expires_at < %s", (tenant.id, now)
-        )
         return float(tokens), float(refilled_at), float(now)
 
-    async def _counts(self, conn: Any, tenant: Tenant) -> tuple[int, int]:
+    async def _counts(self, conn: Any, tenant: Tenant, now: float) -> tuple[int, int]:
+        """Live (running, queued) leases of the tenant; deletes expired ones when there are."""
         cursor = await conn.execute(
-            "SELECT state, COUNT(*) FROM quota_leases WHERE tenant = %s GROUP BY state",
-            (tenant.id,),
+            "SELECT COUNT(*) FILTER (WHERE state = 'running' AND expires_at >= %s), "
+            "COUNT(*) FILTER (WHERE state = 'queued' AND expires_at >= %s), "
+            "COUNT(*) FILTER (WHERE expires_at < %s) FROM quota_leases WHERE tenant = %s",
+            (now, now, now, tenant.id),
         )
-        counts = {str(state): int(n) for state, n in await cursor.fetchall()}
-        return counts.get("running", 0), counts.get("queued", 0)
+        running, queued, expired = await cursor.fetchone()
+        if expired:
+            await conn.execute(
+                "DELETE FROM quota_leases WHERE tenant = %s AND expires_at < %s", (tenant.id, now)
+            )
+        return int(running), int(queued)
 
     async def _enter(self, conn: Any, tenant: Tenant, lease_id: str) -> str:
         """Takes a token and a running or queued lease; raises ResourceExhausted."""
@@ -291,7 +293,7 @@ class GlobalQuotas:
                     f"minute reached across the fleet; retry in {retry_after:.1f} s",
                     retry_after_s=retry_after,
                 )
-        running, queued = await self._counts(conn, tenant)
+        running, queued = await self._counts(conn, tenant, now)
         if running < tenant.max_concurrent and queued == 0:
             state = "running"
         elif queued < tenant.queue:
@@ -302,22 +304,30 @@ class GlobalQuotas:
                 f"maximum) and {queued} waiting (the queue is full)",
                 retry_after_s=QUEUE_FULL_RETRY_S,
             )
-        if burst is not None:
-            await conn.execute(
-                "UPDATE quota_tenants SET tokens = %s, refilled_at = %s WHERE tenant = %s",
-                (tokens - 1.0, now, tenant.id),
-            )
+        # The token and the lease in one statement (one round trip fewer per admission).
         await conn.execute(
+            "WITH spent AS (UPDATE quota_tenants SET tokens = %s, refilled_at = %s "
+            "WHERE tenant = %s AND %s) "
             "INSERT INTO quota_leases (lease_id, tenant, owner, state, queued_seq, expires_at) "
             "VALUES (%s, %s, %s, %s, nextval('quota_order'), %s)",
-            (lease_id, tenant.id, self.owner, state, now + self.lease_ttl_s),
+            (
+                tokens - 1.0,
+                now,
+                tenant.id,
+                burst is not None,
+                lease_id,
+                tenant.id,
+                self.owner,
+                state,
+                now + self.lease_ttl_s,
+            ),
         )
         return state
 
     async def _promote(self, conn: Any, tenant: Tenant, lease_id: str) -> bool:
         """Turns the queued lease into a running one if a slot is free and it is the oldest."""
         _tokens, _refilled_at, now = await self._lock_tenant(conn, tenant)
-        running, _queued = await self._counts(conn, tenant)
+        running, _queued = await self._counts(conn, tenant, now)
         cursor = await conn.execute(
             "SELECT lease_id FROM quota_leases WHERE tenant = %s AND state = 'queued' "
             "ORDER BY queued_seq LIMIT 1",
