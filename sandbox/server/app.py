@@ -8,9 +8,13 @@
 The health service reports SERVING for the whole server and for `ptc.sandbox.v1.SandboxService`
 while every backend can serve (started, and its warm pool not failing to start sandboxes), and
 NOT_SERVING otherwise; a backend that fails its start-up checks leaves the server running and
-answering UNAVAILABLE, so an operator can see why. Stopping is ordered: health goes NOT_SERVING,
-new RPCs are refused, in-flight executions get `shutdown_grace_s` to finish and are then cancelled
-(and recorded as `interrupted`), then the pool is drained and the store closed.
+answering UNAVAILABLE, so an operator can see why. Readiness, a separate service name
+(`fleet.READINESS_SERVICE`), also needs a warm pool and a reachable audit store (`fleet.Readiness`).
+Stopping is ordered: health (readiness too) goes NOT_SERVING and new executions are refused with
+UNAVAILABLE while the listener stays open, in-flight executions get `shutdown_grace_s` to finish
+and are then cancelled (and recorded as `interrupted`), then the listener closes, the pool is
+drained and the store closed. With a PostgreSQL store the tenancy is `GlobalQuotas`
+(`fleet.fleet_tenancy`).
 """
 
 from __future__ import annotations
