@@ -27,6 +27,7 @@ import pytest
 
 from sandbox.client import Client
 from sandbox.errors import ResourceExhausted, Unavailable
+from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,7 +303,7 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
         with Client(address, api_key=KEYS["pair"]) as client:
             runs = [
                 client.stream(
-                    "import time\nprint('go', flush=True)\ntime.sleep(1.5)\nprint('done')"
+                    "import time\nprint('go', flush=True)\ntime.sleep(2.5)\nprint('done')"
                 )
                 for _ in range(4)
             ]  # two run, two wait in the tenant's queue
@@ -310,8 +311,30 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
             proc.send_signal(signal.SIGTERM)
             statuses = _poll_health(health)
             assert statuses[0] == health_pb2.HealthCheckResponse.NOT_SERVING
+            ready = health.Check(
+                health_pb2.HealthCheckRequest(service=READINESS_SERVICE), timeout=5
+            )
+            assert ready.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            # Refused on every path: unary, streamed, and the CLI.
             with pytest.raises(Unavailable, match="the server is shutting down"):
                 client.execute("print(1)", timeout=30)
+            with pytest.raises(Unavailable, match="the server is shutting down"):
+                client.stream("print(1)").result(timeout=30)
+            cli = subprocess.run(
+                [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address],
+                input="print(1)",
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=60,
+                check=False,
+                env={**os.environ, "PTC_API_KEY": KEYS["pair"]},
+            )
+            assert cli.returncode == 12, cli.stderr
+            assert cli.stderr == (
+                f"ptc run: unavailable: server {address}: the server is shutting down and "
+                "admits no new executions; retry on another instance\n"
+            )
             results = [run.result(timeout=60) for run in runs]
         assert [(r.status, r.stdout) for r in results] == [("ok", "go\ndone\n")] * 4
         assert proc.wait(timeout=60) == 0
@@ -336,8 +359,6 @@ def _health_stub(address: str):  # type: ignore[no-untyped-def]
 
 def _wait_ready(stub) -> bool:  # type: ignore[no-untyped-def]
     from grpc_health.v1 import health_pb2
-
-    from sandbox.server.fleet import READINESS_SERVICE
 
     for _ in range(100):
         reply = stub.Check(health_pb2.HealthCheckRequest(service=READINESS_SERVICE), timeout=5)
