@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 from sandbox.audit import is_postgres_url
@@ -80,7 +81,7 @@ def fleet_tenancy(config: ServerConfig, tenancy: Tenancy) -> Tenancy:
         tenancy,
         config.audit_db,
         burst=burst,
-        instance=config.instance_id or "ptc",
+        instance=config.instance_id or socket.gethostname(),  # as the audit store's
         lease_ttl_s=config.quota_lease_ttl_s,
     )
 

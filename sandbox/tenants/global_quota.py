@@ -17,6 +17,7 @@ across the fleet while different tenants proceed in parallel.
   deletes each when its execution ends; a server that crashes stops renewing, and its leases
   expire after ``ttl`` seconds, when the next admission of that tenant on any server deletes
   them. So a crashed server's slots come back within the expiry, without anyone in charge.
+  A server restarted under the same instance id returns its predecessor's leases at once.
 - **Waiting**: only the oldest local waiter of a tenant polls the database (every ``poll_s``,
   and at once when a local execution of that tenant ends); the others wait their turn locally.
 
@@ -62,6 +63,7 @@ _SCHEMA = (
         lease_id TEXT PRIMARY KEY,
         tenant TEXT NOT NULL,
         owner TEXT NOT NULL,
+        instance TEXT NOT NULL,
         state TEXT NOT NULL,
         queued_seq BIGINT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL
@@ -109,7 +111,8 @@ class GlobalQuotas:
         self.inner = inner
         self.url = url
         self.burst = burst
-        # Unique per process, so two servers given the same instance id never share leases.
+        # Unique per process: a lease names the server process that holds it.
+        self.instance = instance
         self.owner = f"{instance}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self.lease_ttl_s = lease_ttl_s
         self.poll_s = poll_s
@@ -138,6 +141,13 @@ class GlobalQuotas:
         """Connects, creates the tables if needed and starts the heartbeat."""
         self._lock = asyncio.Lock()
         await self._run(self._create_tables)
+        reclaimed = await self._run(self._reclaim)
+        if reclaimed:
+            log.warning(
+                "quota: returned %d leases an earlier run of instance %r left behind",
+                reclaimed,
+                self.instance,
+            )
         self._heartbeat = asyncio.create_task(self._renew_forever())
 
     async def close(self) -> None:
@@ -308,8 +318,8 @@ class GlobalQuotas:
         await conn.execute(
             "WITH spent AS (UPDATE quota_tenants SET tokens = %s, refilled_at = %s "
             "WHERE tenant = %s AND %s) "
-            "INSERT INTO quota_leases (lease_id, tenant, owner, state, queued_seq, expires_at) "
-            "VALUES (%s, %s, %s, %s, nextval('quota_order'), %s)",
+            "INSERT INTO quota_leases (lease_id, tenant, owner, instance, state, queued_seq, "
+            "expires_at) VALUES (%s, %s, %s, %s, %s, nextval('quota_order'), %s)",
             (
                 tokens - 1.0,
                 now,
@@ -318,6 +328,7 @@ class GlobalQuotas:
                 lease_id,
                 tenant.id,
                 self.owner,
+                self.instance,
                 state,
                 now + self.lease_ttl_s,
             ),
@@ -338,9 +349,10 @@ class GlobalQuotas:
             mine = await conn.execute("SELECT 1 FROM quota_leases WHERE lease_id = %s", (lease_id,))
             if await mine.fetchone() is None:  # expired while we could not renew: queue again
                 await conn.execute(
-                    "INSERT INTO quota_leases (lease_id, tenant, owner, state, queued_seq, "
-                    "expires_at) VALUES (%s, %s, %s, 'queued', nextval('quota_order'), %s)",
-                    (lease_id, tenant.id, self.owner, now + self.lease_ttl_s),
+                    "INSERT INTO quota_leases (lease_id, tenant, owner, instance, state, "
+                    "queued_seq, expires_at) "
+                    "VALUES (%s, %s, %s, %s, 'queued', nextval('quota_order'), %s)",
+                    (lease_id, tenant.id, self.owner, self.instance, now + self.lease_ttl_s),
                 )
             return False
         if running >= tenant.max_concurrent:
@@ -350,6 +362,17 @@ class GlobalQuotas:
             (now + self.lease_ttl_s, lease_id),
         )
         return True
+
+    async def _reclaim(self, conn: Any) -> int:
+        """Deletes leases an earlier process of this instance id left (it crashed, since a
+        clean stop deletes its own): its slots return now rather than at expiry. Instance
+        ids must be distinct across live servers, as the audit store's `mark_interrupted`
+        already requires."""
+        cursor = await conn.execute(
+            "DELETE FROM quota_leases WHERE instance = %s AND owner <> %s",
+            (self.instance, self.owner),
+        )
+        return int(cursor.rowcount)
 
     async def _delete(self, conn: Any, lease_id: str) -> None:
         await conn.execute("DELETE FROM quota_leases WHERE lease_id = %s", (lease_id,))

@@ -9,6 +9,7 @@ tests/server/test_fleet.py. Skipped, and says so, without ``PTC_TEST_POSTGRES_UR
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -28,7 +29,7 @@ from sandbox.client import Client
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import PtcError, ResourceExhausted
 from sandbox.server import SandboxServer, ServerConfig
-from sandbox.tenants import hash_key
+from sandbox.tenants import hash_key, load_tenancy
 from sandbox.tenants.global_quota import GlobalQuotas
 
 T = TypeVar("T")
@@ -194,3 +195,64 @@ def test_sqlite_keeps_per_instance_quotas_and_says_so(
         ]
     finally:
         server.store.close()
+
+
+def test_a_restart_under_the_same_instance_id_returns_its_leases_at_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A server that died holding slots (its process gone, its leases left in the database) is
+    started again with the same instance id: the slots return at its start, not at expiry."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    registry = load_tenancy(tenants)
+    tenant = registry.tenant("q")
+    assert tenant is not None
+
+    async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+        first = GlobalQuotas(
+            registry, pg_url, burst=lambda t: 100, instance="crashy", lease_ttl_s=60
+        )
+        other = GlobalQuotas(registry, pg_url, burst=lambda t: 100, instance="crashy-2")
+        await first.start()
+        await other.start()
+        held = first.admit(tenant)
+        await held.__aenter__()  # holds the only slot; its process then "dies" (below)
+        assert first._heartbeat is not None
+        first._heartbeat.cancel()
+        await first._conn.close()  # gone without returning anything
+        before = leases(pg_url)
+        second = GlobalQuotas(
+            registry, pg_url, burst=lambda t: 100, instance="crashy", lease_ttl_s=60
+        )
+        await second.start()
+        after = leases(pg_url)
+        seen = []
+        async with second.admit(tenant):
+            seen.append("admitted")
+        await second.close()
+        await other.close()
+        return before, after, seen
+
+    with caplog_for("sandbox.tenants.global_quota") as messages:
+        before, after, seen = asyncio.run(scenario())
+    assert before == [("crashy", "running")]
+    assert after == []
+    assert seen == ["admitted"]
+    assert messages == ["quota: returned 1 leases an earlier run of instance 'crashy' left behind"]
+
+
+@contextlib.contextmanager
+def caplog_for(logger: str) -> Iterator[list[str]]:
+    messages: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = _Keep(logging.WARNING)
+    target = logging.getLogger(logger)
+    target.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        target.removeHandler(handler)
