@@ -1,9 +1,11 @@
 """`ptc serve [--listen HOST:PORT] [--config server.toml] ...`: run the gRPC server.
 
 Prints ``listening on HOST:PORT`` (the real port when asked for port 0) on stdout once it accepts
-requests. SIGTERM or SIGINT stop it gracefully: in-flight executions get the grace period to
-finish and are then stopped and recorded as `interrupted`, the warm pool is drained, and the
-process exits 0 with no sandbox left behind.
+requests. SIGTERM or SIGINT stop it gracefully: health and readiness turn NOT_SERVING at once and
+new executions get UNAVAILABLE while it still listens, in-flight executions get the grace period
+to finish and are then stopped and recorded as `interrupted`, the listener closes, the warm pool
+is drained, and the process exits 0 with no sandbox left behind. With a PostgreSQL audit store,
+tenants' quotas hold across every server sharing it (``--quota-lease-ttl``).
 """
 
 from __future__ import annotations
