@@ -41,7 +41,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sandbox.errors import ResourceExhausted, Unavailable
+from sandbox.errors import InvalidArgument, ResourceExhausted, Unavailable
 from sandbox.tenants.base import Tenancy, Tenant
 
 __all__ = ["QUOTA_TABLES", "GlobalQuotas"]
@@ -107,7 +107,7 @@ class GlobalQuotas:
         connect_timeout_s: int = 10,
     ) -> None:
         if lease_ttl_s <= 0 or poll_s <= 0:
-            raise ValueError("lease_ttl_s and poll_s must be positive")
+            raise InvalidArgument("quota_lease_ttl_s: must be positive")
         self.inner = inner
         self.url = url
         self.burst = burst
