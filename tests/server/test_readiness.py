@@ -243,3 +243,43 @@ def test_readiness_follows_the_audit_store(relayed_pg: tuple[_Relay, str]) -> No
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("global_quotas = false\nquota_lease_ttl_s = 4", (False, 4.0)),
+        ("quota_lease_ttl_s = 2.5", (True, 2.5)),
+        ("", (True, 15.0)),
+    ],
+    ids=["both", "ttl-only", "defaults"],
+)
+def test_server_config_reads_the_fleet_keys(
+    tmp_path: Path, text: str, expected: tuple[bool, float]
+) -> None:
+    from sandbox.server import load_config
+
+    path = tmp_path / "server.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert (config.global_quotas, config.quota_lease_ttl_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("global_quotas = 1", "global_quotas has the wrong type"),
+        ("quota_lease_ttl_s = 0", "quota_lease_ttl_s must be positive"),
+        ('quota_lease_ttl_s = "15"', "quota_lease_ttl_s has the wrong type"),
+    ],
+    ids=["quotas-not-bool", "ttl-zero", "ttl-string"],
+)
+def test_server_config_refuses_bad_fleet_keys(tmp_path: Path, text: str, error: str) -> None:
+    from sandbox.errors import InvalidArgument
+    from sandbox.server import load_config
+
+    path = tmp_path / "server.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument) as refused:
+        load_config(path)
+    assert str(refused.value) == f"config {path}: {error}"
