@@ -14,8 +14,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sandbox.audit import is_postgres_url
@@ -27,6 +30,7 @@ __all__ = [
     "DRAINING_MESSAGE",
     "READINESS_SERVICE",
     "Readiness",
+    "admit_unless_cancelled",
     "fleet_tenancy",
     "quotas_scope",
 ]
@@ -144,3 +148,40 @@ class Readiness:
     async def close(self) -> None:
         if self._ping is not None and not self._ping.done():
             self._ping.cancel()
+
+
+@contextlib.asynccontextmanager
+async def admit_unless_cancelled(
+    gate: AbstractAsyncContextManager[None], cancel: asyncio.Event
+) -> AsyncIterator[None]:
+    """Enters a tenant's admission ``gate`` unless ``cancel`` is set first, and then leaves the
+    queue at once instead of waiting for a slot: the caller went away, or the server stopped
+    while the execution was still queued (with global quotas the slot may be held by another
+    server's long run, which a draining server must not wait for). The body runs either way
+    and checks ``cancel``; the gate is left only if it was entered."""
+    entering = asyncio.ensure_future(gate.__aenter__())
+    waiting = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({entering, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        await _abandon(gate, entering)
+        raise
+    finally:
+        waiting.cancel()
+    if not entering.done():
+        await _abandon(gate, entering)
+        yield  # not admitted: ``cancel`` is set, which the body checks
+        return
+    entering.result()  # a refusal (ResourceExhausted) propagates from here
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_exit(gate)
+        yield
+
+
+async def _abandon(gate: AbstractAsyncContextManager[None], entering: asyncio.Future[None]) -> None:
+    """Stops entering ``gate``; if it was entered meanwhile, leaves it again."""
+    entering.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await entering
+    if entering.done() and not entering.cancelled() and entering.exception() is None:
+        await gate.__aexit__(None, None, None)

@@ -27,6 +27,7 @@ from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
@@ -118,7 +119,7 @@ class Runner:
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
-        async with self.tenancy.admit(prepared.tenant):
+        async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
             if cancel.is_set():  # the caller left while queued: nothing was admitted
                 return _unadmitted(prepared)
             return await self.recorder.run(

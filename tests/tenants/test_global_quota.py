@@ -166,12 +166,12 @@ def test_a_waiter_that_gives_up_returns_its_lease(pair: tuple[Server, Server], p
             with pytest.raises(PtcError) as gave_up:
                 cb.execute('print("never")', timeout=1.0)
             assert gave_up.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
-            # As with per-server quotas, the request keeps its place until it gets the slot,
-            # and then ends at once without running (nothing is admitted for a caller gone).
-            assert leases(pg_url) == [("quota-a", "running"), ("quota-b", "queued")]
+            # The request leaves the fleet's queue at once (its lease is deleted), and nothing
+            # was admitted for it.
+            wait_for(lambda: leases(pg_url) == [("quota-a", "running")], "b's lease is gone")
             a.backend.gate("go").set()
             assert holder.result(30).status == "ok"
-            wait_for(lambda: leases(pg_url) == [], "b's lease is returned")
+            wait_for(lambda: leases(pg_url) == [], "a's lease is returned")
             assert b.backend.started == 0
         assert cb.execute('print("now")', timeout=30).stdout == "now\n"
     wait_for(lambda: leases(pg_url) == [], "every lease is returned")
@@ -256,3 +256,45 @@ def caplog_for(logger: str) -> Iterator[list[str]]:
         yield messages
     finally:
         target.removeHandler(handler)
+
+
+def test_a_draining_server_does_not_wait_for_another_servers_slot(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """b's request waits in the fleet's queue behind a's long run; b is stopped: after its grace
+    the request leaves the queue (ends `cancelled`, nothing admitted) and b stops, while a's run
+    goes on."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    a = Server(pg_url, tenants, "quota-a")
+    b = Server(pg_url, tenants, "quota-b")
+    stopped = False
+    try:
+        with (
+            Client(a.address, api_key=KEY) as ca,
+            Client(b.address, api_key=KEY) as cb,
+            ThreadPoolExecutor(2) as pool,
+        ):
+            holder = pool.submit(ca.execute, 'wait("go")', timeout=60)
+            wait_for(lambda: leases(pg_url) == [("quota-a", "running")], "a holds the slot")
+            queued = pool.submit(cb.execute, 'print("queued")', timeout=60)
+            wait_for(
+                lambda: leases(pg_url) == [("quota-a", "running"), ("quota-b", "queued")],
+                "b's request is queued",
+            )
+            b.call(b.server.stop(grace_s=0.5))
+            stopped = True
+            result = queued.result(30)
+            assert (result.status, result.stdout) == ("cancelled", "")
+            assert b.backend.started == 0
+            assert leases(pg_url) == [("quota-a", "running")]
+            assert not holder.done()
+            a.backend.gate("go").set()
+            assert holder.result(30).status == "ok"
+    finally:
+        if stopped:
+            b.loop.call_soon_threadsafe(b.loop.stop)
+        else:
+            b.close()
+        a.close()
+    wait_for(lambda: leases(pg_url) == [], "every lease is returned")
