@@ -6,9 +6,12 @@ is PERMISSION_DENIED), the engine's checks through `Engine.prepare` with the ten
 limits. `Runner.start` runs the execution in its own task, so that an RPC that is cancelled or
 whose client went away never interrupts the engine halfway: the RPC sets the execution's
 ``cancel`` event instead, the sandbox is killed, and the record is completed as `cancelled`.
+An execution still queued for its tenant's slot when ``cancel`` is set leaves the queue at once
+(`fleet.admit_unless_cancelled`) and ends `cancelled` with nothing admitted.
 Every admitted execution is recorded by `sandbox.recording.Recorder`: `admit` before it runs,
 `complete` (or `failed`) after, whatever happened. `drain` is the shutdown path: wait for
-in-flight runs, then stop the rest, which are recorded as `interrupted`.
+in-flight runs, then stop the rest, which are recorded as `interrupted`; ``refusing`` (set when
+the server starts to stop) turns new requests away with `Unavailable`.
 """
 
 from __future__ import annotations
