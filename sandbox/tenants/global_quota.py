@@ -172,13 +172,13 @@ class GlobalQuotas:
     async def _admit(self, tenant: Tenant) -> AsyncIterator[None]:
         lease_id = uuid.uuid4().hex
         try:
-            state = await self._finish(self._run(lambda c: self._enter(c, tenant, lease_id)))
+            state, seq = await self._finish(self._run(lambda c: self._enter(c, tenant, lease_id)))
         except asyncio.CancelledError:
             self._release(tenant, lease_id)  # the lease may have been written: return it
             raise
         try:
             if state == "queued":
-                await self._wait_turn(tenant, lease_id)
+                await self._wait_turn(tenant, lease_id, seq)
             yield
         finally:
             self._release(tenant, lease_id)
@@ -194,7 +194,7 @@ class GlobalQuotas:
                 await task
             raise
 
-    async def _wait_turn(self, tenant: Tenant, lease_id: str) -> None:
+    async def _wait_turn(self, tenant: Tenant, lease_id: str, seq: int) -> None:
         line = self._lines.setdefault(tenant.id, _Line())
         me = _Waiter(lease_id, asyncio.Event())
         line.waiters.append(me)
@@ -204,7 +204,10 @@ class GlobalQuotas:
             await me.turn.wait()
             while True:
                 line.kick.clear()
-                if await self._finish(self._run(lambda c: self._promote(c, tenant, lease_id))):
+                promoted = await self._finish(
+                    self._run(lambda c: self._promote(c, tenant, lease_id, seq))
+                )
+                if promoted:
                     return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(line.kick.wait(), self.poll_s)
@@ -285,8 +288,9 @@ class GlobalQuotas:
             )
         return int(running), int(queued)
 
-    async def _enter(self, conn: Any, tenant: Tenant, lease_id: str) -> str:
-        """Takes a token and a running or queued lease; raises ResourceExhausted."""
+    async def _enter(self, conn: Any, tenant: Tenant, lease_id: str) -> tuple[str, int]:
+        """Takes a token and a running or queued lease; returns its state and its place in the
+        fleet's queue; raises ResourceExhausted."""
         tokens, refilled_at, now = await self._lock_tenant(conn, tenant)
         burst = self.burst(tenant)
         if burst is not None:
@@ -315,11 +319,12 @@ class GlobalQuotas:
                 retry_after_s=QUEUE_FULL_RETRY_S,
             )
         # The token and the lease in one statement (one round trip fewer per admission).
-        await conn.execute(
+        cursor = await conn.execute(
             "WITH spent AS (UPDATE quota_tenants SET tokens = %s, refilled_at = %s "
             "WHERE tenant = %s AND %s) "
             "INSERT INTO quota_leases (lease_id, tenant, owner, instance, state, queued_seq, "
-            "expires_at) VALUES (%s, %s, %s, %s, %s, nextval('quota_order'), %s)",
+            "expires_at) VALUES (%s, %s, %s, %s, %s, nextval('quota_order'), %s) "
+            "RETURNING queued_seq",
             (
                 tokens - 1.0,
                 now,
@@ -333,9 +338,10 @@ class GlobalQuotas:
                 now + self.lease_ttl_s,
             ),
         )
-        return state
+        (seq,) = await cursor.fetchone()
+        return state, int(seq)
 
-    async def _promote(self, conn: Any, tenant: Tenant, lease_id: str) -> bool:
+    async def _promote(self, conn: Any, tenant: Tenant, lease_id: str, seq: int) -> bool:
         """Turns the queued lease into a running one if a slot is free and it is the oldest."""
         _tokens, _refilled_at, now = await self._lock_tenant(conn, tenant)
         running, _queued = await self._counts(conn, tenant, now)
@@ -347,12 +353,13 @@ class GlobalQuotas:
         oldest = await cursor.fetchone()
         if oldest is None or oldest[0] != lease_id:
             mine = await conn.execute("SELECT 1 FROM quota_leases WHERE lease_id = %s", (lease_id,))
-            if await mine.fetchone() is None:  # expired while we could not renew: queue again
+            if await mine.fetchone() is None:
+                # Expired while the heartbeat could not renew it: queue again, in the same place
+                # (so this server's waiters stay in the order only its oldest one polls in).
                 await conn.execute(
                     "INSERT INTO quota_leases (lease_id, tenant, owner, instance, state, "
-                    "queued_seq, expires_at) "
-                    "VALUES (%s, %s, %s, %s, 'queued', nextval('quota_order'), %s)",
-                    (lease_id, tenant.id, self.owner, self.instance, now + self.lease_ttl_s),
+                    "queued_seq, expires_at) VALUES (%s, %s, %s, %s, 'queued', %s, %s)",
+                    (lease_id, tenant.id, self.owner, self.instance, seq, now + self.lease_ttl_s),
                 )
             return False
         if running >= tenant.max_concurrent:

@@ -298,3 +298,37 @@ def test_a_draining_server_does_not_wait_for_another_servers_slot(
             b.close()
         a.close()
     wait_for(lambda: leases(pg_url) == [], "every lease is returned")
+
+
+def test_a_queued_lease_lost_meanwhile_is_queued_again_in_its_place(
+    pair: tuple[Server, Server], pg_url: str
+) -> None:
+    """As if b's heartbeat had failed for the lease expiry: its queued lease disappears from the
+    database; b's waiter puts it back with the same place in the queue, and still gets the
+    slot when a's run ends."""
+    a, b = pair
+
+    def queued_seqs() -> list[int]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT queued_seq FROM quota_leases WHERE state = 'queued'"
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    with (
+        Client(a.address, api_key=KEY) as ca,
+        Client(b.address, api_key=KEY) as cb,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        holder = pool.submit(ca.execute, 'wait("go")', timeout=30)
+        wait_for(lambda: leases(pg_url) == [("quota-a", "running")], "a holds the slot")
+        queued = pool.submit(cb.execute, 'print("queued")', timeout=30)
+        wait_for(lambda: len(queued_seqs()) == 1, "b's request is queued")
+        (place,) = queued_seqs()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM quota_leases WHERE state = 'queued'")
+        wait_for(lambda: queued_seqs() == [place], "b queued it again, in the same place")
+        a.backend.gate("go").set()
+        assert holder.result(30).status == "ok"
+        assert (queued.result(30).status, queued.result().stdout) == ("ok", "queued\n")
+    wait_for(lambda: leases(pg_url) == [], "every lease is returned")
