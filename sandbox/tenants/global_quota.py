@@ -141,7 +141,7 @@ class GlobalQuotas:
         """Connects, creates the tables if needed and starts the heartbeat."""
         self._lock = asyncio.Lock()
         await self._run(self._create_tables)
-        reclaimed = await self._run(self._reclaim)
+        reclaimed = await self._run(self._reclaim, single=True)
         if reclaimed:
             log.warning(
                 "quota: returned %d leases an earlier run of instance %r left behind",
@@ -161,7 +161,7 @@ class GlobalQuotas:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                await self._run(self._drop_own)
+                await self._run(self._drop_own, single=True)
             with contextlib.suppress(Exception):
                 await self._conn.close()
             self._conn = None
@@ -224,7 +224,7 @@ class GlobalQuotas:
 
         async def release() -> None:
             try:
-                await self._run(lambda c: self._delete(c, lease_id))
+                await self._run(lambda c: self._delete(c, lease_id), single=True)
             except Unavailable as exc:
                 log.warning(
                     "quota: cannot return lease %s (it expires on its own): %s", lease_id, exc
@@ -239,7 +239,9 @@ class GlobalQuotas:
 
     # -- database steps (each one transaction) ---------------------------------------------
 
-    async def _run(self, step: Callable[[Any], Awaitable[T]]) -> T:
+    async def _run(self, step: Callable[[Any], Awaitable[T]], *, single: bool = False) -> T:
+        """Runs ``step`` in one transaction; ``single``: a one-statement step, which autocommit
+        makes atomic without the BEGIN and COMMIT round trips."""
         import psycopg
 
         assert self._lock is not None, "GlobalQuotas.start() was not called"
@@ -249,6 +251,8 @@ class GlobalQuotas:
                     self._conn = await psycopg.AsyncConnection.connect(
                         self.url, autocommit=True, connect_timeout=self._timeout
                     )
+                if single:
+                    return await step(self._conn)
                 async with self._conn.transaction():
                     return await step(self._conn)
             except psycopg.Error as exc:
@@ -398,7 +402,7 @@ class GlobalQuotas:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
-                await self._run(self._renew)
+                await self._run(self._renew, single=True)
             except Unavailable as exc:
                 log.warning(
                     "quota: cannot renew this server's leases; they expire in %.0f s and the "
