@@ -12,7 +12,7 @@ with PostgreSQL) and one with ``global_quotas = false``. Interleaved blocks then
 - ``1 server, local quotas``: the fourth server (same audit store, quotas in memory),
 
 each block's sample being its executions/s. Section 2 times the bookkeeping itself, in process:
-one admission and release by `GlobalQuotas` (two PostgreSQL transactions) against the in-memory
+one admission and release by `GlobalQuotas` (a transaction and a DELETE) against the in-memory
 `TenantRegistry` gate, interleaved. On a machine with few cores the three servers share the same
 cores as the one, so the 3-vs-1 ratio measures the fleet's coordination cost, not its capacity.
 """
@@ -173,7 +173,7 @@ async def bookkeeping(report: Report, url: str, rounds: int) -> None:
         "global bookkeeping, mean",
         statistics.fmean(times["GlobalQuotas (PostgreSQL)"]) * 1000,
         "ms",
-        note="two transactions: lock the tenant row, count, insert; delete",
+        note="one transaction (lock the tenant row, count, insert the lease), one DELETE",
     )
 
 
