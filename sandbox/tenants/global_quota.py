@@ -18,8 +18,10 @@ across the fleet while different tenants proceed in parallel.
   expire after ``ttl`` seconds, when the next admission of that tenant on any server deletes
   them. So a crashed server's slots come back within the expiry, without anyone in charge.
   A server restarted under the same instance id returns its predecessor's leases at once.
-- **Waiting**: only the oldest local waiter of a tenant polls the database (every ``poll_s``,
-  and at once when a local execution of that tenant ends); the others wait their turn locally.
+- **Waiting**: only the oldest local waiter of a tenant asks the database, at once when any
+  server frees one of the tenant's leases (``NOTIFY``, which every server ``LISTEN``s for) and
+  otherwise by polling from ``poll_s`` backing off to ``poll_max_s`` (the safety net for
+  expired leases, which nobody announces); the others wait their turn locally.
 
 If the database cannot be reached, admission fails with `Unavailable`; executions already running
 go on, and their leases expire if the heartbeat cannot renew them for ``ttl`` seconds (the quota
@@ -51,6 +53,7 @@ T = TypeVar("T")
 
 QUEUE_FULL_RETRY_S = 1.0
 _SCHEMA_LOCK = 0x70746371  # "ptcq": the advisory lock key that serialises table creation
+_CHANNEL = "ptc_quota_freed"  # NOTIFY channel: a lease of the tenant named in the payload ended
 _NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 QUOTA_TABLES = ("quota_leases", "quota_tenants")
 _SCHEMA = (
@@ -104,6 +107,7 @@ class GlobalQuotas:
         instance: str,
         lease_ttl_s: float = 15.0,
         poll_s: float = 0.05,
+        poll_max_s: float = 1.0,
         connect_timeout_s: int = 10,
     ) -> None:
         if lease_ttl_s <= 0 or poll_s <= 0:
@@ -116,11 +120,13 @@ class GlobalQuotas:
         self.owner = f"{instance}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self.lease_ttl_s = lease_ttl_s
         self.poll_s = poll_s
+        self.poll_max_s = max(poll_s, poll_max_s)
         self._timeout = connect_timeout_s
         self._conn: Any = None
         self._lock: asyncio.Lock | None = None
         self._lines: dict[str, _Line] = {}
         self._heartbeat: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._cleanup: set[asyncio.Task[Any]] = set()
 
     # -- Tenancy ---------------------------------------------------------------------------
@@ -149,14 +155,16 @@ class GlobalQuotas:
                 self.instance,
             )
         self._heartbeat = asyncio.create_task(self._renew_forever())
+        self._listener = asyncio.create_task(self._listen_forever())
 
     async def close(self) -> None:
         """Stops the heartbeat, returns this server's leases and disconnects."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
+        for task in (self._heartbeat, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._heartbeat = self._listener = None
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
         if self._conn is not None:
@@ -202,6 +210,7 @@ class GlobalQuotas:
             me.turn.set()
         try:
             await me.turn.wait()
+            pause = self.poll_s
             while True:
                 line.kick.clear()
                 promoted = await self._finish(
@@ -209,8 +218,13 @@ class GlobalQuotas:
                 )
                 if promoted:
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(line.kick.wait(), self.poll_s)
+                # A release anywhere in the fleet kicks at once (NOTIFY); the poll, slower
+                # while nothing changes, is the safety net for expiries and lost notices.
+                try:
+                    await asyncio.wait_for(line.kick.wait(), pause)
+                    pause = self.poll_s
+                except TimeoutError:
+                    pause = min(self.poll_max_s, pause * 2)
         finally:
             line.waiters.remove(me)
             if line.waiters:
@@ -386,7 +400,13 @@ class GlobalQuotas:
         return int(cursor.rowcount)
 
     async def _delete(self, conn: Any, lease_id: str) -> None:
-        await conn.execute("DELETE FROM quota_leases WHERE lease_id = %s", (lease_id,))
+        """Deletes the lease and tells every server (a notice on `_CHANNEL` naming the tenant,
+        sent when the statement commits) that a slot or a place in the queue is free."""
+        await conn.execute(
+            "WITH gone AS (DELETE FROM quota_leases WHERE lease_id = %s RETURNING tenant) "
+            f"SELECT pg_notify('{_CHANNEL}', tenant) FROM gone",
+            (lease_id,),
+        )
 
     async def _drop_own(self, conn: Any) -> None:
         await conn.execute("DELETE FROM quota_leases WHERE owner = %s", (self.owner,))
@@ -397,6 +417,28 @@ class GlobalQuotas:
             (self.lease_ttl_s, self.owner),
         )
         return int(cursor.rowcount)
+
+    async def _listen_forever(self) -> None:
+        """Wakes the oldest local waiter of a tenant whenever any server frees one of its
+        leases; reconnects after a failure (the waiters' polling covers the gap)."""
+        import psycopg
+
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=self._timeout
+                )
+                try:
+                    await conn.execute(f"LISTEN {_CHANNEL}")
+                    async for notice in conn.notifies():
+                        line = self._lines.get(notice.payload)
+                        if line is not None:
+                            line.kick.set()
+                finally:
+                    await conn.close()
+            except psycopg.Error as exc:
+                log.warning("quota: not listening for freed slots (waiters poll): %s", exc)
+                await asyncio.sleep(self.poll_max_s)
 
     async def _renew_forever(self) -> None:
         while True:

@@ -332,3 +332,43 @@ def test_a_queued_lease_lost_meanwhile_is_queued_again_in_its_place(
         assert holder.result(30).status == "ok"
         assert (queued.result(30).status, queued.result().stdout) == ("ok", "queued\n")
     wait_for(lambda: leases(pg_url) == [], "every lease is returned")
+
+
+def test_a_release_on_one_server_wakes_a_waiter_on_another(pg_url: str, tmp_path: Path) -> None:
+    """With polling slowed to once a minute, only the NOTIFY a release sends can wake the other
+    server's waiter in time: it gets the slot long before its next poll."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    registry = load_tenancy(tenants)
+    tenant = registry.tenant("q")
+    assert tenant is not None
+
+    async def scenario() -> list[str]:
+        kwargs: dict[str, Any] = {"burst": lambda t: 100, "poll_s": 60.0, "poll_max_s": 60.0}
+        first = GlobalQuotas(registry, pg_url, instance="notify-a", **kwargs)
+        second = GlobalQuotas(registry, pg_url, instance="notify-b", **kwargs)
+        await first.start()
+        await second.start()
+        events: list[str] = []
+        try:
+            held = first.admit(tenant)
+            await held.__aenter__()
+
+            async def wait_for_slot() -> None:
+                async with second.admit(tenant):
+                    events.append("second admitted")
+
+            waiter = asyncio.create_task(wait_for_slot())
+            while leases(pg_url) != [("notify-a", "running"), ("notify-b", "queued")]:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # the waiter's first poll is done; the next is a minute away
+            events.append("first releases")
+            await held.__aexit__(None, None, None)
+            await asyncio.wait_for(waiter, 20)
+        finally:
+            await first.close()
+            await second.close()
+        return events
+
+    assert asyncio.run(scenario()) == ["first releases", "second admitted"]
+    assert leases(pg_url) == []
