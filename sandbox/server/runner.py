@@ -94,6 +94,8 @@ class Runner:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
     ) -> asyncio.Task[ExecutionResult]:
+        if self.refusing is not None:  # also for paths that skip `prepare` (a replay)
+            raise Unavailable(self.refusing)
         task = asyncio.create_task(
             self._run(prepared, cancel, handlers, approver, on_output, on_started)
         )

@@ -1,6 +1,6 @@
 """`SandboxServer.stop` drains in order, in process (the `ptc serve` + SIGTERM case under load
 is in test_fleet.py): health and readiness NOT_SERVING at once while the listener still answers,
-new executions refused with UNAVAILABLE and the reason, reads still served, the in-flight
+new executions and replays refused with UNAVAILABLE and the reason, reads still served, the in-flight
 execution finished and recorded, then the listener closed. The sandbox is the `FakeBackend`,
 whose ``wait("go")`` holds an execution until the test lets it go."""
 
@@ -55,6 +55,7 @@ def test_stop_drains_in_order(tmp_path: Path) -> None:
                 return int(reply.status)
 
             seen["before"] = (await status(""), await status(READINESS_SERVICE))
+            earlier = await client.execute('print("earlier")')
             held = asyncio.ensure_future(client.execute('wait("go")\nprint("finished")'))
             while backend.running == 0:
                 await asyncio.sleep(0.01)
@@ -65,6 +66,10 @@ def test_stop_drains_in_order(tmp_path: Path) -> None:
                 await client.execute('print("late")')
             except Unavailable as exc:
                 seen["refused"] = exc.message
+            try:
+                await client.replay(earlier.execution_id)
+            except Unavailable as exc:
+                seen["replay refused"] = exc.message
             seen["listed"] = len((await client.list_executions()).records)
             seen["stopped early"] = stopping.done()
             backend.gate("go").set()
@@ -86,7 +91,8 @@ def test_stop_drains_in_order(tmp_path: Path) -> None:
         "before": (SERVING, SERVING),
         "draining": (NOT_SERVING, NOT_SERVING),
         "refused": DRAINING_MESSAGE,
-        "listed": 1,  # reads are still served while draining
+        "replay refused": DRAINING_MESSAGE,
+        "listed": 2,  # reads are still served while draining
         "stopped early": False,
         "held": ("ok", "finished\n"),
         "after": grpc.StatusCode.UNAVAILABLE,
