@@ -11,9 +11,19 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, mcp, replay, run, serve, session, stubs, tenants
+    from sandbox.commands import (
+        audit,
+        health,
+        mcp,
+        replay,
+        run,
+        serve,
+        session,
+        stubs,
+        tenants,
+    )
 
-    return [run, stubs, audit, tenants, serve, mcp, replay, session]
+    return [run, stubs, audit, tenants, serve, mcp, replay, health, session]
 
 
 COMMANDS: list[Command] = _load()

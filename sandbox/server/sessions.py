@@ -9,7 +9,7 @@ tenant's ceilings and are clamped (or refused, under the tenant's ``refuse`` pol
 from __future__ import annotations
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.errors import InvalidArgument, InvalidLimits
+from sandbox.errors import InvalidArgument, InvalidLimits, Unavailable
 from sandbox.server.convert import limits_from_proto, limits_to_proto
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
@@ -46,6 +46,8 @@ def _seconds(tenant: Tenant, request: pb.CreateSessionRequest, field: str, ceili
 async def create_session(
     runner: Runner, tenant: Tenant, request: pb.CreateSessionRequest
 ) -> pb.SessionInfo:
+    if runner.refusing is not None:  # the server is draining: no new sessions
+        raise Unavailable(runner.refusing)
     check_allowed(tenant.sessions_allowed, tenant.id)
     if request.backend and request.backend not in BACKENDS:
         raise InvalidArgument(f"backend: unknown value {request.backend}")

@@ -280,9 +280,8 @@ def _start_blocking(
     pidfd = -1
     cgroup: SandboxCgroup | None = None
     try:
-        pid, generation = zygote.fork(
-            settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w]
-        )
+        forked = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
+        pid, generation = forked.pid, forked.generation
         for fd in (out_w, err_w, status_w):
             os.close(fd)
         out_w = err_w = status_w = -1
@@ -300,7 +299,13 @@ def _start_blocking(
             isolation += cgroups.layers()
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
-        if zygote.settings.exit_status == "pidfd":
+        if forked.init:
+            # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
+            if not pidfds.is_namespace_init(pid):
+                raise OSError(f"pid {pid} forked as a sandbox's pid 1 is not one")
+            os.close(status_r)
+            status_r = -1
+        elif zygote.settings.exit_status == "pidfd":
             # The first child reports pid 1 and exits: from now on we watch pid 1 itself.
             init = _read_init_pid(status_r, err_r)
             init_fd = os.pidfd_open(init)
