@@ -52,6 +52,8 @@ def check_execute_tool_per_conversation(runner: ClientRunner | EmbeddedRunner) -
         assert two.run("n = 100").result.status == "ok"  # type: ignore[union-attr]
         again = one.run("n += 1\nprint(n)")
         other = two.run("print(n)")
+        valued = one.run("n * 10")
+        assert "--- value ---\n20" in valued.text
         assert (again.result.stdout, other.result.stdout) == ("2\n", "100\n")  # type: ignore[union-attr]
     finally:
         first_conv.close()
