@@ -37,9 +37,9 @@ def _tenants() -> str:
 
 
 class SessionServer:
-    def __init__(self, tmp: Path, backend: str) -> None:
+    def __init__(self, tmp: Path, backend: str, audit_db: str | None = None) -> None:
         (tmp / "tenants.toml").write_text(_tenants())
-        self.audit_db = str(tmp / "audit.db")
+        self.audit_db = audit_db or str(tmp / "audit.db")
         self.backend = backend
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="server", daemon=True)
