@@ -35,6 +35,7 @@ from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.expectations import ExpectedCalls, check_expected_calls
+from sandbox.files import InputFile, check_inputs
 from sandbox.handlers import Approver, ToolHandler, builtin_handlers
 from sandbox.limits import (
     CEILINGS,
@@ -71,6 +72,8 @@ class ExecutionRequest:
     policy: Literal["none", "restricted"] = "none"
     expected_calls: tuple[ExpectedCalls, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Placed in the script's working directory, read-only (see `sandbox.files`).
+    files: tuple[InputFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,7 @@ class Engine:
                 )
         backend = self.backend(request.backend).name
         effective, adjustments = limits or self.effective_limits(request.limits)
+        check_inputs(request.files, effective)
         return PreparedExecution(
             execution_id=execution_id or uuid.uuid4().hex,
             request=replace(request, manifest=manifest, backend=backend),
@@ -251,6 +255,7 @@ class Engine:
             effective_limits=limits_fields(effective),
             adjustments=list(prepared.adjustments),
             started_at=time.time(),
+            input_files=[f.digest() for f in request.files],
         )
         rejection = prepared.rejection
         if rejection is not None:
@@ -275,7 +280,14 @@ class Engine:
             approver,
             self.config.max_call_bytes,
         )
-        job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
+        job = Job(
+            execution_id,
+            request.script,
+            stubs,
+            effective,
+            self.config.max_call_bytes,
+            request.files,
+        )
         outcome = await run_session(handle, job, broker, on_output, cancel)
 
         result.calls = broker.calls
@@ -287,6 +299,8 @@ class Engine:
         result.sort_violations()
         result.stdout = outcome.stdout.text()
         result.stderr = outcome.stderr.text()
+        result.output_files = list(outcome.outputs)
+        result.omitted_outputs = list(outcome.omitted_outputs)
         end = outcome.end
         if end is not None and not _report_agrees(end.exit_code, outcome.exit_code):
             # The report is advisory: one that contradicts how the sandbox really ended was

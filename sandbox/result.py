@@ -18,6 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment
 
 __all__ = [
@@ -95,6 +96,11 @@ VIOLATION_ORDER = (
     "call_log_bytes",
     "stdout_bytes",
     "stderr_bytes",
+    "input_files",
+    "input_bytes",
+    "output_files",
+    "output_file_bytes",
+    "output_bytes",
     "expected_calls",
 )
 
@@ -193,12 +199,19 @@ class ExecutionResult:
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0
+    # Files: the request's inputs by digest; what the script left under outputs/ (with its
+    # bytes, except in an audit record); what it left there that was not returned, and why.
+    input_files: list[FileDigest] = field(default_factory=list)
+    output_files: list[OutputFile] = field(default_factory=list)
+    omitted_outputs: list[OmittedOutput] = field(default_factory=list)
 
     def sort_violations(self) -> None:
         rank = {name: i for i, name in enumerate(VIOLATION_ORDER)}
         self.violations.sort(key=lambda v: rank.get(v.limit, len(rank)))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, content: bool = True) -> dict[str, Any]:
+        """The JSON contract; ``content=False`` leaves the output files' bytes out (their name,
+        size and sha256 stay), as audit records keep them."""
         return {
             "execution_id": self.execution_id,
             "status": str(self.status),
@@ -223,4 +236,7 @@ class ExecutionResult:
             ],
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "input_files": [f.to_json() for f in self.input_files],
+            "output_files": [f.to_json(content) for f in self.output_files],
+            "omitted_outputs": [o.to_json() for o in self.omitted_outputs],
         }

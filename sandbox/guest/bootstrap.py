@@ -31,6 +31,7 @@ import traceback
 import types
 import typing  # noqa: F401
 
+import _files  # type: ignore[import-not-found]
 import _ptc_runtime  # type: ignore[import-not-found]
 
 CONNECT_TIMEOUT_S = 10.0
@@ -153,6 +154,9 @@ def main() -> None:
         os.dup2(fd, 0)
         os.close(fd)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    workdir = os.getcwd()
+    _files.place_inputs(workdir, job.get("files", []))
+    outputs_before = _files.snapshot(workdir)
     _apply_rlimits(job["rlimits"])
     _ptc_runtime.install(channel)
     _install_tools(job["stubs"])
@@ -184,6 +188,8 @@ def main() -> None:
     with contextlib.suppress(BaseException):
         sys.stdout.flush()
         sys.stderr.flush()
+    with contextlib.suppress(BaseException):
+        _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
     with contextlib.suppress(BaseException):
         channel.send({"t": "end", "status": status, "exit_code": exit_code, "error": error})
     os._exit(exit_code)
