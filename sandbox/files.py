@@ -32,6 +32,7 @@ __all__ = [
     "OMIT_REASONS",
     "OUTPUTS_DIR",
     "FileDigest",
+    "FilesLike",
     "InputFile",
     "OmittedOutput",
     "OutputFile",
@@ -169,12 +170,17 @@ class OmittedOutput:
         }
 
 
-def input_files(
-    files: Mapping[str, bytes | str | os.PathLike[str]]
-    | Iterable[InputFile | str | os.PathLike[str] | tuple[str, bytes | str | os.PathLike[str]]],
-) -> tuple[InputFile, ...]:
+FileSource = bytes | str | os.PathLike[str]
+FilesLike = (
+    Mapping[str, FileSource] | Iterable[InputFile | str | os.PathLike[str] | tuple[str, FileSource]]
+)
+
+
+def input_files(files: FilesLike | None) -> tuple[InputFile, ...]:
     """Input files from what a caller has at hand: ``{name: bytes or Path}``, paths (named by
     their base name), ``(name, bytes or Path)`` pairs or `InputFile`s. A path is read now."""
+    if files is None:
+        return ()
     items: Iterable[Any] = files.items() if isinstance(files, Mapping) else files
     out: list[InputFile] = []
     for item in items:

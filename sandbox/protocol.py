@@ -162,4 +162,9 @@ def _parse_file_frame(kind: str, obj: dict[str, Any]) -> GuestOutput | GuestOmit
         raw = base64.b64decode(data, validate=True)
     except (ValueError, binascii.Error):
         raise ProtocolViolation("out frame: data is not base64") from None
-    return GuestOutput(name, _int(obj.get("size"), "out frame: size"), _int(obj.get("offset"), "out frame: offset"), raw)
+    return GuestOutput(
+        name,
+        _int(obj.get("size"), "out frame: size"),
+        _int(obj.get("offset"), "out frame: offset"),
+        raw,
+    )

@@ -15,7 +15,9 @@ sandbox can see (EMFILE; MemoryError or EFBIG where the host has no counter), ma
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
@@ -204,6 +206,10 @@ class ExecutionResult:
     input_files: list[FileDigest] = field(default_factory=list)
     output_files: list[OutputFile] = field(default_factory=list)
     omitted_outputs: list[OmittedOutput] = field(default_factory=list)
+
+    def save_outputs(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Writes every returned output file under ``directory``; returns their paths."""
+        return [output.save(directory) for output in self.output_files]
 
     def sort_violations(self) -> None:
         rank = {name: i for i, name in enumerate(VIOLATION_ORDER)}

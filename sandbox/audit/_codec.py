@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.audit.base import Admission
-from sandbox.limits import LimitAdjustment
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
+from sandbox.limits import LimitAdjustment
 from sandbox.result import (
     CallRecord,
     CallStatus,

@@ -4,6 +4,7 @@
 from sandbox.client.aio import ApprovalRequest, AsyncClient, Execution, OutputChunk, Stubs
 from sandbox.client.sync import Client, SyncExecution
 from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
+from sandbox.files import InputFile, OmittedOutput, OutputFile
 
 __all__ = [
     "ApprovalRequest",
@@ -11,7 +12,10 @@ __all__ = [
     "Client",
     "ClientTool",
     "Execution",
+    "InputFile",
+    "OmittedOutput",
     "OutputChunk",
+    "OutputFile",
     "Stubs",
     "SyncExecution",
     "build_manifest",

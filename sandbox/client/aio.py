@@ -32,7 +32,8 @@ from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import CEILINGS, Limits, result_bytes_bound
+from sandbox.files import FilesLike, input_files
+from sandbox.limits import CEILINGS, Limits, request_files_bound, result_bytes_bound
 from sandbox.result import ExecutionResult
 from sandbox.wire import request_to_proto, result_from_proto
 
@@ -224,7 +225,11 @@ class AsyncClient:
                     "grpc.max_receive_message_length",
                     32 * 1024 * 1024 + result_bytes_bound(CEILINGS),
                 ),
-                ("grpc.max_send_message_length", 32 * 1024 * 1024),
+                # A request with input files as large as the ceilings allow.
+                (
+                    "grpc.max_send_message_length",
+                    32 * 1024 * 1024 + request_files_bound(CEILINGS),
+                ),
                 *options,
             ],
         )
@@ -252,11 +257,19 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
-            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+            script,
+            manifest,
+            _limits(limits),
+            backend,
+            policy,
+            tuple(expected_calls),
+            labels,
+            input_files(files),
         )
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
         try:
@@ -284,6 +297,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -297,6 +311,7 @@ class AsyncClient:
             expected_calls=expected_calls,
             labels=labels,
             timeout=timeout,
+            files=files,
         )
         return await execution.result()
 
@@ -311,13 +326,21 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
         manifest, local = build_manifest(tools)
         if local:
             raise ValueError("execute() cannot run client functions; use run()")
         request = request_to_proto(
-            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+            script,
+            manifest,
+            _limits(limits),
+            backend,
+            policy,
+            tuple(expected_calls),
+            labels,
+            input_files(files),
         )
         async with translated():
             message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)

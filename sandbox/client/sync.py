@@ -27,6 +27,7 @@ from sandbox.client.aio import (
 )
 from sandbox.client.tools import ToolLike
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import FilesLike
 from sandbox.result import ExecutionResult
 
 __all__ = ["Client", "SyncExecution"]
@@ -105,6 +106,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here."""
         return self._call(
@@ -119,6 +121,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                files=files,
             )
         )
 
@@ -134,6 +137,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -147,6 +151,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                files=files,
             )
         )
         return SyncExecution(self, execution)
@@ -162,6 +167,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server."""
         return self._call(
@@ -174,6 +180,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                files=files,
             )
         )
 

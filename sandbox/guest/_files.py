@@ -174,7 +174,7 @@ def send_outputs(
 
     try:
         for name, dir_fd, info, kind in entries:
-            if kind == "dir" or info is None and kind != "symlink":
+            if kind == "dir" or (info is None and kind != "symlink"):
                 continue
             shown = OUTPUTS if info is None else name
             if info is not None and before.get(name) == _signature(info):
@@ -209,6 +209,8 @@ def send_outputs(
                 if offset >= len(data):
                     break
         if unlisted:
-            channel.send({"t": "omit", "name": "", "reason": "more", "size": unlisted, "limit": None})
+            channel.send(
+                {"t": "omit", "name": "", "reason": "more", "size": unlisted, "limit": None}
+            )
     finally:
         _close(entries)
