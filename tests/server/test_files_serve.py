@@ -296,3 +296,19 @@ def test_execute_request_proto_carries_files(fserver: ServerHarness) -> None:
         answer = pb_grpc.SandboxServiceStub(channel).Execute(request)
     assert (answer.stdout, [d.name for d in answer.input_files]) == ("raw\n", ["a"])
     assert [d.sha256 for d in answer.input_files] == [_sha(b"raw")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_size_still_bounds_what_the_script_writes(
+    fserver: ServerHarness, backend: str
+) -> None:
+    script = "open('outputs/big', 'wb').write(b'x' * (2 << 20))"
+    limits = {"file_size_bytes": 1 << 20}
+    result = fserver.client.execute(script, backend=backend, limits=limits)
+    assert result.status == "limit_exceeded", result.stderr
+    assert [v.limit for v in result.violations] == ["file_size"]
+    assert result.error is not None and result.error.type == "OSError"
+    # What the script did write (up to the limit) is still returned, and says its size.
+    [big] = result.output_files
+    assert big.name == "big" and 0 < big.size <= 1 << 20 and big.data == b"x" * big.size
+    fserver.assert_healthy()
