@@ -235,11 +235,13 @@ CEILINGS = ResolvedLimits(
     max_tool_calls=1_000_000,
     open_files=4096,
     call_log_bytes=64 * 1024**2,
-    input_files=4096,
-    input_bytes=256 * 1024**2,
-    output_files=4096,
-    output_file_bytes=256 * 1024**2,
-    output_bytes=256 * 1024**2,
+    # Inputs travel in the request and the job frame, outputs in the result: these ceilings also
+    # size the server's and the client's gRPC message limits (`request_files_bound`).
+    input_files=1024,
+    input_bytes=64 * 1024**2,
+    output_files=1024,
+    output_file_bytes=64 * 1024**2,
+    output_bytes=64 * 1024**2,
 )
 
 # What a result holds beyond its output and call log, at most: the truncation markers, the

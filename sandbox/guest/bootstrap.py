@@ -155,7 +155,7 @@ def main() -> None:
         os.close(fd)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     workdir = os.getcwd()
-    _files.place_inputs(workdir, job.get("files", []))
+    _files.place_inputs(workdir, job.pop("files", []))  # popped: the script's memory is its own
     outputs_before = _files.snapshot(workdir)
     _apply_rlimits(job["rlimits"])
     _ptc_runtime.install(channel)

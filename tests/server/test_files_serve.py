@@ -13,14 +13,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import ServerHarness
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import InputFile
 from sandbox.errors import InvalidArgument
 
+ServerHarness = Any  # the class comes from tests/server/conftest.py (`server_harness`)
 BACKENDS = [
     "process",
     pytest.param("docker", marks=pytest.mark.requires_docker),
@@ -29,15 +30,28 @@ BINARY = bytes(range(256)) * 4096 + b"\x00tail"  # 1 MiB and a bit, every byte v
 
 
 def _docker_ok() -> bool:
-    from tests.conftest import docker_unavailable_reason
+    from sandbox.backends.docker import engine_client
+    from sandbox.errors import Unavailable
 
-    return docker_unavailable_reason() is None
+    try:
+        client = engine_client.connect(engine_client.engine_address())
+    except Unavailable:
+        return False
+    try:
+        engine_client.check_image(client, engine_client.default_image())
+    except Unavailable:
+        return False
+    finally:
+        client.close()
+    return True
 
 
 @pytest.fixture(scope="module")
-def fserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHarness]:
+def fserver(
+    tmp_path_factory: pytest.TempPathFactory, server_harness: type[ServerHarness]
+) -> Iterator[ServerHarness]:
     db = tmp_path_factory.mktemp("files-audit") / "audit.db"
-    harness = ServerHarness(docker=_docker_ok(), audit_db=str(db))
+    harness = server_harness(docker=_docker_ok(), audit_db=str(db))
     yield harness
     harness.close()
     assert harness.leftovers() == []
