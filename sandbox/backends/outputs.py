@@ -52,6 +52,8 @@ class OutputCollector:
         self._skipping: str | None = None  # a file refused at its first chunk
         self._unlisted = 0
         self._host_refused: set[str] = set()  # limits the host enforced on received frames
+        # Per reason, listed or not: omitted files, their known sizes summed, the largest.
+        self._tally: dict[str, list[int]] = {}
 
     # -- frames ------------------------------------------------------------------------------
     def receive(self, frame: GuestOutput | GuestOmit) -> None:
@@ -138,6 +140,10 @@ class OutputCollector:
             )
 
     def _omit(self, entry: OmittedOutput) -> None:
+        tally = self._tally.setdefault(entry.reason, [0, 0, 0])
+        tally[0] += 1
+        tally[1] += entry.size or 0
+        tally[2] = max(tally[2], entry.size or 0)
         if len(self.omitted) >= MAX_OMITTED_LISTED:
             self._unlisted += 1
         else:
@@ -157,20 +163,18 @@ class OutputCollector:
         """One violation per output limit that omitted files."""
         out: list[Violation] = []
         for limit, unit in _LIMIT_OF.items():
-            entries = [e for e in self.omitted if e.reason == limit]
-            if not entries:
+            if limit not in self._tally:
                 continue
+            count, size_sum, largest = self._tally[limit]
             value = self.limits.value(limit)
-            sizes = [e.size for e in entries if e.size is not None]
-            observed: int | None
-            if limit == "output_files":
-                observed = len(self.files) + len(entries)
-            elif limit == "output_file_bytes":
-                observed = max(sizes) if sizes else None
-            else:
-                observed = self._total + sum(sizes) if sizes else None
-            listed = ", ".join(f"{e.name} ({e.size} bytes)" for e in entries[:5])
-            more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+            observed = {
+                "output_files": len(self.files) + count,
+                "output_file_bytes": largest,
+                "output_bytes": self._total + size_sum,
+            }[limit]
+            entries = [e for e in self.omitted if e.reason == limit][:5]
+            listed = ", ".join(f"{e.name} ({e.size} bytes)" for e in entries)
+            more = f" and {count - len(entries)} more" if count > len(entries) else ""
             out.append(
                 Violation(
                     limit,
@@ -178,7 +182,7 @@ class OutputCollector:
                     observed,
                     unit,
                     "truncated",
-                    f"{len(entries)} output files omitted: {listed}{more}",
+                    f"{count} output files omitted: {listed}{more}",
                     evidence=Evidence.HOST if limit in self._host_refused else Evidence.GUEST,
                 )
             )

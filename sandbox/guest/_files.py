@@ -20,7 +20,7 @@ from typing import Any
 OUTPUTS = "outputs"
 MAX_NAME_BYTES = 1024
 MAX_COMPONENT_BYTES = 255
-MAX_OMITTED_LISTED = 100
+MAX_OMITTED_SENT = 10000  # omit frames; the host lists 100 and counts them all
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -165,7 +165,7 @@ def send_outputs(
 
     def omit(name: str, reason: str, size: int | None, limit: int | None = None) -> None:
         nonlocal omitted, unlisted
-        if omitted >= MAX_OMITTED_LISTED:
+        if omitted >= MAX_OMITTED_SENT:
             unlisted += 1
             return
         omitted += 1

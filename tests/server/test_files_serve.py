@@ -326,3 +326,17 @@ def test_file_size_still_bounds_what_the_script_writes(
     [big] = result.output_files
     assert big.name == "big" and 0 < big.size <= 1 << 20 and big.data == b"x" * big.size
     fserver.assert_healthy()
+
+
+def test_many_omitted_outputs_are_counted_not_all_listed(fserver: ServerHarness) -> None:
+    script = "for i in range(300):\n    open(f'outputs/f{i:03d}', 'w').write('x')"
+    result = fserver.client.execute(script, limits={"output_files": 2})
+    assert [f.name for f in result.output_files] == ["f000", "f001"]
+    assert len(result.omitted_outputs) == 101
+    assert result.omitted_outputs[0].name == "f002"
+    last = result.omitted_outputs[-1]
+    assert (last.name, last.reason, last.size) == ("", "more", 198)
+    [violation] = result.violations
+    assert (violation.limit, violation.limit_value, violation.observed) == ("output_files", 2, 300)
+    assert violation.detail.startswith("298 output files omitted: f002 (1 bytes), ")
+    assert violation.detail.endswith(" and 293 more")
