@@ -72,6 +72,8 @@ class ExecutionRequest:
     policy: Literal["none", "restricted"] = "none"
     expected_calls: tuple[ExpectedCalls, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
+    replay_of: str = ""
     # Placed in the script's working directory, read-only (see `sandbox.files`).
     files: tuple[InputFile, ...] = ()
 
