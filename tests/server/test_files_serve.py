@@ -340,3 +340,31 @@ def test_many_omitted_outputs_are_counted_not_all_listed(fserver: ServerHarness)
     assert (violation.limit, violation.limit_value, violation.observed) == ("output_files", 2, 300)
     assert violation.detail.startswith("298 output files omitted: f002 (1 bytes), ")
     assert violation.detail.endswith(" and 293 more")
+
+
+@pytest.mark.parametrize(
+    ("frame", "detail"),
+    [
+        ({"t": "out", "name": "x", "size": 3, "offset": 0, "data": "a$c="}, "not base64"),
+        ({"t": "out", "name": 7, "size": 3, "offset": 0, "data": ""}, "name must be a string"),
+        ({"t": "out", "name": "x", "size": -1, "offset": 0, "data": ""}, "size must be"),
+        ({"t": "omit", "name": "x", "reason": 5}, "reason must be a short string"),
+    ],
+    ids=["bad-base64", "name-type", "negative-size", "reason-type"],
+)
+def test_malformed_file_frames_are_protocol_violations(
+    fserver: ServerHarness, frame: dict[str, object], detail: str
+) -> None:
+    script = (
+        "import json, socket, struct, sys\n"
+        "sock = socket.socket(fileno=int(sys.argv[1]))\n"
+        f"body = json.dumps({frame!r}).encode()\n"
+        "sock.sendall(struct.pack('>I', len(body)) + body)\n"
+        "import time; time.sleep(5)\n"
+    )
+    result = fserver.client.execute(script)
+    assert result.status == "limit_exceeded"
+    assert [v.limit for v in result.violations] == ["protocol"]
+    assert detail in result.violations[0].detail
+    assert result.output_files == []
+    fserver.assert_healthy()
