@@ -34,7 +34,7 @@ def place_inputs(workdir: str, files: list[dict[str, Any]]) -> None:
         path = os.path.join(workdir, *name.split("/"))
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(path, 0o644)  # a session's earlier copy: replaced, not appended to
+            os.unlink(path)  # an earlier copy (a session's), or a link planted there: replaced
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o444)
         try:
             view = memoryview(base64.b64decode(item["data"]))

@@ -104,3 +104,14 @@ def test_omissions_past_the_listed_cap_are_counted(tmp_path: Path, count: int) -
     collector = _collect(tmp_path, {})
     assert len(collector.omitted) == 101
     assert collector.omitted[-1].reason == "more" and collector.omitted[-1].size == count - 100
+
+
+def test_placing_an_input_replaces_a_link_planted_at_its_name(tmp_path: Path) -> None:
+    """In a session a script could leave a link where the next input goes: the input
+    replaces the link, never writes through it."""
+    target = tmp_path / "target"
+    target.write_bytes(b"untouched")
+    (tmp_path / "in.txt").symlink_to(target)
+    guest_files.place_inputs(str(tmp_path), [{"name": "in.txt", "data": "bmV3"}])
+    assert (tmp_path / "in.txt").read_bytes() == b"new" and not (tmp_path / "in.txt").is_symlink()
+    assert target.read_bytes() == b"untouched"
