@@ -35,6 +35,7 @@ from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.expectations import ExpectedCalls, check_expected_calls
+from sandbox.files import InputFile, check_inputs
 from sandbox.handlers import Approver, ToolHandler, builtin_handlers
 from sandbox.limits import (
     CEILINGS,
@@ -74,6 +75,8 @@ class ExecutionRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
     replay_of: str = ""
+    # Placed in the script's working directory, read-only (see `sandbox.files`).
+    files: tuple[InputFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class Engine:
                 )
         backend = self.backend(request.backend).name
         effective, adjustments = limits or self.effective_limits(request.limits)
+        check_inputs(request.files, effective)
         return PreparedExecution(
             execution_id=execution_id or uuid.uuid4().hex,
             request=replace(request, manifest=manifest, backend=backend),
@@ -257,6 +261,7 @@ class Engine:
             effective_limits=limits_fields(effective),
             adjustments=list(prepared.adjustments),
             started_at=time.time(),
+            input_files=[f.digest() for f in request.files],
         )
         if session is not None:
             result.session_id = request.labels.get("ptc.session_id", "")
@@ -286,7 +291,14 @@ class Engine:
             approver,
             self.config.max_call_bytes,
         )
-        job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
+        job = Job(
+            execution_id,
+            request.script,
+            stubs,
+            effective,
+            self.config.max_call_bytes,
+            request.files,
+        )
         if session is None:
             outcome = await run_session(handle, job, broker, on_output, cancel)
         else:
@@ -303,6 +315,8 @@ class Engine:
         result.sort_violations()
         result.stdout = outcome.stdout.text()
         result.stderr = outcome.stderr.text()
+        result.output_files = list(outcome.outputs)
+        result.omitted_outputs = list(outcome.omitted_outputs)
         end = outcome.end
         if end is not None and not _report_agrees(end.exit_code, outcome.exit_code):
             # The report is advisory: one that contradicts how the sandbox really ended was

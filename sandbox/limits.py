@@ -18,6 +18,11 @@ passed unchanged to the broker and the backend.
 | max_tool_calls | max_tool_calls   | 1000     | broker; further calls raise in the script
 | open_files     | open_files       | 256      | RLIMIT_NOFILE
 | call_log_bytes | call_log_bytes   | 8 MiB    | broker; calls whose arguments do not fit refused
+| input_files    | input_files      | 64       | request check; more input files refused
+| input_bytes    | input_bytes      | 8 MiB    | request check (also within file_size: the tmpfs)
+| output_files   | output_files     | 64       | host; further files under outputs/ omitted
+| output_file_bytes | output_file_bytes | 8 MiB | host; a larger file under outputs/ omitted
+| output_bytes   | output_bytes     | 16 MiB   | host; files past the total omitted
 """
 
 from __future__ import annotations
@@ -33,14 +38,18 @@ from sandbox.errors import InvalidLimits
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
+    "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
+    "MAX_OMITTED_LISTED",
     "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
+    "files_bytes_bound",
     "parse_limit_args",
+    "request_files_bound",
     "result_bytes_bound",
 ]
 
@@ -99,6 +108,11 @@ LIMIT_SPECS: tuple[LimitSpec, ...] = (
     LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
     LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process"),
     LimitSpec("call_log_bytes", "call_log_bytes", "bytes", 1, "call log: arguments and results"),
+    LimitSpec("input_files", "input_files", "count", 1, "input files of one request"),
+    LimitSpec("input_bytes", "input_bytes", "bytes", 1, "input files together"),
+    LimitSpec("output_files", "output_files", "count", 1, "files returned from outputs/"),
+    LimitSpec("output_file_bytes", "output_file_bytes", "bytes", 1, "one returned file"),
+    LimitSpec("output_bytes", "output_bytes", "bytes", 1, "returned files together"),
 )
 SPEC_BY_NAME: dict[str, LimitSpec] = {spec.name: spec for spec in LIMIT_SPECS}
 SPEC_BY_FIELD: dict[str, LimitSpec] = {spec.field: spec for spec in LIMIT_SPECS}
@@ -118,6 +132,11 @@ class Limits:
     max_tool_calls: int | None = None
     open_files: int | None = None
     call_log_bytes: int | None = None
+    input_files: int | None = None
+    input_bytes: int | None = None
+    output_files: int | None = None
+    output_file_bytes: int | None = None
+    output_bytes: int | None = None
 
     def resolve(self, defaults: ResolvedLimits) -> ResolvedLimits:
         """Fills every unset field from ``defaults``."""
@@ -169,6 +188,11 @@ class ResolvedLimits:
     max_tool_calls: int
     open_files: int
     call_log_bytes: int
+    input_files: int
+    input_bytes: int
+    output_files: int
+    output_file_bytes: int
+    output_bytes: int
 
     def value(self, name: str) -> int:
         value: int = getattr(self, SPEC_BY_NAME[name].field)
@@ -193,6 +217,11 @@ DEFAULTS = ResolvedLimits(
     max_tool_calls=1000,
     open_files=256,
     call_log_bytes=8 * 1024**2,
+    input_files=64,
+    input_bytes=8 * 1024**2,
+    output_files=64,
+    output_file_bytes=8 * 1024**2,
+    output_bytes=16 * 1024**2,
 )
 
 CEILINGS = ResolvedLimits(
@@ -206,6 +235,13 @@ CEILINGS = ResolvedLimits(
     max_tool_calls=1_000_000,
     open_files=4096,
     call_log_bytes=64 * 1024**2,
+    # Inputs travel in the request and the job frame, outputs in the result: these ceilings also
+    # size the server's and the client's gRPC message limits (`request_files_bound`).
+    input_files=1024,
+    input_bytes=64 * 1024**2,
+    output_files=1024,
+    output_file_bytes=64 * 1024**2,
+    output_bytes=64 * 1024**2,
 )
 
 # What a result holds beyond its output and call log, at most: the truncation markers, the
@@ -224,7 +260,25 @@ def result_bytes_bound(limits: ResolvedLimits) -> int:
     limits allow always reaches the client.
     """
     output = 3 * (limits.stdout_bytes + limits.stderr_bytes)
-    return output + limits.call_log_bytes + RESULT_OVERHEAD_BYTES
+    return output + limits.call_log_bytes + files_bytes_bound(limits) + RESULT_OVERHEAD_BYTES
+
+
+# Per file, beside its bytes: its name (at most 1024 bytes), size, sha256 and framing; an omitted
+# file's report (name, size, reason) fits the same share.
+FILE_OVERHEAD_BYTES = 2048
+# Omitted files listed one by one at most; the rest are counted in one last entry.
+MAX_OMITTED_LISTED = 100
+
+
+def files_bytes_bound(limits: ResolvedLimits) -> int:
+    """The most bytes a result's returned and omitted files take as protobuf."""
+    listed = limits.output_files + MAX_OMITTED_LISTED + 1
+    return limits.output_bytes + listed * FILE_OVERHEAD_BYTES
+
+
+def request_files_bound(limits: ResolvedLimits) -> int:
+    """The most bytes a request's input files take as protobuf under ``limits``."""
+    return limits.input_bytes + limits.input_files * FILE_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)

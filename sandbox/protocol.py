@@ -8,6 +8,7 @@ the execution with a `protocol` violation. Only JSON crosses the boundary, never
 
 from __future__ import annotations
 
+import binascii
 import json
 import struct
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ __all__ = [
     "GuestCall",
     "GuestEnd",
     "GuestMessage",
+    "GuestOmit",
+    "GuestOutput",
     "GuestReady",
     "ProtocolViolation",
     "decode_body",
@@ -57,7 +60,29 @@ class GuestEnd:
     value: str | None = None  # a session cell's final expression, as the guest repr'd it
 
 
-GuestMessage = GuestReady | GuestCall | GuestEnd
+@dataclass(frozen=True)
+class GuestOutput:
+    """One chunk of a file the guest returns from outputs/: ``data`` at ``offset`` of a file of
+    ``size`` bytes (see `sandbox.backends.outputs`)."""
+
+    name: str
+    size: int
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class GuestOmit:
+    """A file under outputs/ the guest did not return, and why (its own word)."""
+
+    name: str
+    reason: str
+    size: int | None
+    limit: int | None
+
+
+GuestMessage = GuestReady | GuestCall | GuestEnd | GuestOutput | GuestOmit
+MAX_FILE_NAME_CHARS = 4096
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
@@ -116,4 +141,36 @@ def parse_guest_message(obj: Any) -> GuestMessage:
         return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error, value)
     if kind == "ready":
         return GuestReady(_int(obj.get("pid"), "pid", 1, 2**22))
+    if kind in ("out", "omit"):
+        return _parse_file_frame(kind, obj)
     raise ProtocolViolation(f"unknown frame type {str(kind)[:40]!r}")
+
+
+def _parse_file_frame(kind: str, obj: dict[str, Any]) -> GuestOutput | GuestOmit:
+    name = obj.get("name")
+    if not isinstance(name, str) or len(name) > MAX_FILE_NAME_CHARS:
+        raise ProtocolViolation(f"{kind} frame: name must be a string of at most 4096 chars")
+    if kind == "omit":
+        reason = obj.get("reason")
+        if not isinstance(reason, str) or len(reason) > 40:
+            raise ProtocolViolation("omit frame: reason must be a short string")
+        size, limit = obj.get("size"), obj.get("limit")
+        return GuestOmit(
+            name,
+            reason,
+            None if size is None else _int(size, "omit frame: size"),
+            None if limit is None else _int(limit, "omit frame: limit"),
+        )
+    data = obj.get("data")
+    if not isinstance(data, str):
+        raise ProtocolViolation("out frame: data must be a base64 string")
+    try:
+        raw = binascii.a2b_base64(data, strict_mode=True)  # C; b64decode's validate is a regex
+    except (ValueError, binascii.Error):
+        raise ProtocolViolation("out frame: data is not base64") from None
+    return GuestOutput(
+        name,
+        _int(obj.get("size"), "out frame: size"),
+        _int(obj.get("offset"), "out frame: offset"),
+        raw,
+    )

@@ -15,9 +15,12 @@ sandbox can see (EMFILE; MemoryError or EFBIG where the host has no counter), ma
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment
 
 __all__ = [
@@ -95,6 +98,11 @@ VIOLATION_ORDER = (
     "call_log_bytes",
     "stdout_bytes",
     "stderr_bytes",
+    "input_files",
+    "input_bytes",
+    "output_files",
+    "output_file_bytes",
+    "output_bytes",
     "expected_calls",
 )
 
@@ -198,12 +206,23 @@ class ExecutionResult:
     session_id: str = ""
     value: str | None = None
     session_lost: str = ""
+    # Files: the request's inputs by digest; what the script left under outputs/ (with its
+    # bytes, except in an audit record); what it left there that was not returned, and why.
+    input_files: list[FileDigest] = field(default_factory=list)
+    output_files: list[OutputFile] = field(default_factory=list)
+    omitted_outputs: list[OmittedOutput] = field(default_factory=list)
+
+    def save_outputs(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Writes every returned output file under ``directory``; returns their paths."""
+        return [output.save(directory) for output in self.output_files]
 
     def sort_violations(self) -> None:
         rank = {name: i for i, name in enumerate(VIOLATION_ORDER)}
         self.violations.sort(key=lambda v: rank.get(v.limit, len(rank)))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, content: bool = True) -> dict[str, Any]:
+        """The JSON contract; ``content=False`` leaves the output files' bytes out (their name,
+        size and sha256 stay), as audit records keep them."""
         return {
             "execution_id": self.execution_id,
             "status": str(self.status),
@@ -228,6 +247,9 @@ class ExecutionResult:
             ],
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "input_files": [f.to_json() for f in self.input_files],
+            "output_files": [f.to_json(content) for f in self.output_files],
+            "omitted_outputs": [o.to_json() for o in self.omitted_outputs],
             **self._session_json(),
         }
 

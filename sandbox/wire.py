@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile
 from sandbox.limits import LIMIT_SPECS, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import (
     CallRecord,
@@ -36,6 +37,7 @@ __all__ = [
     "BACKEND_ENUM",
     "POLICIES",
     "enum_name",
+    "input_files_from_proto",
     "limits_fields_from_proto",
     "limits_from_proto",
     "limits_to_proto",
@@ -132,6 +134,7 @@ def request_to_proto(
     expected_calls: tuple[ExpectedCalls, ...] = (),
     labels: Mapping[str, str] | None = None,
     session_id: str = "",
+    files: tuple[InputFile, ...] = (),
 ) -> pb.ExecuteRequest:
     message = pb.ExecuteRequest(
         script=script,
@@ -153,7 +156,14 @@ def request_to_proto(
             entry.min = item.min
         if item.max is not None:
             entry.max = item.max
+    for input_file in files:
+        message.input_files.add(name=input_file.name, content=input_file.data)
     return message
+
+
+def input_files_from_proto(message: pb.ExecuteRequest) -> tuple[InputFile, ...]:
+    """The request's input files (their names and limits are checked by the engine)."""
+    return tuple(InputFile(f.name, f.content) for f in message.input_files)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -231,6 +241,14 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         message.adjustments.add(
             limit=a.limit, requested=a.requested, applied=a.applied, action=a.action
         )
+    for d in result.input_files:
+        message.input_files.add(name=d.name, size_bytes=d.size, sha256=d.sha256)
+    for f in result.output_files:
+        message.output_files.add(name=f.name, size_bytes=f.size, sha256=f.sha256, content=f.data)
+    for o in result.omitted_outputs:
+        message.omitted_outputs.add(
+            name=o.name, reason=o.reason, size_bytes=o.size, limit_value=o.limit, detail=o.detail
+        )
     return message
 
 
@@ -291,4 +309,18 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
     ]
     if message.HasField("error"):
         result.error = ScriptError(message.error.type, message.error.message, message.error.line)
+    result.input_files = [FileDigest(d.name, d.size_bytes, d.sha256) for d in message.input_files]
+    result.output_files = [
+        OutputFile(f.name, f.size_bytes, f.sha256, f.content) for f in message.output_files
+    ]
+    result.omitted_outputs = [
+        OmittedOutput(
+            o.name,
+            o.reason,
+            o.size_bytes if o.HasField("size_bytes") else None,
+            o.limit_value if o.HasField("limit_value") else None,
+            o.detail,
+        )
+        for o in message.omitted_outputs
+    ]
     return result

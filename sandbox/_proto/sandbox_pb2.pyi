@@ -120,7 +120,7 @@ class ToolManifest(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("wall_time_ms", "cpu_time_ms", "memory_bytes", "processes", "stdout_bytes", "stderr_bytes", "file_size_bytes", "max_tool_calls", "open_files", "call_log_bytes")
+    __slots__ = ("wall_time_ms", "cpu_time_ms", "memory_bytes", "processes", "stdout_bytes", "stderr_bytes", "file_size_bytes", "max_tool_calls", "open_files", "call_log_bytes", "input_files", "input_bytes", "output_files", "output_file_bytes", "output_bytes")
     WALL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     CPU_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,11 @@ class Limits(_message.Message):
     MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FILES_FIELD_NUMBER: _ClassVar[int]
     CALL_LOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     wall_time_ms: int
     cpu_time_ms: int
     memory_bytes: int
@@ -141,7 +146,12 @@ class Limits(_message.Message):
     max_tool_calls: int
     open_files: int
     call_log_bytes: int
-    def __init__(self, wall_time_ms: _Optional[int] = ..., cpu_time_ms: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., processes: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., open_files: _Optional[int] = ..., call_log_bytes: _Optional[int] = ...) -> None: ...
+    input_files: int
+    input_bytes: int
+    output_files: int
+    output_file_bytes: int
+    output_bytes: int
+    def __init__(self, wall_time_ms: _Optional[int] = ..., cpu_time_ms: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., processes: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., open_files: _Optional[int] = ..., call_log_bytes: _Optional[int] = ..., input_files: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_files: _Optional[int] = ..., output_file_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ...) -> None: ...
 
 class ExpectedCalls(_message.Message):
     __slots__ = ("tool", "min", "max")
@@ -154,7 +164,7 @@ class ExpectedCalls(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "session_id")
+    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "session_id", "input_files")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +180,7 @@ class ExecuteRequest(_message.Message):
     EXPECTED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
     script: str
     manifest: ToolManifest
     limits: Limits
@@ -178,7 +189,8 @@ class ExecuteRequest(_message.Message):
     expected_calls: _containers.RepeatedCompositeFieldContainer[ExpectedCalls]
     labels: _containers.ScalarMap[str, str]
     session_id: str
-    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    input_files: _containers.RepeatedCompositeFieldContainer[InputFile]
+    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ...) -> None: ...
 
 class CallRecord(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json", "status", "result_json", "error", "start_offset_us", "duration_us", "idempotency_key")
@@ -259,7 +271,7 @@ class LimitAdjustment(_message.Message):
     def __init__(self, limit: _Optional[str] = ..., requested: _Optional[float] = ..., applied: _Optional[float] = ..., action: _Optional[str] = ...) -> None: ...
 
 class ExecutionResult(_message.Message):
-    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at", "session_id", "value", "session_lost")
+    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at", "session_id", "value", "session_lost", "input_files", "output_files", "omitted_outputs")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +290,9 @@ class ExecutionResult(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     SESSION_LOST_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILES_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     exit_code: int
@@ -296,7 +311,10 @@ class ExecutionResult(_message.Message):
     session_id: str
     value: str
     session_lost: str
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., value: _Optional[str] = ..., session_lost: _Optional[str] = ...) -> None: ...
+    input_files: _containers.RepeatedCompositeFieldContainer[FileDigest]
+    output_files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    omitted_outputs: _containers.RepeatedCompositeFieldContainer[OmittedOutput]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., value: _Optional[str] = ..., session_lost: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[FileDigest, _Mapping]]] = ..., output_files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., omitted_outputs: _Optional[_Iterable[_Union[OmittedOutput, _Mapping]]] = ...) -> None: ...
 
 class ClientMessage(_message.Message):
     __slots__ = ("start", "tool_answer", "approval", "cancel")
@@ -598,3 +616,47 @@ class ReplayReport(_message.Message):
     differences: _containers.RepeatedCompositeFieldContainer[ReplayDifference]
     result: ExecutionResult
     def __init__(self, execution_id: _Optional[str] = ..., identical: _Optional[bool] = ..., differences: _Optional[_Iterable[_Union[ReplayDifference, _Mapping]]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ...) -> None: ...
+
+class InputFile(_message.Message):
+    __slots__ = ("name", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    content: bytes
+    def __init__(self, name: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class FileDigest(_message.Message):
+    __slots__ = ("name", "size_bytes", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class OutputFile(_message.Message):
+    __slots__ = ("name", "size_bytes", "sha256", "content")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    sha256: str
+    content: bytes
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class OmittedOutput(_message.Message):
+    __slots__ = ("name", "reason", "size_bytes", "limit_value", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reason: str
+    size_bytes: int
+    limit_value: int
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., size_bytes: _Optional[int] = ..., limit_value: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -19,6 +19,7 @@ from typing import Any
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment
 from sandbox.result import (
     CallRecord,
@@ -164,7 +165,7 @@ def _cap(text: str, cap: int) -> str:
 
 def result_to_json(result: ExecutionResult, cap: int = OUTPUT_CAP_BYTES) -> dict[str, Any]:
     """The result as recorded: `ExecutionResult.to_json`, with stdout/stderr capped."""
-    data = result.to_json()
+    data = result.to_json(content=False)  # output files by name, size and sha256 only
     data["stdout"] = _cap(result.stdout, cap)
     data["stderr"] = _cap(result.stderr, cap)
     return data
@@ -218,4 +219,8 @@ def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
         session_id=str(data.get("session_id", "")),
         value=data.get("value"),
         session_lost=str(data.get("session_lost", "")),
+        # Records written before files existed have none.
+        input_files=[FileDigest(**f) for f in data.get("input_files", [])],
+        output_files=[OutputFile(**f) for f in data.get("output_files", [])],
+        omitted_outputs=[OmittedOutput(**o) for o in data.get("omitted_outputs", [])],
     )

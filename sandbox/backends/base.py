@@ -15,6 +15,7 @@ from typing import Protocol
 
 from sandbox.backends.channel import FrameChannel
 from sandbox.capture import CappedOutput, OutputStream
+from sandbox.files import InputFile, OmittedOutput, OutputFile
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import Violation
@@ -29,6 +30,7 @@ class Job:
     stubs: str
     limits: ResolvedLimits
     max_call_bytes: int = 1 << 20
+    files: tuple[InputFile, ...] = ()  # placed in the working directory before the script
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class Outcome:
     isolation: list[str] = field(default_factory=list)
     cancelled: bool = False
     protocol_error: str | None = None
+    outputs: list[OutputFile] = field(default_factory=list)  # what the script left in outputs/
+    omitted_outputs: list[OmittedOutput] = field(default_factory=list)
 
 
 class SandboxHandle(Protocol):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import contextlib
 import math
 import signal
@@ -41,9 +42,18 @@ import time
 from typing import Any
 
 from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
+from sandbox.backends.outputs import OutputCollector
 from sandbox.broker import Broker
 from sandbox.capture import CappedOutput, OutputCallback
-from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
+from sandbox.protocol import (
+    GuestCall,
+    GuestEnd,
+    GuestMessage,
+    GuestOmit,
+    GuestOutput,
+    ProtocolViolation,
+    encode_frame,
+)
 from sandbox.result import CallRecord, Evidence, Violation
 
 __all__ = ["run_session"]
@@ -76,6 +86,15 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
         "stubs": job.stubs,
         "rlimits": rlimits,
         "max_call_bytes": job.max_call_bytes,
+        "files": [
+            {"name": f.name, "data": base64.b64encode(f.data).decode("ascii")} for f in job.files
+        ],
+        "outputs": {
+            "files": limits.output_files,
+            "file_bytes": limits.output_file_bytes,
+            "bytes": limits.output_bytes,
+            "frame_bytes": job.max_call_bytes,
+        },
     }
 
 
@@ -102,6 +121,7 @@ class _Session:
         self._calls: dict[int, asyncio.Task[None]] = {}  # 0: the kill after a violation
         self._waiting: dict[int, CallRecord] = {}  # calls the loop answers, by guest call id
         self._stopping = False
+        self.outputs = OutputCollector(job.limits)
 
     async def kill(self, reason: str) -> None:
         if self.killed_for is None:
@@ -129,6 +149,11 @@ class _Session:
             self._calls[message.id] = asyncio.create_task(self.reply(message))
         elif isinstance(message, GuestEnd):
             self.end = message
+        elif isinstance(message, (GuestOutput, GuestOmit)):
+            try:
+                self.outputs.receive(message)
+            except ProtocolViolation as exc:
+                self.deliver(exc)
         elif isinstance(message, ProtocolViolation) and self.protocol_error is None:
             self.protocol_error = str(message)
             self._calls[0] = asyncio.create_task(self.kill("protocol"))
@@ -212,18 +237,21 @@ class _Session:
             if self.killed_for is None:
                 await handle.kill()
         self.broker.finish()
+        self.outputs.finish()
         resources = handle.usage()
         return Outcome(
             exit_code=exit_code,
             end=self.end,
             stdout=self.stdout,
             stderr=self.stderr,
-            violations=self._violations(exit_code, wall, resources),
+            violations=[*self._violations(exit_code, wall, resources), *self.outputs.violations()],
             wall_time_s=wall,
             resources=resources,
             isolation=list(handle.isolation),
             cancelled=self.cancelled,
             protocol_error=self.protocol_error,
+            outputs=self.outputs.files,
+            omitted_outputs=self.outputs.omitted,
         )
 
     def _violations(self, exit_code: int, wall: float, resources: ResourceUsage) -> list[Violation]:

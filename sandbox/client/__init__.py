@@ -5,6 +5,7 @@ from sandbox.client.aio import ApprovalRequest, AsyncClient, Execution, OutputCh
 from sandbox.client.sessions import AsyncSession, SyncSession
 from sandbox.client.sync import Client, SyncExecution
 from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
+from sandbox.files import InputFile, OmittedOutput, OutputFile
 
 __all__ = [
     "ApprovalRequest",
@@ -13,7 +14,10 @@ __all__ = [
     "Client",
     "ClientTool",
     "Execution",
+    "InputFile",
+    "OmittedOutput",
     "OutputChunk",
+    "OutputFile",
     "Stubs",
     "SyncExecution",
     "SyncSession",

@@ -33,7 +33,8 @@ from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import CEILINGS, Limits, result_bytes_bound
+from sandbox.files import FilesLike, input_files
+from sandbox.limits import CEILINGS, Limits, request_files_bound, result_bytes_bound
 from sandbox.replay.report import ReplayReport
 from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
@@ -227,7 +228,11 @@ class AsyncClient:
                     "grpc.max_receive_message_length",
                     32 * 1024 * 1024 + result_bytes_bound(CEILINGS),
                 ),
-                ("grpc.max_send_message_length", 32 * 1024 * 1024),
+                # A request with input files as large as the ceilings allow.
+                (
+                    "grpc.max_send_message_length",
+                    32 * 1024 * 1024 + request_files_bound(CEILINGS),
+                ),
                 *options,
             ],
         )
@@ -256,12 +261,20 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         session_id: str = "",
+        files: FilesLike | None = None,
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs; with ``session_id``, as
         that session's next cell (its tools replaced by ``tools``)."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
-            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+            script,
+            manifest,
+            _limits(limits),
+            backend,
+            policy,
+            tuple(expected_calls),
+            labels,
+            files=input_files(files),
         )
         request.session_id = session_id
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
@@ -291,6 +304,7 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         session_id: str = "",
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -305,6 +319,7 @@ class AsyncClient:
             labels=labels,
             timeout=timeout,
             session_id=session_id,
+            files=files,
         )
         return await execution.result()
 
@@ -319,13 +334,21 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
         manifest, local = build_manifest(tools)
         if local:
             raise ValueError("execute() cannot run client functions; use run()")
         request = request_to_proto(
-            script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
+            script,
+            manifest,
+            _limits(limits),
+            backend,
+            policy,
+            tuple(expected_calls),
+            labels,
+            files=input_files(files),
         )
         async with translated():
             message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)

@@ -23,6 +23,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client._errors import translated
 from sandbox.client.tools import build_manifest
 from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.files import FilesLike, input_files
 from sandbox.result import ExecutionResult
 from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
 
@@ -110,15 +111,22 @@ class AsyncSession:
         limits: LimitsLike = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
-        """Runs ``script`` as the session's next cell; ``tools`` replaces its tools."""
+        """Runs ``script`` as the session's next cell; ``tools`` replaces its tools; ``files``
+        are placed in its working directory before it runs."""
         from sandbox.client.aio import _limits
 
         manifest, local = build_manifest(tools or ())
         if local:
             raise ValueError("a session's tools must be served by the server (echo, mock, host)")
         request = request_to_proto(
-            script, manifest, _limits(limits), labels=labels, session_id=self.id
+            script,
+            manifest,
+            _limits(limits),
+            labels=labels,
+            session_id=self.id,
+            files=input_files(files),
         )
         if tools is None:
             request.ClearField("manifest")  # the session keeps its tools
@@ -174,9 +182,12 @@ class SyncSession:
         limits: LimitsLike = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         return self._client._call(
-            self._session.execute(script, tools, limits=limits, labels=labels, timeout=timeout)
+            self._session.execute(
+                script, tools, limits=limits, labels=labels, timeout=timeout, files=files
+            )
         )
 
     def get(self) -> pb.SessionInfo:

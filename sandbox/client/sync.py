@@ -28,6 +28,7 @@ from sandbox.client.aio import (
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tools import ToolLike
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import FilesLike
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 
@@ -108,6 +109,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         session_id: str = "",
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here; with
         ``session_id``, as that session's next cell."""
@@ -124,6 +126,7 @@ class Client:
                 labels=labels,
                 timeout=timeout,
                 session_id=session_id,
+                files=files,
             )
         )
 
@@ -139,6 +142,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -152,6 +156,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                files=files,
             )
         )
         return SyncExecution(self, execution)
@@ -167,6 +172,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        files: FilesLike | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server."""
         return self._call(
@@ -179,6 +185,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                files=files,
             )
         )
 

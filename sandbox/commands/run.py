@@ -5,6 +5,8 @@ stops; `--server HOST:PORT` runs it on a `ptc serve` instead, through the client
 `--json` exactly one JSON object is printed on stdout (DESIGN.md's contract); without it, the
 script's stdout and stderr are written as they arrive, then a summary of calls and violations on
 stderr. `--audit-db` records the execution through the same `Recorder` as the server.
+`--file PATH[=NAME]` gives the script an input file; `--outputs-dir DIR` saves what it wrote
+under outputs/.
 
 Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1 error,
 3 limit_exceeded, 4 rejected, 5 cancelled, 6 interrupted, 7 failed. A request or service error
@@ -27,6 +29,7 @@ from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import InputFile
 from sandbox.limits import parse_limit_args
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
@@ -83,6 +86,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=os.environ.get("PTC_API_KEY"),
         help="API key for --server (default $PTC_API_KEY)",
     )
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH[=NAME]",
+        help="an input file the script finds in its working directory, read-only, as NAME "
+        "(default: the file's base name; repeatable)",
+    )
+    parser.add_argument(
+        "--outputs-dir",
+        metavar="DIR",
+        help="save the files the script wrote under outputs/ into DIR (the JSON result then "
+        "lists them without their bytes)",
+    )
     _add_session_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -93,6 +110,30 @@ def _add_session_argument(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="run as the next cell of this session (`ptc session create`; needs --server)",
     )
+
+
+def parse_files(items: list[str]) -> tuple[InputFile, ...]:
+    """``--file PATH[=NAME]``: a PATH that exists is taken whole; otherwise the text after the
+    last ``=`` is the name."""
+    out: list[InputFile] = []
+    for item in items:
+        path, name = item, os.path.basename(item)
+        if not os.path.exists(item) and "=" in item:
+            path, _, name = item.rpartition("=")
+        try:
+            out.append(InputFile(name, Path(path).read_bytes()))
+        except OSError as exc:
+            raise InvalidArgument(f"--file {item!r}: {exc.strerror or exc}") from exc
+    return tuple(out)
+
+
+def save_outputs(result: ExecutionResult, directory: str) -> None:
+    """Writes the returned output files under ``directory``."""
+    try:
+        for output in result.output_files:
+            output.save(directory)
+    except OSError as exc:
+        raise InvalidArgument(f"--outputs-dir {directory}: {exc}") from exc
 
 
 def _read(path: str, what: str) -> str:
@@ -176,6 +217,7 @@ def _execute_remote(
                 policy=request.policy,
                 expected_calls=request.expected_calls,
                 on_output=forward,
+                files=request.files,
             )
     except PtcError as exc:  # the same class, naming the server it came from
         exc.message = f"server {server}: {exc.message}"
@@ -208,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         policy=args.policy,
         expected_calls=parse_expect(args.expect),
+        files=parse_files(args.file),
     )
     live = None if args.json else _Live()
     if args.session:
@@ -219,8 +262,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         backends = _backends(request, args.allow_degraded)
         result = asyncio.run(_execute(request, backends, args.audit_db, live))
+    if args.outputs_dir:
+        save_outputs(result, args.outputs_dir)
     if args.json:
-        print(json.dumps(result.to_json(), ensure_ascii=False))
+        print(json.dumps(result.to_json(content=not args.outputs_dir), ensure_ascii=False))
     else:
         print_summary(result, live.written if live is not None else None)
     return EXIT_CODES[result.status]
@@ -253,6 +298,16 @@ def print_summary(result: ExecutionResult, streamed: dict[str, int] | None = Non
         print(
             f"── violation: {v.limit} = {v.limit_value:g} {v.unit}, {observed}, "
             f"{v.action} ({v.evidence} evidence). {v.detail}",
+            file=err,
+        )
+    for output in result.output_files:
+        print(
+            f"── output file: {output.name} ({output.size} bytes, sha256 {output.sha256})", file=err
+        )
+    for omitted in result.omitted_outputs:
+        size = "size unknown" if omitted.size is None else f"{omitted.size} bytes"
+        print(
+            f"── output omitted: {omitted.name} ({size}): {omitted.reason} {omitted.detail}",
             file=err,
         )
     if result.error:

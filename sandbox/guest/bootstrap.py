@@ -38,6 +38,7 @@ import traceback
 import types
 import typing  # noqa: F401
 
+import _files  # type: ignore[import-not-found]
 import _ptc_runtime  # type: ignore[import-not-found]
 
 CONNECT_TIMEOUT_S = 10.0
@@ -185,8 +186,12 @@ def _run_cell(source: str, namespace: dict[str, object]) -> str | None:
     return text
 
 
-def _serve_session(channel: object, job: dict[str, object]) -> None:
-    """The REPL loop of a session's sandbox: one cell per job, until the channel closes."""
+def _serve_session(
+    channel: object, job: dict[str, object], workdir: str, outputs_before: dict[str, object]
+) -> None:
+    """The REPL loop of a session's sandbox: one cell per job, until the channel closes.
+    Each cell's input files are placed before it runs, and what it wrote or changed under
+    `outputs/` (since it began) goes back before its end report."""
     import queue
     import signal
     import threading
@@ -208,9 +213,13 @@ def _serve_session(channel: object, job: dict[str, object]) -> None:
     module.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = module
     namespace = module.__dict__
+    placing_failed: Exception | None = None
     while True:
         status, exit_code, error, value = "ok", 0, None, None
         try:
+            if placing_failed is not None:
+                failed, placing_failed = placing_failed, None
+                raise failed
             stubs = job.get("stubs")
             if isinstance(stubs, str) and stubs:
                 _install_tools_in_place(stubs)
@@ -237,6 +246,8 @@ def _serve_session(channel: object, job: dict[str, object]) -> None:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
+        with contextlib.suppress(BaseException):
+            _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
         end: dict[str, object] = {"t": "end", "status": status, "exit_code": exit_code}
         end["error"] = error
         if value is not None:
@@ -253,6 +264,12 @@ def _serve_session(channel: object, job: dict[str, object]) -> None:
                 continue
         if job.get("t") != "job":
             os._exit(0)
+        try:
+            _files.place_inputs(workdir, job.pop("files", []))
+            outputs_before = _files.snapshot(workdir)
+        except Exception as exc:  # reported as this cell's failure; the session lives
+            placing_failed = exc
+            outputs_before = {}
 
 
 def main() -> None:
@@ -273,11 +290,14 @@ def main() -> None:
         os.dup2(fd, 0)
         os.close(fd)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    workdir = os.getcwd()
+    _files.place_inputs(workdir, job.pop("files", []))  # popped: the script's memory is its own
+    outputs_before = _files.snapshot(workdir)
     _apply_rlimits(job["rlimits"])
     _ptc_runtime.install(channel)
     _install_tools(job["stubs"])
     if job.get("session") is True:
-        _serve_session(channel, {**job, "stubs": ""})
+        _serve_session(channel, {**job, "stubs": ""}, workdir, outputs_before)
 
     status, exit_code, error = "ok", 0, None
     try:
@@ -306,6 +326,8 @@ def main() -> None:
     with contextlib.suppress(BaseException):
         sys.stdout.flush()
         sys.stderr.flush()
+    with contextlib.suppress(BaseException):
+        _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
     with contextlib.suppress(BaseException):
         channel.send({"t": "end", "status": status, "exit_code": exit_code, "error": error})
     os._exit(exit_code)

@@ -27,6 +27,7 @@ import grpc
 from sandbox.client.tools import ToolLike, build_manifest
 from sandbox.errors import PtcError
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import FilesLike, input_files
 from sandbox.integrations.observation import ObservationBudget, ScriptSource, render_observation
 from sandbox.integrations.runners import RunRequest, ScriptRunner
 from sandbox.limits import Limits
@@ -84,6 +85,7 @@ class ExecuteTool:
         budget: ObservationBudget | None = None,
         policy: str | None = None,
         instructions: str = "",
+        files: FilesLike | None = None,
     ) -> None:
         self.runner = runner
         self.tools = list(tools)
@@ -92,6 +94,8 @@ class ExecuteTool:
         self.expected_calls = tuple(expected_calls)
         self.budget = budget or ObservationBudget()
         self.policy = policy
+        # Input files every run of this tool gets (e.g. a conversation's uploads).
+        self.files = input_files(files)
         manifest_json, _local = build_manifest(self.tools)
         self.manifest: Manifest = load_manifest(manifest_json)
         self.stubs = render_compact(self.manifest)
@@ -151,10 +155,14 @@ class ExecuteTool:
 
     # -- running -------------------------------------------------------------------------------
     def request(
-        self, code: str, expected_calls: Sequence[ExpectedCalls] | None = None
+        self,
+        code: str,
+        expected_calls: Sequence[ExpectedCalls] | None = None,
+        files: FilesLike | None = None,
     ) -> RunRequest:
         expected = self.expected_calls if expected_calls is None else tuple(expected_calls)
-        return RunRequest(code, self.tools, self.limits, expected, self.policy)
+        extra = input_files(files)
+        return RunRequest(code, self.tools, self.limits, expected, self.policy, self.files + extra)
 
     def observe(self, result: ExecutionResult, script: ScriptSource | None = None) -> Observation:
         text = render_observation(result, self.summary_fields, self.budget, script)
@@ -166,12 +174,14 @@ class ExecuteTool:
         expected_calls: Sequence[ExpectedCalls] | None = None,
         *,
         prelude: str = "",
+        files: FilesLike | None = None,
     ) -> Observation:
         """Runs ``code``; an adapter's ``prelude`` runs before it, out of the model's sight
-        (its frames are hidden and line numbers count from the code's first line)."""
+        (its frames are hidden and line numbers count from the code's first line). ``files``
+        are input files for this run, beside the tool's own."""
         script = _source(prelude, code)
         try:
-            result = self.runner.run(self.request(script.text, expected_calls))
+            result = self.runner.run(self.request(script.text, expected_calls, files))
         except (PtcError, grpc.RpcError) as exc:
             return _refused(exc)
         return self.observe(result, script)
@@ -182,10 +192,11 @@ class ExecuteTool:
         expected_calls: Sequence[ExpectedCalls] | None = None,
         *,
         prelude: str = "",
+        files: FilesLike | None = None,
     ) -> Observation:
         script = _source(prelude, code)
         try:
-            result = await self.runner.arun(self.request(script.text, expected_calls))
+            result = await self.runner.arun(self.request(script.text, expected_calls, files))
         except (PtcError, grpc.RpcError) as exc:
             return _refused(exc)
         return self.observe(result, script)

@@ -1,8 +1,10 @@
 """`ptc mcp`: the sandbox as an MCP server (official `mcp` SDK), over stdio or streamable HTTP.
 
 It exposes one tool, `execute_python` (the execute tool: its description carries the compact
-stub module), and the stubs as resources (`ptc://stubs/compact`, what the model reads;
-`ptc://stubs/module`, the module the script imports). The tools a script may call come from a
+stub module; the files a script writes under outputs/ come back as embedded resources beside
+the text, which lists them and any that were omitted), and the stubs as resources
+(`ptc://stubs/compact`, what the model reads; `ptc://stubs/module`, the module the script
+imports). The tools a script may call come from a
 manifest (`--tools`) and from upstream MCP servers (`--upstream "COMMAND ..."`, repeatable): each
 upstream is started over stdio, its tools become stubs, and every stub call is forwarded to it
 as a client-mode call — validated by the broker and recorded in the call log like any other.
@@ -21,19 +23,23 @@ at a `ptc serve` with the same tenants for that.)
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
+import mimetypes
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
+from mcp.types import BlobResourceContents, ContentBlock, EmbeddedResource, TextContent
 
 from sandbox.client.tools import ToolLike
 from sandbox.errors import InvalidArgument, Unauthenticated
 from sandbox.expectations import ExpectedCalls
-from sandbox.integrations.execute_tool import ExecuteTool
+from sandbox.integrations.execute_tool import ExecuteTool, Observation
 from sandbox.integrations.mcp_upstream import connect_upstream
 from sandbox.integrations.runners import ScriptRunner
 from sandbox.limits import Limits
@@ -127,11 +133,11 @@ def build_mcp_server(execute: ExecuteTool, name: str = "ptc-sandbox") -> MCPServ
     )
     module = render_module(execute.manifest)
 
-    async def execute_python(code: str) -> str:
+    async def execute_python(code: str) -> list[ContentBlock]:
         observation = await execute.arun(code)
         if observation.is_error:
             raise McpToolError(observation.text)
-        return observation.text
+        return [TextContent(type="text", text=observation.text), *output_resources(observation)]
 
     server.add_tool(
         execute_python,
@@ -159,6 +165,24 @@ def build_mcp_server(execute: ExecuteTool, name: str = "ptc-sandbox") -> MCPServ
         return module
 
     return server
+
+
+def output_resources(observation: Observation) -> list[ContentBlock]:
+    """The files the script wrote under outputs/, as embedded resources
+    (``ptc://outputs/<execution id>/<name>``); the text already lists them and any omitted."""
+    result = observation.result
+    if result is None:
+        return []
+    blocks: list[ContentBlock] = []
+    for output in result.output_files:
+        mime = mimetypes.guess_type(output.name)[0] or "application/octet-stream"
+        resource = BlobResourceContents(
+            uri=f"ptc://outputs/{result.execution_id}/{quote(output.name)}",
+            mime_type=mime,
+            blob=base64.b64encode(output.data).decode("ascii"),
+        )
+        blocks.append(EmbeddedResource(type="resource", resource=resource))
+    return blocks
 
 
 def load_tools_file(text: str) -> list[ToolLike]:

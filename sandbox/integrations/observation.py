@@ -114,6 +114,8 @@ def render_observation(
         parts.append(_calls(result.calls, fields, budget))
     if result.violations:
         parts.append("\n".join(["--- violations ---", *map(_violation_line, result.violations)]))
+    if result.output_files or result.omitted_outputs:
+        parts.append(_outputs(result))
     if result.error is not None:
         error = f"{result.error.type}: {result.error.message}"
         parts.append(f"--- error ---\n{error}{_error_line(result, source)}")
@@ -123,6 +125,20 @@ def render_observation(
         # The traceback's last lines name the error already shown; keep the tail only.
         parts.append("--- stderr (tail) ---\n" + _tail(stderr, budget.stderr_bytes, "stderr"))
     return _cap("\n".join(parts), budget.max_bytes)
+
+
+def _outputs(result: ExecutionResult) -> str:
+    """The files the script left under outputs/: returned (name, size, sha256) or not (why)."""
+    lines = ["--- output files ---"]
+    for f in result.output_files:
+        lines.append(f"outputs/{f.name}: {_quantity(f.size, 'bytes')}, sha256 {f.sha256}")
+    for o in result.omitted_outputs:
+        size = "" if o.size is None else f", {_quantity(o.size, 'bytes')}"
+        if o.reason == "more":
+            lines.append(f"and {o.size} more files not returned")
+        else:
+            lines.append(f"outputs/{o.name}: not returned ({o.reason}{size})")
+    return "\n".join(lines)
 
 
 def _status_line(result: ExecutionResult) -> str:

@@ -29,6 +29,7 @@ from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
+from sandbox.files import InputFile
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
 from sandbox.recording import Recorder
@@ -50,6 +51,7 @@ class RunRequest:
     limits: Limits = field(default_factory=Limits)
     expected_calls: tuple[ExpectedCalls, ...] = ()
     policy: str | None = None
+    files: tuple[InputFile, ...] = ()  # placed in the script's working directory
 
 
 class ScriptRunner(Protocol):
@@ -77,6 +79,7 @@ class ClientRunner:
             limits=request.limits,
             policy=request.policy,
             expected_calls=request.expected_calls,
+            files=request.files,
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -167,6 +170,7 @@ class EmbeddedRunner:
             limits=request.limits,
             policy="restricted" if request.policy == "restricted" else "none",
             expected_calls=request.expected_calls,
+            files=request.files,
         )
         prepared = self.engine.prepare(execution)
         return await self.recorder.run(

@@ -35,7 +35,7 @@ from sandbox.audit.base import AuditStore
 from sandbox.backends.base import Backend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
-from sandbox.limits import CEILINGS, result_bytes_bound
+from sandbox.limits import CEILINGS, request_files_bound, result_bytes_bound
 from sandbox.server import fleet
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
@@ -139,7 +139,8 @@ class SandboxServer:
         server = aio.server(
             interceptors=[ErrorInterceptor()],
             options=[
-                ("grpc.max_receive_message_length", limit),
+                # A request may carry input files as large as the ceilings allow, beside it.
+                ("grpc.max_receive_message_length", limit + request_files_bound(CEILINGS)),
                 # A result (or a record: its request and result) as large as the limits allow
                 # must reach the client as a result, never as RESOURCE_EXHAUSTED.
                 ("grpc.max_send_message_length", limit + result_bytes_bound(CEILINGS)),

@@ -23,6 +23,7 @@ from sandbox.wire import (
     BACKENDS,
     POLICIES,
     enum_name,
+    input_files_from_proto,
     limits_from_proto,
     limits_to_proto,
     request_to_proto,
@@ -84,6 +85,7 @@ def request_from_proto(
         policy=POLICIES.get(message.policy, default_policy),
         expected_calls=tuple(expected),
         labels=dict(message.labels),
+        files=input_files_from_proto(message),
     )
 
 

@@ -241,6 +241,7 @@ class _Cell(_Session):
                 task.cancel()
             await asyncio.gather(*helpers, *self._calls.values(), return_exceptions=True)
         self.broker.finish()
+        self.outputs.finish()
         resources = handle.usage()
         alive = handle.alive and self.lost is None
         if not alive and self.lost is None:
@@ -276,11 +277,13 @@ class _Cell(_Session):
             end=self.end,
             stdout=self.stdout,
             stderr=self.stderr,
-            violations=violations,
+            violations=[*violations, *self.outputs.violations()],
             wall_time_s=wall,
             resources=cell_usage,
             isolation=list(handle.isolation),
             cancelled=self.cancelled,
             protocol_error=self.protocol_error,
+            outputs=self.outputs.files,
+            omitted_outputs=self.outputs.omitted,
         )
         return CellOutcome(outcome, None if alive else self.lost)

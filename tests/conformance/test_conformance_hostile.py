@@ -301,7 +301,8 @@ print(rc, ctypes.get_errno())
 def test_executions_do_not_see_each_others_files(clean: Harness) -> None:
     first = clean.run("open('/tmp/left-behind', 'w').write('x'); print('ok')")
     second = clean.run("import os; print(os.listdir('/tmp'))")
-    assert (first.status, second.status, second.stdout) == ("ok", "ok", "[]\n")
+    # Only the empty outputs/ directory every execution starts with (sandbox.files).
+    assert (first.status, second.status, second.stdout) == ("ok", "ok", "['outputs']\n")
     clean.assert_healthy()
 
 

@@ -163,3 +163,22 @@ def test_summary_fields_of_the_manifest_shape_the_call_lines(embedded: EmbeddedR
     )
     assert observation.text.count('-> ok {"temp_c":7}') == len(CITIES)
     assert "rrrr" not in observation.text
+
+
+def test_files_bound_to_the_tool_and_per_run(embedded: EmbeddedRunner) -> None:
+    """A conversation's uploads bound to the tool, one more file for one run; the observation
+    lists what the script left under outputs/ and what was not returned."""
+    execute = ExecuteTool(embedded, [], files={"upload.csv": b"a,b\n1,2\n"})
+    code = (
+        "import os\n"
+        "rows = open('upload.csv').read().splitlines() + open('extra.txt').read().splitlines()\n"
+        "open('outputs/rows.txt', 'w').write(str(len(rows)))\n"
+        "os.symlink('/etc/passwd', 'outputs/passwd')\n"
+    )
+    observation = execute.run(code, files={"extra.txt": b"x\ny\n"})
+    assert observation.result is not None
+    assert [(f.name, f.data) for f in observation.result.output_files] == [("rows.txt", b"4")]
+    sha = observation.result.output_files[0].sha256
+    assert f"outputs/rows.txt: 1 bytes, sha256 {sha}" in observation.text
+    assert "outputs/passwd: not returned (symlink, 11 bytes)" in observation.text
+    assert [d.name for d in observation.result.input_files] == ["upload.csv", "extra.txt"]

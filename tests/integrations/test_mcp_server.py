@@ -280,3 +280,29 @@ def test_ptc_mcp_over_http_with_tenants_needs_a_valid_bearer_key(tmp_path: Any) 
                 server.stderr.close()
     assert code == 0
     assert leftover_children() == []
+
+
+def test_ptc_mcp_returns_output_files_as_embedded_resources() -> None:
+    code = (
+        "import os\n"
+        "open('outputs/chart.png', 'wb').write(bytes(range(256)))\n"
+        "os.symlink('/etc/passwd', 'outputs/passwd')\n"
+    )
+
+    async def work(session: ClientSession) -> Any:
+        return await session.call_tool("execute_python", {"code": code})
+
+    called = asyncio.run(asyncio.wait_for(_session(work), 100))
+    assert not called.is_error
+    text = _text(called)
+    assert "--- output files ---" in text
+    assert "outputs/chart.png: 256 bytes, sha256 " in text
+    assert "outputs/passwd: not returned (symlink" in text
+    [resource] = [b for b in called.content if isinstance(b, mcp_types.EmbeddedResource)]
+    assert isinstance(resource.resource, mcp_types.BlobResourceContents)
+    assert resource.resource.uri.startswith("ptc://outputs/")
+    assert resource.resource.uri.endswith("/chart.png")
+    assert resource.resource.mime_type == "image/png"
+    import base64
+
+    assert base64.b64decode(resource.resource.blob) == bytes(range(256))

@@ -7,6 +7,8 @@ runtime directory it creates can be checked gone afterwards.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -394,4 +396,45 @@ def test_human_mode_streams_and_still_marks_truncation(
     assert proc.returncode == 3
     assert proc.stdout == (
         "xxxxxxxxxx\n[ptc: stdout truncated: 11 bytes dropped of 21; the cap is 10 bytes]\n"
+    )
+
+
+def test_files_in_and_out_embedded_with_audit(
+    ptc: RunPtc, tmpdir_env: dict[str, str], tmp_path: Path
+) -> None:
+    data = bytes(range(256)) * 16
+    source = tmp_path / "in.bin"
+    source.write_bytes(data)
+    db = str(tmp_path / "audit.db")
+    script = "open('outputs/out.bin', 'wb').write(open('renamed.bin', 'rb').read()[::-1])"
+    code, result = run_json(
+        ptc, tmpdir_env, "-", "--file", f"{source}=renamed.bin", "--audit-db", db, stdin=script
+    )
+    assert code == 0, result
+    [output] = result["output_files"]
+    assert output["name"] == "out.bin" and output["size"] == len(data)
+    assert base64.b64decode(output["content_base64"]) == data[::-1]
+    assert output["sha256"] == hashlib.sha256(data[::-1]).hexdigest()
+    assert result["input_files"] == [
+        {"name": "renamed.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    ]
+    shown = ptc("audit", "show", result["execution_id"], "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert base64.b64encode(data[::-1]).decode() not in shown.stdout  # hashes, not bytes
+    assert output["sha256"] in shown.stdout
+    verify = ptc("audit", "verify", "--db", db)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_bad_file_arguments_exit_2(ptc: RunPtc, tmpdir_env: dict[str, str], tmp_path: Path) -> None:
+    missing = ptc("run", "-", "--file", str(tmp_path / "nope"), stdin="print(1)", env=tmpdir_env)
+    assert missing.returncode == 2
+    assert missing.stderr == (
+        f"ptc run: --file {str(tmp_path / 'nope')!r}: No such file or directory\n"
+    )
+    (tmp_path / "x").write_bytes(b"")
+    escape = ptc("run", "-", "--file", f"{tmp_path / 'x'}=../x", stdin="print(1)", env=tmpdir_env)
+    assert escape.returncode == 2
+    assert escape.stderr == (
+        "ptc run: input file '../x': the file name has a '..' component (no '..', '.' or '//')\n"
     )

@@ -155,7 +155,7 @@ def test_nothing_one_execution_plants_reaches_the_next(clean: EngineHarness) -> 
         assert result.status == "ok", result.to_json()
         assert result.stdout.splitlines() == [
             "token copies few",  # the needle itself and its hex text: never the 1 MiB
-            "[] []",
+            "['outputs'] []",  # /tmp holds only the empty outputs/ (sandbox.files)
             "False False False",
             "True",
             "1 [1]",

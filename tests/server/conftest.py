@@ -108,3 +108,9 @@ def server() -> Iterator[ServerHarness]:
     yield harness
     harness.close()
     assert harness.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def server_harness() -> type[ServerHarness]:
+    """The harness class, for modules that start a server of their own configuration."""
+    return ServerHarness

@@ -31,6 +31,10 @@ keys = ["{hash_key(KEY)}"]
 max_concurrent = 1
 queue = 0
 backends = ["process"]
+
+[tenant.ceilings]
+input_files = 2
+output_files = 1
 """
 
 
@@ -183,3 +187,28 @@ def test_import_client_loads_no_server_side_module() -> None:
         "docker",
     )
     assert [m for m in loaded if m.startswith(server_side)] == []
+
+
+def test_files_through_the_server_under_the_tenants_ceilings(address: str, tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(bytes(range(256)))
+    script = "import shutil\nshutil.copy('in.bin', 'outputs/a')\nshutil.copy('in.bin', 'outputs/b')"
+    out = tmp_path / "out"
+    done = _ptc_run(
+        address, "--json", "--file", f"{data}=in.bin", "--outputs-dir", str(out), script=script
+    )
+    assert done.returncode == 3, done.stderr  # limit_exceeded: the tenant returns one file
+    result = json.loads(done.stdout)
+    assert result["limits"]["input_files"] == 2 and result["limits"]["output_files"] == 1
+    assert [f["name"] for f in result["output_files"]] == ["a"]
+    assert "content_base64" not in result["output_files"][0]  # saved instead
+    assert (out / "a").read_bytes() == bytes(range(256)) and not (out / "b").exists()
+    assert [(o["name"], o["reason"], o["limit"]) for o in result["omitted_outputs"]] == [
+        ("b", "output_files", 1)
+    ]
+    three = [arg for i in range(3) for arg in ("--file", f"{data}=f{i}")]
+    refused = _ptc_run(address, *three)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr == (
+        f"ptc run: server {address}: input_files: 3 files is more than the input_files limit of 2\n"
+    )

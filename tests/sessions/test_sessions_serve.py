@@ -65,6 +65,32 @@ def test_state_persists_across_three_executions(srv: SessionServer) -> None:
     assert (closed.state, closed.end_reason) == (pb.SESSION_STATE_CLOSED, "closed by the client")
 
 
+def test_files_in_and_out_per_cell(srv: SessionServer) -> None:
+    """Each cell gets its own inputs and returns only what it wrote or changed under outputs/
+    during that cell; files persist in the session's working directory between cells."""
+    data = bytes(range(256)) * 4
+    with srv.a.session(backend=srv.backend) as session:
+        first = session.execute(
+            "rows = open('in.bin', 'rb').read()\n"
+            "open('outputs/a.txt', 'w').write('one')\n"
+            "open('outputs/b.bin', 'wb').write(rows[::-1])\n"
+            "len(rows)",
+            files={"in.bin": data},
+        )
+        second = session.execute(
+            "open('outputs/a.txt', 'w').write('two')\n"
+            "(open('in.bin', 'rb').read() == rows, open('more.txt').read())",
+            files={"more.txt": b"second input"},
+        )
+        third = session.execute("import os\nsorted(os.listdir('outputs'))")
+    assert (first.status, first.value) == ("ok", "1024"), first.to_json()
+    assert {f.name: f.data for f in first.output_files} == {"a.txt": b"one", "b.bin": data[::-1]}
+    assert [f.name for f in first.input_files] == ["in.bin"]
+    assert (second.status, second.value) == ("ok", "(True, 'second input')"), second.to_json()
+    assert {f.name: f.data for f in second.output_files} == {"a.txt": b"two"}
+    assert (third.status, third.value, third.output_files) == ("ok", "['a.txt', 'b.bin']", [])
+
+
 def test_single_use_execution_is_unchanged(srv: SessionServer) -> None:
     first = srv.a.execute("x = 1", backend=srv.backend)
     second = srv.a.execute("print(x)", backend=srv.backend)
