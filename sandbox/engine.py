@@ -47,6 +47,8 @@ from sandbox.limits import (
 )
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.telemetry.progress import LiveProbe
+from sandbox.telemetry.spans import step_span, traced_run
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
 __all__ = [
@@ -78,6 +80,7 @@ class StartedInfo:
     execution_id: str
     limits: ResolvedLimits
     isolation: list[str]
+    probe: LiveProbe | None = None  # how far it has got, for live progress
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,7 @@ class Engine:
             cancel=cancel,
         )
 
+    @traced_run
     async def run(
         self,
         prepared: PreparedExecution,
@@ -239,8 +243,10 @@ class Engine:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
+        tenant: str | None = None,
     ) -> ExecutionResult:
-        """Runs a prepared execution to its result; nothing is checked again."""
+        """Runs a prepared execution to its result; nothing is checked again. ``tenant`` names
+        who runs it, for its trace span (`sandbox.telemetry`)."""
         request = prepared.request
         effective = prepared.limits
         backend = self.backend(prepared.backend)
@@ -262,11 +268,14 @@ class Engine:
             return result
 
         execution_id = prepared.execution_id
-        stubs = self.stubs(prepared.manifest)
-        handle = await backend.acquire(effective)
+        with step_span("ptc.stubs.generate", **{"ptc.manifest_sha256": prepared.manifest.sha256}):
+            stubs = self.stubs(prepared.manifest)
+        with step_span("ptc.sandbox.acquire", **{"ptc.backend": backend.name}):
+            handle = await backend.acquire(effective)
         result.isolation = list(handle.isolation)
+        probe = LiveProbe(handle)
         if on_started is not None:
-            on_started(StartedInfo(execution_id, effective, result.isolation))
+            on_started(StartedInfo(execution_id, effective, result.isolation, probe))
         broker = Broker(
             execution_id,
             prepared.manifest,
@@ -275,6 +284,7 @@ class Engine:
             approver,
             self.config.max_call_bytes,
         )
+        probe.broker = broker
         job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
         outcome = await run_session(handle, job, broker, on_output, cancel)
 

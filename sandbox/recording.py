@@ -27,6 +27,7 @@ from sandbox.engine import Engine, PreparedExecution, StartedInfo, limits_fields
 from sandbox.errors import PtcError
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
+from sandbox.telemetry import metrics
 
 __all__ = ["Recorder", "failed_result"]
 
@@ -42,6 +43,7 @@ class Recorder:
         if self.store is None:
             return
         request = prepared.request
+        started = time.monotonic()
         self.store.admit(
             Admission(
                 execution_id=prepared.execution_id,
@@ -56,10 +58,13 @@ class Recorder:
                 admitted_at=time.time(),
             )
         )
+        metrics.audit_write("admit", time.monotonic() - started)
 
     def complete(self, prepared: PreparedExecution, result: ExecutionResult) -> None:
         if self.store is not None:
+            started = time.monotonic()
             self.store.complete(prepared.execution_id, result)
+            metrics.audit_write("complete", time.monotonic() - started)
 
     def failed(
         self, prepared: PreparedExecution, exc: BaseException, *, stopping: bool = False
@@ -85,6 +90,7 @@ class Recorder:
         """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
         says whether the host is shutting down: a run it cancelled is then `interrupted`."""
         self.admit(prepared, tenant=tenant)
+        metrics.execution_started(prepared.backend)
         try:
             result = await engine.run(
                 prepared,
@@ -93,13 +99,16 @@ class Recorder:
                 on_output=on_output,
                 on_started=on_started,
                 cancel=cancel,
+                tenant=tenant or self.tenant,
             )
         except BaseException as exc:
-            self.failed(prepared, exc, stopping=stopping is not None and stopping())
+            failed = self.failed(prepared, exc, stopping=stopping is not None and stopping())
+            metrics.execution_finished(tenant or self.tenant, failed, prepared.manifest)
             raise
         if result.status == ExecutionStatus.CANCELLED and stopping is not None and stopping():
             result.status = ExecutionStatus.INTERRUPTED  # the host stopped it, not the caller
         self.complete(prepared, result)
+        metrics.execution_finished(tenant or self.tenant, result, prepared.manifest)
         return result
 
 

@@ -22,6 +22,7 @@ from sandbox.client.aio import (
     Execution,
     LimitsLike,
     OnOutput,
+    OnProgress,
     OutputChunk,
     Stubs,
 )
@@ -105,8 +106,11 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        on_progress: OnProgress | None = None,
     ) -> ExecutionResult:
-        """Runs ``script`` to the end, serving its client tools and approvals here."""
+        """Runs ``script`` to the end, serving its client tools and approvals here.
+        (The caller's current trace context goes with it: the loop thread's task starts from a
+        copy of this thread's context.)"""
         return self._call(
             self._async.run(
                 script,
@@ -119,6 +123,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                on_progress=on_progress,
             )
         )
 

@@ -55,6 +55,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -79,6 +84,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.grace,
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
+        metrics_listen=args.metrics_listen,
     )
 
 
@@ -89,6 +95,8 @@ async def _serve(config: ServerConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     address = await server.start()
+    if server.metrics_address:
+        print(f"metrics on {server.metrics_address}", flush=True)
     print(f"listening on {address}", flush=True)
     if server.backend_error:
         print(f"ptc serve: not serving executions: {server.backend_error}", file=sys.stderr)

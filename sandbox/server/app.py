@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from typing import Any
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -73,6 +74,8 @@ class SandboxServer:
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self.metrics_address = ""  # HOST:PORT of /metrics, when served
+        self._metrics_server: Any = None
 
     def _default_backends(self) -> dict[str, Backend]:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
@@ -142,12 +145,22 @@ class SandboxServer:
         port = server.add_insecure_port(self.config.listen)
         if port == 0:
             raise Unavailable(f"cannot listen on {self.config.listen}")
+        if self.config.metrics_listen:
+            self._serve_metrics(self.config.metrics_listen)
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
         await self._set_health()
         self._monitor = asyncio.create_task(self._watch_health())
         return self.address
+
+    def _serve_metrics(self, listen: str) -> None:
+        from sandbox.telemetry import metrics
+
+        served = metrics.serve(metrics.enable(self.engine.config.backends), listen)
+        self._metrics_server = served
+        host = listen.rpartition(":")[0]
+        self.metrics_address = f"{host}:{served.server_address[1]}"
 
     def serving(self) -> bool:
         """Health follows the default backend; another one (Docker without an engine) being
@@ -191,6 +204,13 @@ class SandboxServer:
         await self.runner.drain(0)
         await self.engine.close()
         self.store.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        from sandbox.telemetry import tracing
+
+        tracing.shutdown()  # flushes spans still batched
 
     async def wait(self) -> None:
         if self._server is not None:

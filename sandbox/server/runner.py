@@ -28,6 +28,7 @@ from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.server.host_handlers import HostHandlers
+from sandbox.telemetry import metrics
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
 
@@ -110,7 +111,9 @@ class Runner:
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
+        queued = time.monotonic()
         async with self.tenancy.admit(prepared.tenant):
+            metrics.queue_wait(prepared.tenant.id, time.monotonic() - queued)
             if cancel.is_set():  # the caller left while queued: nothing was admitted
                 return _unadmitted(prepared)
             return await self.recorder.run(

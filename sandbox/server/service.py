@@ -25,6 +25,7 @@ from sandbox.server.convert import (
 )
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
+from sandbox.telemetry.tracing import attached, extract_context
 from sandbox.tenants.base import Tenant
 from stubs_gen import render_compact
 
@@ -47,7 +48,8 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             tenant, request_from_proto(request, tenant.script_policy), streamed=False
         )
         cancel = asyncio.Event()
-        run = self.runner.start(prepared, cancel=cancel)
+        with attached(_trace_parent(context)):  # the run's task inherits the caller's trace
+            run = self.runner.start(prepared, cancel=cancel)
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # deadline passed or the client went away
@@ -67,7 +69,8 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             # our status (seen with an unknown key, now and then).
             await context.read()
             raise
-        await StreamSession(self.runner, tenant, context).serve()
+        with attached(_trace_parent(context)):
+            await StreamSession(self.runner, tenant, context).serve()
 
     async def GenerateStubs(
         self, request: pb.GenerateStubsRequest, context: Context
@@ -103,3 +106,10 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         return pb.ListExecutionsResponse(
             records=[record_to_proto(r) for r in records], next_page_token=token or ""
         )
+
+
+def _trace_parent(context: Context) -> Any:
+    """The caller's W3C trace context (``traceparent`` metadata), when tracing is on."""
+    return extract_context(
+        {str(k).lower(): str(v) for k, v in (context.invocation_metadata() or ())}
+    )
