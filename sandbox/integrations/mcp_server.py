@@ -21,13 +21,14 @@ at a `ptc serve` with the same tenants for that.)
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
 from sandbox.client.tools import ToolLike
@@ -37,6 +38,8 @@ from sandbox.integrations.execute_tool import ExecuteTool
 from sandbox.integrations.mcp_upstream import connect_upstream
 from sandbox.integrations.runners import ScriptRunner
 from sandbox.limits import Limits
+from sandbox.telemetry.live import format_status
+from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import render_module
 
 __all__ = ["BearerAuth", "McpOptions", "build_mcp_server", "check_exposure", "serve_mcp"]
@@ -127,8 +130,18 @@ def build_mcp_server(execute: ExecuteTool, name: str = "ptc-sandbox") -> MCPServ
     )
     module = render_module(execute.manifest)
 
-    async def execute_python(code: str) -> str:
-        observation = await execute.arun(code)
+    async def execute_python(code: str, ctx: Context[Any]) -> str:
+        # Long runs send progress notifications (when the caller asked for them with a
+        # progress token): elapsed seconds as the progress, the status line as the message.
+        loop = asyncio.get_running_loop()
+
+        def progress(now: ProgressSnapshot) -> None:  # called on a runner's thread
+            if loop.is_closed():
+                return
+            report = ctx.report_progress(round(now.elapsed_s, 1), None, format_status(now))
+            asyncio.run_coroutine_threadsafe(report, loop)
+
+        observation = await execute.arun(code, on_progress=progress)
         if observation.is_error:
             raise McpToolError(observation.text)
         return observation.text

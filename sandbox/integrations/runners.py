@@ -19,19 +19,20 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.expectations import ExpectedCalls
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult
+from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
 
@@ -47,6 +48,9 @@ class RunRequest:
     limits: Limits = field(default_factory=Limits)
     expected_calls: tuple[ExpectedCalls, ...] = ()
     policy: str | None = None
+    # Live progress of a long run (about once a second past the first); called on a thread of
+    # the runner's, not the caller's.
+    on_progress: Callable[[ProgressSnapshot], Any] | None = None
 
 
 class ScriptRunner(Protocol):
@@ -74,6 +78,7 @@ class ClientRunner:
             limits=request.limits,
             policy=request.policy,
             expected_calls=request.expected_calls,
+            on_progress=request.on_progress,
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -153,9 +158,21 @@ class EmbeddedRunner:
             expected_calls=request.expected_calls,
         )
         prepared = self.engine.prepare(execution)
-        return await self.recorder.run(
-            self.engine, prepared, handlers={"client": _client_handler(local)}
-        )
+        if request.on_progress is None:
+            return await self.recorder.run(
+                self.engine, prepared, handlers={"client": _client_handler(local)}
+            )
+        started: list[StartedInfo] = []
+        ticker = asyncio.create_task(_tick(started, request.on_progress))
+        try:
+            return await self.recorder.run(
+                self.engine,
+                prepared,
+                handlers={"client": _client_handler(local)},
+                on_started=started.append,
+            )
+        finally:
+            ticker.cancel()
 
     def _close_store(self) -> None:
         if self._owned_store is not None:
@@ -210,3 +227,13 @@ def _client_handler(local: Mapping[str, ClientTool]) -> ToolHandler:
         return json.loads(text)
 
     return handle
+
+
+async def _tick(started: list[StartedInfo], on_progress: Callable[[ProgressSnapshot], Any]) -> None:
+    """Reports the engine's probe of a run once it is past `PROGRESS_AFTER_S`, every period."""
+    await asyncio.sleep(PROGRESS_AFTER_S)
+    while True:
+        probe = started[0].probe if started else None
+        if probe is not None:
+            on_progress(probe.snapshot())
+        await asyncio.sleep(PROGRESS_EVERY_S)
