@@ -57,7 +57,6 @@ class WarmPool(Generic[H]):
         self.failed_starts = 0
         self.last_error: BaseException | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self.label = ""  # the backend's name, for the sandbox start metric
 
     @property
     def idle(self) -> int:
@@ -115,7 +114,7 @@ class WarmPool(Generic[H]):
         async with self._start_slots:
             started = time.monotonic()
             handle = await self._factory()
-            metrics.sandbox_started(self.label, time.monotonic() - started)
+            metrics.sandbox_started(self, time.monotonic() - started)
             self.started_total += 1
             return handle
 

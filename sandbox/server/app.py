@@ -120,6 +120,8 @@ class SandboxServer:
                 f"listen: {self.config.listen} is not a loopback address, and without a tenants "
                 "file nothing authenticates callers; configure tenants or listen on 127.0.0.1"
             )
+        if self.config.metrics_listen:  # first: a bad address fails before anything starts
+            self._serve_metrics(self.config.metrics_listen)
         try:
             await self.engine.start()
         except PtcError as exc:
@@ -145,8 +147,6 @@ class SandboxServer:
         port = server.add_insecure_port(self.config.listen)
         if port == 0:
             raise Unavailable(f"cannot listen on {self.config.listen}")
-        if self.config.metrics_listen:
-            self._serve_metrics(self.config.metrics_listen)
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"

@@ -97,13 +97,6 @@ class Metrics:
         self._busy: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._backends = dict(backends or {})
-        for name, backend in self._backends.items():
-            try:
-                pool = getattr(backend, "pool", None)
-            except Exception:  # not started: its starts go unlabelled
-                pool = None
-            if pool is not None and hasattr(pool, "label"):
-                pool.label = name
         r.register(_SandboxCollector(self))
 
     def sandboxes(self) -> Iterator[tuple[str, str, int]]:
@@ -111,17 +104,27 @@ class Metrics:
         with self._lock:
             busy = dict(self._busy)
         for name, backend in self._backends.items():
-            try:
-                pool = getattr(backend, "pool", None)
-            except Exception:  # not started
-                pool = None
-            idle = getattr(pool, "idle", 0)
+            idle = getattr(_pool(backend), "idle", 0)
             yield name, "idle", idle if isinstance(idle, int) else 0
             yield name, "busy", busy.get(name, 0)
+
+    def backend_of(self, pool: object) -> str:
+        """The name of the backend whose warm pool ``pool`` is."""
+        for name, backend in self._backends.items():
+            if _pool(backend) is pool:
+                return name
+        return "unknown"
 
     def busy(self, backend: str, delta: int) -> None:
         with self._lock:
             self._busy[backend] += delta
+
+
+def _pool(backend: object) -> object:
+    try:
+        return getattr(backend, "pool", None)
+    except Exception:  # a backend not started yet has no pool
+        return None
 
 
 class _SandboxCollector:
@@ -220,9 +223,11 @@ def queue_wait(tenant: str, seconds: float) -> None:
         _state.metrics.queue_wait.labels(tenant).observe(seconds)
 
 
-def sandbox_started(backend: str, seconds: float) -> None:
+def sandbox_started(pool: object, seconds: float) -> None:
+    """A warm pool (``pool``: whose backend is looked up) started one sandbox."""
     if _state.metrics is not None:
-        _state.metrics.sandbox_start.labels(backend).observe(seconds)
+        m = _state.metrics
+        m.sandbox_start.labels(m.backend_of(pool)).observe(seconds)
 
 
 def audit_write(operation: str, seconds: float) -> None:

@@ -73,8 +73,16 @@ def test_ptc_run_exports_its_spans_over_otlp(collector, tmp_path) -> None:
     servicer, endpoint = collector
     (tmp_path / "tools.json").write_text(echo_manifest("lookup"))
     proc = subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", "run", "-", "--tools", str(tmp_path / "tools.json")]
-        + ["--json"],
+        [
+            PYTHON,
+            "-m",
+            "sandbox.cli",
+            "run",
+            "-",
+            "--tools",
+            str(tmp_path / "tools.json"),
+            "--json",
+        ],
         cwd=ROOT,
         env=_env(endpoint, "ptc-otlp-test"),
         input="import tools\nfor i in range(3):\n    tools.lookup(x=i)\nprint('done')\n",
@@ -116,8 +124,18 @@ def test_ptc_run_exports_its_spans_over_otlp(collector, tmp_path) -> None:
 def test_serve_and_client_export_one_trace(collector, tmp_path) -> None:
     servicer, endpoint = collector
     serve = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1"]
-        + ["--audit-db", "memory"],
+        [
+            PYTHON,
+            "-m",
+            "sandbox.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool-size",
+            "1",
+            "--audit-db",
+            "memory",
+        ],
         cwd=ROOT,
         env=_env(endpoint, "ptc-serve-test"),
         stdout=subprocess.PIPE,
@@ -131,8 +149,18 @@ def test_serve_and_client_export_one_trace(collector, tmp_path) -> None:
         address = line.split()[-1]
         (tmp_path / "tools.json").write_text(echo_manifest("lookup"))
         proc = subprocess.run(
-            [PYTHON, "-m", "sandbox.cli", "run", "-", "--tools", str(tmp_path / "tools.json")]
-            + ["--json", "--server", address],
+            [
+                PYTHON,
+                "-m",
+                "sandbox.cli",
+                "run",
+                "-",
+                "--tools",
+                str(tmp_path / "tools.json"),
+                "--json",
+                "--server",
+                address,
+            ],
             cwd=ROOT,
             env=_env(endpoint, "ptc-cli-test"),
             input="import tools\nprint(tools.lookup(x=7))\n",
