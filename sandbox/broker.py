@@ -261,7 +261,7 @@ class Broker:
 
     async def _dispatch(self, call: ToolCall) -> Any:
         if self._trace is not None:  # the call's span is its handler's parent
-            with self._trace.current(call.seq):
+            with self._trace.current(call):
                 return await self._dispatch_now(call)
         return await self._dispatch_now(call)
 

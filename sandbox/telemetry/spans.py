@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from sandbox.engine import PreparedExecution
+    from sandbox.handlers import ToolCall
     from sandbox.result import CallRecord, ExecutionResult
 
 __all__ = ["CallTracer", "step_span", "traced_run"]
@@ -95,15 +97,24 @@ def step_span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
 
 
 class CallTracer:
-    """The tool-call spans of one broker: started when a call arrives (on the channel thread),
-    current while its handler runs (so a host handler's spans, or a client tool's across the
-    stream, are its children), ended with its outcome."""
+    """The tool-call spans of one broker.
+
+    A call answered at once on the channel thread (an echo or mock tool) is only timed there
+    (two clock reads): its span is made when the execution's calls are finished, with those
+    times, so that tracing adds nothing to the round trip the script waits for. A call that
+    waits for a handler gets its span when it is dispatched: that span is current while the
+    handler runs, so a host handler's spans, or a client tool's across the gRPC stream, are its
+    children. Either way a call's span starts when the call arrived and ends with its outcome.
+    """
 
     def __init__(self, tracer: Tracer, parent: Context) -> None:
         self._tracer = tracer
         self._parent = parent
         self._payloads = tracing.payloads()
-        self._spans: dict[int, Span] = {}
+        self._arrived: dict[int, int] = {}  # seq → arrival (ns since the epoch)
+        self._spans: dict[int, Span] = {}  # calls being dispatched
+        self._done: list[tuple[CallRecord, int, int, Any]] = []  # answered at once
+        self._finished = False
         self._lock = threading.Lock()
 
     @classmethod
@@ -117,27 +128,41 @@ class CallTracer:
         return cls(tracer, parent)
 
     def start(self, record: CallRecord) -> None:
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": record.tool,
-            "gen_ai.tool.call.id": record.idempotency_key,
-            "ptc.tool.name": record.tool,
-            "ptc.tool.seq": record.seq,
-            "ptc.tool.idempotency_key": record.idempotency_key,
-        }
-        if self._payloads.capture and record.arguments is not None:
-            attributes["ptc.tool.arguments"] = self._payloads.render(record.arguments)
-        span = self._tracer.start_span(
-            f"execute_tool {record.tool}", context=self._parent, attributes=attributes
-        )
+        arrived = time.time_ns()
         with self._lock:
-            self._spans[record.seq] = span
+            self._arrived[record.seq] = arrived
 
     def end(self, record: CallRecord, value: Any = None) -> None:
+        ended = time.time_ns()
         with self._lock:
+            if self._finished:  # an answer after the execution ended: its span is closed
+                return
             span = self._spans.pop(record.seq, None)
-        if span is None:
-            return
+            arrived = self._arrived.pop(record.seq, ended)
+            if span is None:
+                self._done.append((record, arrived, ended, value))
+                return
+        self._close(span, record, value, ended)
+
+    def _open(self, tool: str, seq: int, key: str, arguments: Any, arrived: int) -> Span:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": key,
+            "ptc.tool.name": tool,
+            "ptc.tool.seq": seq,
+            "ptc.tool.idempotency_key": key,
+        }
+        if self._payloads.capture and arguments is not None:
+            attributes["ptc.tool.arguments"] = self._payloads.render(arguments)
+        return self._tracer.start_span(
+            f"execute_tool {tool}",
+            context=self._parent,
+            attributes=attributes,
+            start_time=arrived,
+        )
+
+    def _close(self, span: Span, record: CallRecord, value: Any, ended: int) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         status = str(record.status)
@@ -147,31 +172,44 @@ class CallTracer:
             span.set_attribute("ptc.tool.result", self._payloads.render(value))
         if status != "ok":
             span.set_status(Status(StatusCode.ERROR, f"{status}: {record.error or ''}"[:500]))
-        span.end()
+        span.end(end_time=ended)
 
     @contextlib.contextmanager
-    def current(self, seq: int) -> Iterator[None]:
-        """The call's span is the current one for the block (its handler's)."""
+    def current(self, call: ToolCall) -> Iterator[None]:
+        """The call's span, opened now, is the current one for the block (its handler's)."""
         with self._lock:
-            span = self._spans.get(seq)
-        if span is None:
+            arrived = self._arrived.get(call.seq)
+        if arrived is None:  # already answered
             yield
             return
+        span = self._open(call.tool.name, call.seq, call.idempotency_key, call.arguments, arrived)
+        with self._lock:
+            self._spans[call.seq] = span
         with tracing.attached(tracing.span_context(span)):
             yield
 
     def finish(self, records: list[CallRecord]) -> None:
-        """Ends the spans of calls the execution outlived (recorded as cancelled)."""
-        by_seq = {r.seq: r for r in records}
+        """Makes the spans of the calls answered at once, and ends those of calls the
+        execution outlived (recorded as cancelled)."""
         with self._lock:
-            left = list(self._spans)
-        for seq in left:
-            record = by_seq.get(seq)
-            if record is not None:
-                self.end(record)
-            else:
-                with self._lock:
-                    span = self._spans.pop(seq, None)
-                if span is not None:
-                    span.set_attribute("ptc.tool.status", "cancelled")
-                    span.end()
+            self._finished = True
+            done, self._done = self._done, []
+            open_spans, self._spans = self._spans, {}
+            waiting, self._arrived = self._arrived, {}
+        for record, arrived, ended, value in done:
+            self._close(self._opened(record, arrived), record, value, ended)
+        now = time.time_ns()
+        by_seq = {r.seq: r for r in records}
+        for seq, span in open_spans.items():
+            found = by_seq.get(seq)
+            span.set_attribute("ptc.tool.status", str(found.status) if found else "cancelled")
+            span.end(end_time=now)
+        for seq, arrived in waiting.items():
+            found = by_seq.get(seq)
+            if seq not in open_spans and found is not None:
+                self._close(self._opened(found, arrived), found, None, now)
+
+    def _opened(self, record: CallRecord, arrived: int) -> Span:
+        return self._open(
+            record.tool, record.seq, record.idempotency_key, record.arguments, arrived
+        )
