@@ -49,7 +49,15 @@ class Metrics:
     """The server's metrics in one registry of their own."""
 
     def __init__(self, backends: Mapping[str, Backend] | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ImportError as exc:
+            from sandbox.errors import Unavailable
+
+            raise Unavailable(
+                "metrics need prometheus-client, which is not installed: "
+                "pip install 'ptc-sandbox[metrics]'"
+            ) from exc
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

@@ -167,11 +167,17 @@ def _global_sdk_provider() -> Any:
 
 
 def _build_provider(environ: Mapping[str, str]) -> Any:
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-
     from sandbox.errors import InvalidArgument
+
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    except ImportError as exc:
+        raise InvalidArgument(
+            "OTEL_* variables ask for traces, and the OpenTelemetry SDK is not installed: "
+            "pip install 'ptc-sandbox[otel]' (or unset them)"
+        ) from exc
 
     names = [
         n.strip().lower()
