@@ -211,3 +211,32 @@ def test_bad_metrics_listen_is_a_clear_error() -> None:
     )
     assert proc.returncode == 2
     assert "--metrics-listen 'nowhere': expected HOST:PORT" in proc.stderr
+
+
+def test_metrics_port_in_use_is_unavailable_and_starts_nothing(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        (tmp_path / "server.toml").write_text(f'metrics_listen = "127.0.0.1:{port}"\n')
+        proc = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "sandbox.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--audit-db",
+                "memory",
+                "--config",
+                str(tmp_path / "server.toml"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 12, proc.stderr
+    assert f"--metrics-listen 127.0.0.1:{port}: cannot listen" in proc.stderr
+    assert "listening on" not in proc.stdout
