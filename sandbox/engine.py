@@ -73,6 +73,8 @@ class ExecutionRequest:
     policy: Literal["none", "restricted"] = "none"
     expected_calls: tuple[ExpectedCalls, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
+    replay_of: str = ""
 
 
 @dataclass(frozen=True)

@@ -167,11 +167,8 @@ class EngineHarness:
         sandbox is starting."""
 
         async def _wait() -> None:
-            # Finished sandboxes' cgroups are removed in the background: wait for that first,
-            # and for replaced zygotes to exit.
+            # Finished sandboxes' cgroups are removed in the background: wait for that first.
             await self.backend.drain()
-            if self.backend.zygote is not None:
-                await asyncio.to_thread(self.backend.zygote.wait_retired)
             pool = self.backend.pool
             for _ in range(1000):
                 # Not only full: a refill deferred after an acquire would start a sandbox (a
@@ -180,6 +177,10 @@ class EngineHarness:
                     break
                 await asyncio.sleep(0.01)
             await self.backend.drain()  # the cgroups of surplus sandboxes just disposed of
+            # Replaced zygotes exit once their last sandbox has (the pool disposed of their
+            # idle ones above).
+            if self.backend.zygote is not None:
+                await asyncio.to_thread(self.backend.zygote.wait_retired)
 
         self.call(_wait())
 
@@ -194,6 +195,11 @@ class EngineHarness:
         # The fork server (bwrap and the zygote) lives as long as the backend.
         zygote = self.backend.zygote
         allowed.update(zygote.pids() if zygote is not None else [])
+        # A replaced zygote lives on while it has sandboxes (its children must be idle ones).
+        for pid in zygote.retired_pids() if zygote is not None else []:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if psutil.Process(pid).children(recursive=True):
+                    allowed.add(pid)
         for handle in idle:
             allowed.add(handle.pid)
             with contextlib.suppress(psutil.NoSuchProcess):

@@ -60,6 +60,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
     )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        metavar="SECONDS",
+        help="sign an audit checkpoint per tenant this often (default 300 once enabled)",
+    )
+    parser.add_argument(
+        "--checkpoint-key", metavar="PEM", help="Ed25519 signing key (default: $PTC_CHECKPOINT_KEY)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir", metavar="DIR", help="write signed audit checkpoints here"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -85,6 +97,9 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
         metrics_listen=args.metrics_listen,
+        checkpoint_interval_s=args.checkpoint_interval,
+        checkpoint_key=args.checkpoint_key,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -109,5 +124,6 @@ async def _serve(config: ServerConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sandbox.audit.publisher").setLevel(logging.INFO)  # the checkpoint lines
     asyncio.run(_serve(_config(args)))
     return 0

@@ -54,6 +54,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -176,6 +177,11 @@ def up_loopback() -> None:
 
 def set_death_signal(signum: int) -> None:
     _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (a sandbox whose first child exited) become our children."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def last_capability() -> int:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -40,6 +40,9 @@ from sandbox.server.service import SandboxServicer
 from sandbox.server.store_memory import MemoryAuditStore
 from sandbox.server.tenancy import SingleTenant
 from sandbox.tenants.base import Tenancy
+
+if TYPE_CHECKING:
+    from sandbox.audit.publisher import CheckpointPublisher
 
 __all__ = ["SandboxServer"]
 
@@ -76,6 +79,8 @@ class SandboxServer:
         self._monitor: asyncio.Task[None] | None = None
         self.metrics_address = ""  # HOST:PORT of /metrics, when served
         self._metrics_server: Any = None
+        self.checkpoints = _checkpoint_publisher(self.config, self.store)
+        self._checkpointing: asyncio.Task[None] | None = None
 
     def _default_backends(self) -> dict[str, Backend]:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
@@ -152,6 +157,9 @@ class SandboxServer:
         self.address = f"{host}:{port}"
         await self._set_health()
         self._monitor = asyncio.create_task(self._watch_health())
+        if self.checkpoints is not None:
+            interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
         return self.address
 
     def _serve_metrics(self, listen: str) -> None:
@@ -203,6 +211,7 @@ class SandboxServer:
             self._server = None
         await self.runner.drain(0)
         await self.engine.close()
+        await self._last_checkpoint()
         self.store.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
@@ -211,6 +220,19 @@ class SandboxServer:
         from sandbox.telemetry import tracing
 
         tracing.shutdown()  # flushes spans still batched
+
+    async def _last_checkpoint(self) -> None:
+        """Stops the periodic checkpoints and signs one over what this run recorded."""
+        if self._checkpointing is not None:
+            self._checkpointing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointing
+            self._checkpointing = None
+        if self.checkpoints is not None:
+            try:
+                await asyncio.to_thread(self.checkpoints.publish_once)
+            except PtcError as exc:
+                log.error("audit checkpoint at shutdown failed: %s", exc.message)
 
     async def wait(self) -> None:
         if self._server is not None:
@@ -233,3 +255,31 @@ def _backend_ok(backend: Backend) -> bool:
         return False  # not started
     failed = getattr(pool, "failed_starts", 0)
     return not (isinstance(failed, int) and failed >= FAILED_STARTS_UNHEALTHY)
+
+
+DEFAULT_CHECKPOINT_INTERVAL_S = 300.0
+
+
+def _checkpoint_publisher(config: ServerConfig, store: AuditStore) -> CheckpointPublisher | None:
+    """The checkpoint publisher when checkpoints are configured; refuses what cannot work."""
+    if config.checkpoint_interval_s is None and config.checkpoint_dir is None:
+        return None
+    from sandbox.audit import SqlAuditStore
+    from sandbox.audit.checkpoints import load_private_key
+    from sandbox.audit.publisher import CheckpointPublisher
+
+    if config.checkpoint_interval_s is not None and config.checkpoint_interval_s <= 0:
+        raise InvalidArgument(
+            f"checkpoint interval {config.checkpoint_interval_s}: must be a positive number "
+            "of seconds"
+        )
+    if not isinstance(store, SqlAuditStore):
+        raise InvalidArgument(
+            "audit checkpoints need an audit store (--audit-db PATH|URL), not one in memory"
+        )
+    return CheckpointPublisher(
+        store,
+        load_private_key(config.checkpoint_key),
+        directory=config.checkpoint_dir,
+        origin=config.instance_id,
+    )

@@ -13,6 +13,9 @@ can never name code for the host to import. Example::
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
     metrics_listen = "127.0.0.1:9464"      # Prometheus metrics at /metrics; unset: none
+    checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
+    checkpoint_key = "/etc/ptc/checkpoint.key"   # Ed25519 PEM; unset: $PTC_CHECKPOINT_KEY
+    checkpoint_dir = "/var/lib/ptc/checkpoints"  # latest per tenant + checkpoints.jsonl
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -54,6 +57,11 @@ class ServerConfig:
     docker: bool = False
     # Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); None: no metrics.
     metrics_listen: str | None = None
+    # Signed audit checkpoints (`sandbox.audit.publisher`): on when an interval or a directory
+    # is set; the key is a PEM file, or else $PTC_CHECKPOINT_KEY.
+    checkpoint_interval_s: float | None = None
+    checkpoint_key: str | None = None
+    checkpoint_dir: str | None = None
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -84,6 +92,10 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker"):
             values[key] = _typed(path, key, value, bool)
+        elif key in ("checkpoint_key", "checkpoint_dir"):
+            values[key] = _typed(path, key, value, str)
+        elif key == "checkpoint_interval_s":
+            values[key] = float(_typed(path, key, value, (int, float)))
         else:
             raise InvalidArgument(f"config {path}: unknown key {key!r}")
     return ServerConfig(**values)

@@ -23,6 +23,7 @@ from sandbox.server.convert import (
     request_from_proto,
     result_to_proto,
 )
+from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
 from sandbox.telemetry.tracing import attached, extract_context
@@ -106,6 +107,9 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         return pb.ListExecutionsResponse(
             records=[record_to_proto(r) for r in records], next_page_token=token or ""
         )
+
+    async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
+        return await serve_replay(self.runner, self._tenant(context), request)
 
 
 def _trace_parent(context: Context) -> Any:
