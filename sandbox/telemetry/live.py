@@ -72,19 +72,24 @@ class StatusLine:
             self.clear()
 
     async def _tick(self) -> None:
-        await asyncio.sleep(PROGRESS_AFTER_S)
+        """Shows the line once the script has run `PROGRESS_AFTER_S` (by the probe's clock,
+        which starts with the script, not with the sandbox's acquisition), then every period."""
+        due = PROGRESS_AFTER_S
         while True:
             info = self._info
-            if info is not None and info.probe is not None:
+            if info is None or info.probe is None:
+                await asyncio.sleep(0.05)
+                continue
+            elapsed = info.probe.elapsed_s
+            if elapsed >= due:
                 limits = info.limits
                 self.show(
                     format_status(
-                        info.probe.snapshot(),
-                        limits.wall_time_ms / 1000,
-                        limits.max_tool_calls,
+                        info.probe.snapshot(), limits.wall_time_ms / 1000, limits.max_tool_calls
                     )
                 )
-            await asyncio.sleep(PROGRESS_EVERY_S)
+                due = elapsed + PROGRESS_EVERY_S
+            await asyncio.sleep(max(0.0, due - elapsed))
 
     # -- through a server: its Progress events ----------------------------------------------------
     def update(self, progress: ProgressSnapshot) -> None:

@@ -41,6 +41,10 @@ class LiveProbe:
         self._handle = handle
         self.broker: Broker | None = None
 
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._t0
+
     def snapshot(self, stdout_bytes: int = 0, stderr_bytes: int = 0) -> ProgressSnapshot:
         cpu, peak = 0.0, 0
         if self._handle is not None:
