@@ -158,8 +158,9 @@ class Engine:
 
     def stubs(self, manifest: Manifest) -> str:
         module = self._stubs.get(manifest.sha256)
-        if module is None:
-            module = render_module(manifest)
+        if module is None:  # generated once per manifest: a span for the generation only
+            with step_span("ptc.stubs.generate", **{"ptc.manifest_sha256": manifest.sha256}):
+                module = render_module(manifest)
             if len(self._stubs) >= CACHE_SIZE:
                 self._stubs.pop(next(iter(self._stubs)))
             self._stubs[manifest.sha256] = module
@@ -270,8 +271,7 @@ class Engine:
             return result
 
         execution_id = prepared.execution_id
-        with step_span("ptc.stubs.generate", **{"ptc.manifest_sha256": prepared.manifest.sha256}):
-            stubs = self.stubs(prepared.manifest)
+        stubs = self.stubs(prepared.manifest)
         with step_span("ptc.sandbox.acquire", **{"ptc.backend": backend.name}):
             handle = await backend.acquire(effective)
         result.isolation = list(handle.isolation)

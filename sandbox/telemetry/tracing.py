@@ -16,8 +16,8 @@ Tracing is on when the process has a tracer provider to write to, decided once, 
 Spans (names low-cardinality, details in attributes):
 
     ptc.execution                 one per execution: tenant, backend, runtime, status, exit code,
-    ├─ ptc.stubs.generate         violations and usage
-    ├─ ptc.sandbox.acquire
+    ├─ ptc.stubs.generate         violations and usage (stubs: only when generated, not when
+    ├─ ptc.sandbox.acquire        the manifest's module was cached)
     └─ execute_tool {tool}        one per tool call: tool, seq, status, duration, idempotency key
        └─ (the tool's own spans: a host handler's, or a client tool's across the gRPC stream)
 

@@ -245,3 +245,15 @@ def test_bad_otel_configuration_is_a_clear_error(env: dict[str, str], message: s
     )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert message in proc.stderr
+
+
+def test_cached_stubs_make_no_generation_span(
+    server: InProcessServer, exporter: InMemorySpanExporter
+) -> None:
+    manifest = echo_manifest("cached_tool")
+    for _ in range(2):
+        exporter.clear()
+        assert server.client.execute("print(1)", manifest).status == "ok"
+        names = sorted(s.name for s in exporter.get_finished_spans())
+    # The second run found the module in the engine's cache: nothing was generated.
+    assert names == ["ptc.execution", "ptc.sandbox.acquire"]
