@@ -2,12 +2,22 @@
 
 Each hook costs one ``None`` check when tracing is off (`sandbox.telemetry.tracing.tracer`), and
 nothing of OpenTelemetry is imported then. See `sandbox.telemetry.tracing` for the span tree.
+
+When tracing is on, the execution's span is opened when it starts (it is the parent that tool
+handlers and client tools see), and everything else is kept off the path to the result: a step
+(stub generation, sandbox acquisition) and a call answered at once are only timed while the
+execution runs (two clock reads each), and their spans, with those times, are made together with
+the execution span's end in one callback the event loop runs just after the result is returned.
+A call that waits for a handler gets its span when it is dispatched (see `CallTracer`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import functools
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,6 +38,21 @@ __all__ = ["CallTracer", "step_span", "traced_run"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()
+log = logging.getLogger(__name__)
+
+
+class _Deferred:
+    """The spans of one execution still to be made: (name, attributes, start ns, end ns), and
+    the calls answered at once (from its `CallTracer`)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, dict[str, Any], int, int]] = []
+        self.calls: list[Callable[[], None]] = []
+
+
+_DEFERRED: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
+    "ptc_deferred_spans", default=None
+)
 
 
 def traced_run(run: F) -> F:
@@ -50,6 +75,8 @@ async def _traced(
     prepared: PreparedExecution,
     kwargs: dict[str, Any],
 ) -> ExecutionResult:
+    from opentelemetry import context, trace
+
     attributes: dict[str, Any] = {
         "ptc.execution_id": prepared.execution_id,
         "ptc.tenant": kwargs.get("tenant") or "default",
@@ -60,15 +87,65 @@ async def _traced(
     runtime = getattr(prepared.request, "runtime", None)  # issue 14's runtimes, where present
     if runtime:
         attributes["ptc.runtime"] = str(runtime)
-    with tracer.start_as_current_span("ptc.execution", attributes=attributes) as span:
+    span = tracer.start_span("ptc.execution", attributes=attributes)
+    parent = trace.set_span_in_context(span)
+    deferred = _Deferred()
+    token = context.attach(parent)
+    deferred_token = _DEFERRED.set(deferred)
+    try:
         result = await run(engine, prepared, **kwargs)
+    except BaseException as exc:
+        _DEFERRED.reset(deferred_token)
+        context.detach(token)
+        _flush(tracer, parent, deferred)
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+        _fail(span, f"{type(exc).__name__}: {exc}")
+        span.end()
+        raise
+    _DEFERRED.reset(deferred_token)
+    context.detach(token)
+    ended = time.time_ns()
+    asyncio.get_running_loop().call_soon(_finish, tracer, parent, deferred, span, result, ended)
+    return result
+
+
+def _finish(
+    tracer: Tracer,
+    parent: Context,
+    deferred: _Deferred,
+    span: Span,
+    result: ExecutionResult,
+    ended: int,
+) -> None:
+    """The deferred half of an execution's spans, run by the loop after the result went out."""
+    try:
+        _flush(tracer, parent, deferred)
         _annotate_execution(span, result)
-        return result
+    except Exception:  # telemetry never breaks the service; say so, once per execution
+        log.exception("tracing: the spans of execution %s are incomplete", result.execution_id)
+    finally:
+        span.end(end_time=ended)
+
+
+def _flush(tracer: Tracer, parent: Context, deferred: _Deferred) -> None:
+    for name, attributes, started, ended in deferred.steps:
+        tracer.start_span(name, context=parent, attributes=attributes, start_time=started).end(
+            end_time=ended
+        )
+    for make in deferred.calls:
+        make()
+    deferred.steps.clear()
+    deferred.calls.clear()
+
+
+def _fail(span: Span, description: str) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_status(Status(StatusCode.ERROR, description[:500]))
 
 
 def _annotate_execution(span: Span, result: ExecutionResult) -> None:
-    from opentelemetry.trace import Status, StatusCode
-
     usage = result.usage
     span.set_attributes(
         {
@@ -85,31 +162,46 @@ def _annotate_execution(span: Span, result: ExecutionResult) -> None:
     )
     if str(result.status) != "ok":
         detail = f"{result.error.type}: {result.error.message}" if result.error else ""
-        span.set_status(Status(StatusCode.ERROR, f"{result.status}: {detail}"[:500]))
+        _fail(span, f"{result.status}: {detail}")
 
 
 def step_span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
-    """A child span of the current one for one step (stub generation, sandbox acquisition)."""
+    """A child span of the current one for one step (stub generation, sandbox acquisition):
+    inside a traced execution only timed now and made after its result; elsewhere a span."""
     tracer = tracing.tracer()
     if tracer is None:
         return _NULL
-    return tracer.start_as_current_span(name, attributes=attributes)
+    deferred = _DEFERRED.get()
+    if deferred is None:
+        return tracer.start_as_current_span(name, attributes=attributes)
+    return _timed(deferred, name, attributes)
+
+
+@contextlib.contextmanager
+def _timed(deferred: _Deferred, name: str, attributes: dict[str, Any]) -> Iterator[None]:
+    started = time.time_ns()
+    try:
+        yield
+    finally:
+        deferred.steps.append((name, attributes, started, time.time_ns()))
 
 
 class CallTracer:
     """The tool-call spans of one broker.
 
     A call answered at once on the channel thread (an echo or mock tool) is only timed there
-    (two clock reads): its span is made when the execution's calls are finished, with those
-    times, so that tracing adds nothing to the round trip the script waits for. A call that
+    (two clock reads): its span is made with those times after the execution's result (with
+    the steps' spans), so that tracing adds nothing to the round trip the script waits for,
+    nor to the execution's time to its result. A call that
     waits for a handler gets its span when it is dispatched: that span is current while the
     handler runs, so a host handler's spans, or a client tool's across the gRPC stream, are its
     children. Either way a call's span starts when the call arrived and ends with its outcome.
     """
 
-    def __init__(self, tracer: Tracer, parent: Context) -> None:
+    def __init__(self, tracer: Tracer, parent: Context, deferred: _Deferred | None = None) -> None:
         self._tracer = tracer
         self._parent = parent
+        self._deferred = deferred  # the execution's: where the calls answered at once go
         self._payloads = tracing.payloads()
         self._arrived: dict[int, int] = {}  # seq → arrival (ns since the epoch)
         self._spans: dict[int, Span] = {}  # calls being dispatched
@@ -125,7 +217,7 @@ class CallTracer:
             return None
         parent = tracing.current_context()
         assert parent is not None
-        return cls(tracer, parent)
+        return cls(tracer, parent, _DEFERRED.get())
 
     def start(self, record: CallRecord) -> None:
         arrived = time.time_ns()
@@ -196,8 +288,12 @@ class CallTracer:
             done, self._done = self._done, []
             open_spans, self._spans = self._spans, {}
             waiting, self._arrived = self._arrived, {}
-        for record, arrived, ended, value in done:
-            self._close(self._opened(record, arrived), record, value, ended)
+        made = [functools.partial(self._made, *item) for item in done]
+        if self._deferred is not None:  # made after the execution's result, with its steps
+            self._deferred.calls.extend(made)
+        else:
+            for make in made:
+                make()
         now = time.time_ns()
         by_seq = {r.seq: r for r in records}
         for seq, span in open_spans.items():
@@ -208,6 +304,9 @@ class CallTracer:
             found = by_seq.get(seq)
             if seq not in open_spans and found is not None:
                 self._close(self._opened(found, arrived), found, None, now)
+
+    def _made(self, record: CallRecord, arrived: int, ended: int, value: Any) -> None:
+        self._close(self._opened(record, arrived), record, value, ended)
 
     def _opened(self, record: CallRecord, arrived: int) -> Span:
         return self._open(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -48,6 +49,15 @@ def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
     return named
 
 
+def _finished(exporter: InMemorySpanExporter, count: int) -> tuple[ReadableSpan, ...]:
+    """The exported spans once there are ``count``: the server makes an execution's last spans
+    in a callback just after its result is returned."""
+    deadline = time.monotonic() + 10
+    while len(spans := exporter.get_finished_spans()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spans
+
+
 def _parent(span: ReadableSpan) -> int:
     assert span.parent is not None, f"{span.name} has no parent"
     return span.parent.span_id
@@ -69,7 +79,7 @@ def test_span_tree_across_the_stream_with_a_client_tool(
         result = server.client.run(script, tools)
     assert (result.status, result.stdout) == ("ok", "2\n{'x': 2}\n")
 
-    spans = _by_name(exporter.get_finished_spans())
+    spans = _by_name(_finished(exporter, 7))
     assert set(spans) == {
         "agent-turn",
         "ptc.execution",
@@ -128,7 +138,7 @@ def test_unary_execute_with_a_violation(
     assert result.status == "limit_exceeded"
     assert [v.limit for v in result.violations] == ["max_tool_calls"]
 
-    spans = exporter.get_finished_spans()
+    spans = _finished(exporter, 6)  # caller, execution, stubs, acquire, two calls
     execution = next(s for s in spans if s.name == "ptc.execution")
     assert _parent(execution) == caller.get_span_context().span_id
     assert dict(execution.attributes or {})["ptc.violations"] == ("max_tool_calls",)
@@ -171,7 +181,7 @@ def test_embedded_engine_with_payloads_opted_in_and_capped(
         tracing.reset()
         tracing.enable(otel[1])
     assert result.status == "ok"
-    spans = exporter.get_finished_spans()
+    spans = _finished(exporter, 5)  # execution, stubs, acquire, two calls
     execution = next(s for s in spans if s.name == "ptc.execution")
     assert execution.parent is None  # the embedded API: its own trace
     assert dict(execution.attributes or {})["ptc.tenant"] == "default"
@@ -254,6 +264,6 @@ def test_cached_stubs_make_no_generation_span(
     for _ in range(2):
         exporter.clear()
         assert server.client.execute("print(1)", manifest).status == "ok"
-        names = sorted(s.name for s in exporter.get_finished_spans())
+        names = sorted(s.name for s in _finished(exporter, 2))
     # The second run found the module in the engine's cache: nothing was generated.
     assert names == ["ptc.execution", "ptc.sandbox.acquire"]
