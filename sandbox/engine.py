@@ -272,7 +272,7 @@ class Engine:
 
         execution_id = prepared.execution_id
         stubs = self.stubs(prepared.manifest)
-        with step_span("ptc.sandbox.acquire", **{"ptc.backend": backend.name}):
+        with step_span("ptc.sandbox.acquire"):
             handle = await backend.acquire(effective)
         result.isolation = list(handle.isolation)
         probe = LiveProbe(handle)

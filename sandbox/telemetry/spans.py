@@ -81,7 +81,6 @@ async def _traced(
         "ptc.execution_id": prepared.execution_id,
         "ptc.tenant": kwargs.get("tenant") or "default",
         "ptc.backend": prepared.backend,
-        "ptc.policy": prepared.request.policy,
         "ptc.manifest_sha256": prepared.manifest.sha256,
     }
     runtime = getattr(prepared.request, "runtime", None)  # issue 14's runtimes, where present
