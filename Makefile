@@ -36,4 +36,5 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.audit
 	$(PY) -m bench.checkpoints
 	$(PY) -m bench.docker
+	$(PY) -m bench.fleet
 	$(PY) -m bench.tracing

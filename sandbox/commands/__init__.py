@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, mcp, replay, run, serve, stubs, tenants
+    from sandbox.commands import audit, health, mcp, replay, run, serve, stubs, tenants
 
-    return [run, stubs, audit, tenants, serve, mcp, replay]
+    return [run, stubs, audit, tenants, serve, mcp, replay, health]
 
 
 COMMANDS: list[Command] = _load()

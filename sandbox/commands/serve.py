@@ -1,9 +1,11 @@
 """`ptc serve [--listen HOST:PORT] [--config server.toml] ...`: run the gRPC server.
 
 Prints ``listening on HOST:PORT`` (the real port when asked for port 0) on stdout once it accepts
-requests. SIGTERM or SIGINT stop it gracefully: in-flight executions get the grace period to
-finish and are then stopped and recorded as `interrupted`, the warm pool is drained, and the
-process exits 0 with no sandbox left behind.
+requests. SIGTERM or SIGINT stop it gracefully: health and readiness turn NOT_SERVING at once and
+new executions get UNAVAILABLE while it still listens, in-flight executions get the grace period
+to finish and are then stopped and recorded as `interrupted`, the listener closes, the warm pool
+is drained, and the process exits 0 with no sandbox left behind. With a PostgreSQL audit store,
+tenants' quotas hold across every server sharing it (``--quota-lease-ttl``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
     )
     parser.add_argument(
+        "--quota-lease-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="with a PostgreSQL store: a crashed server's quota slots return after this",
+    )
+    parser.add_argument(
         "--checkpoint-interval",
         type=float,
         metavar="SECONDS",
@@ -97,6 +105,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
         metrics_listen=args.metrics_listen,
+        quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
         checkpoint_dir=args.checkpoint_dir,

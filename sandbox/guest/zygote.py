@@ -102,13 +102,14 @@ def _wait_for_cgroup() -> None:
         os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
 
 
-def _sandbox_init(program: bytes, reaper: bool) -> None:
+def _sandbox_init(program: bytes, reaper: bool, new_session: bool = True) -> None:
     """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
     if reaper:  # dies with its reaper (whose own death the host causes); else the host's pidfd
         _confine.set_death_signal(signal.SIGKILL)
-    # A session and process group of its own: kill(0) or killpg from the script must not
-    # reach the reaper, which would otherwise share its group.
-    os.setsid()
+    if new_session:
+        # A session and process group of its own: kill(0) or killpg from the script must not
+        # reach the first child, which would otherwise share its group.
+        os.setsid()
     _confine.mount_proc()
     os.close(STATUS_FD)
     _confine.drop_capabilities()
@@ -187,7 +188,29 @@ def _kill_children() -> None:
         time.sleep(0.001)
 
 
-def _serve(control: socket.socket, program: bytes) -> None:
+def _direct_child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+    """The sandbox's pid 1 itself, born in its own pid namespace (one fork, no first child)."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _place_fds(fds)
+        os.setsid()
+        _wait_for_cgroup()
+        _confine.unshare_sandbox_namespaces(pid=False)
+        tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
+        _confine.mount_tmpfs("/tmp", tmp_bytes)
+        _confine.mount_tmpfs("/dev/shm", tmp_bytes)
+        os.chdir("/tmp")
+        _confine.up_loopback()
+        _sandbox_init(program, reaper=False, new_session=False)
+    except BaseException as exc:
+        try:
+            os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    os._exit(0)  # bootstrap.main() never returns
+
+
+def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace) -> None:
     retired = False
     poller = select.poll()
     poller.register(control, select.POLLIN)
@@ -211,13 +234,21 @@ def _serve(control: socket.socket, program: bytes) -> None:
                 os.close(fd)
             _reply(control, {"t": "error", "message": "bad fork request"})
             continue
-        pid = os.fork()
+        direct = cloner.available and request.get("exit_status") == "pidfd"
+        try:
+            pid = cloner.fork() if direct else os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            _reply(control, {"t": "error", "message": f"fork: {exc}"})
+            continue
         if pid == 0:
             control.close()
-            _child(request, fds, program)
+            (_direct_child if direct else _child)(request, fds, program)
         for fd in fds:
             os.close(fd)
-        _reply(control, {"t": "forked", "pid": pid})
+        # "init": the pid is the sandbox's pid 1 (else its first child, which reports it).
+        _reply(control, {"t": "forked", "pid": pid, "init": direct})
 
 
 def main() -> None:
@@ -229,6 +260,10 @@ def main() -> None:
     _confine.forbid_user_namespaces()
     _confine.make_device_nodes_readonly()
     _confine.empty_bounding_set(_confine.last_capability())
+    cloner = _confine.CloneIntoPidNamespace()
+    cloner.probe()  # before SIGCHLD is ignored: it waits for its test child
+    if not cloner.available:
+        _log(f"forking twice per sandbox: {cloner.why_not}")
     # Children are reaped by the kernel at once, which also records a pid 1's exit status for
     # the host's pidfd (or its reaper has reported it). Orphaned pid 1s come to us.
     _confine.become_subreaper()
@@ -236,7 +271,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children leave the frozen heap alone: no copy-on-write from the collector
     _reply(control, {"t": "ready", "pid": os.getpid()})
-    _serve(control, program)
+    _serve(control, program, cloner)
 
 
 if __name__ == "__main__":

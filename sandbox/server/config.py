@@ -13,6 +13,8 @@ can never name code for the host to import. Example::
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
     metrics_listen = "127.0.0.1:9464"      # Prometheus metrics at /metrics; unset: none
+    global_quotas = true                   # with postgresql://: quotas hold across the fleet
+    quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
     checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
     checkpoint_key = "/etc/ptc/checkpoint.key"   # Ed25519 PEM; unset: $PTC_CHECKPOINT_KEY
     checkpoint_dir = "/var/lib/ptc/checkpoints"  # latest per tenant + checkpoints.jsonl
@@ -57,6 +59,10 @@ class ServerConfig:
     docker: bool = False
     # Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); None: no metrics.
     metrics_listen: str | None = None
+    # With a PostgreSQL audit store: enforce tenants' quotas across every server sharing it
+    # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
+    global_quotas: bool = True
+    quota_lease_ttl_s: float = 15.0
     # Signed audit checkpoints (`sandbox.audit.publisher`): on when an interval or a directory
     # is set; the key is a PEM file, or else $PTC_CHECKPOINT_KEY.
     checkpoint_interval_s: float | None = None
@@ -88,9 +94,9 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
-        elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
+        elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key in ("allow_degraded", "docker"):
+        elif key in ("allow_degraded", "docker", "global_quotas"):
             values[key] = _typed(path, key, value, bool)
         elif key in ("checkpoint_key", "checkpoint_dir"):
             values[key] = _typed(path, key, value, str)

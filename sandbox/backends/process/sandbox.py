@@ -111,6 +111,7 @@ class ProcessSandbox:
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
+        self._fds_closed = False
         self._last_usage = ResourceUsage()
         self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
@@ -173,8 +174,16 @@ class ProcessSandbox:
         # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
         # parent-death signal, and the kernel then kills every process in its pid namespace.
         # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
-        with contextlib.suppress(ProcessLookupError, OSError):
+        if self._fds_closed:
+            return  # disposed of: the number may name another descriptor by now
+        try:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+        except OSError as exc:
+            # EPERM: a server without CAP_KILL cannot signal the sandbox uid; the cgroup sweep
+            # at disposal is then the only kill, and slower. Say so rather than hide it.
+            log.warning("sandbox %d could not be killed through its pidfd: %s", self.pid, exc)
 
     def usage(self) -> ResourceUsage:
         # Once pid 1 has exited (its whole namespace with it) the figures are final: one read
@@ -213,6 +222,7 @@ class ProcessSandbox:
         await self._exit
         for transport in self._transports:
             transport.close()
+        self._fds_closed = True
         for fd in (self._started.pidfd, self._started.status_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -270,9 +280,8 @@ def _start_blocking(
     pidfd = -1
     cgroup: SandboxCgroup | None = None
     try:
-        pid, generation = zygote.fork(
-            settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w]
-        )
+        forked = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
+        pid, generation = forked.pid, forked.generation
         for fd in (out_w, err_w, status_w):
             os.close(fd)
         out_w = err_w = status_w = -1
@@ -290,7 +299,13 @@ def _start_blocking(
             isolation += cgroups.layers()
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
-        if zygote.settings.exit_status == "pidfd":
+        if forked.init:
+            # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
+            if not pidfds.is_namespace_init(pid):
+                raise OSError(f"pid {pid} forked as a sandbox's pid 1 is not one")
+            os.close(status_r)
+            status_r = -1
+        elif zygote.settings.exit_status == "pidfd":
             # The first child reports pid 1 and exits: from now on we watch pid 1 itself.
             init = _read_init_pid(status_r, err_r)
             init_fd = os.pidfd_open(init)

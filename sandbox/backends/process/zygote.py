@@ -30,7 +30,7 @@ from sandbox.backends.process.bwrap import ZygoteOptions, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
 from sandbox.errors import Unavailable
 
-__all__ = ["ZygoteSettings", "ZygoteSupervisor"]
+__all__ = ["Forked", "ZygoteSettings", "ZygoteSupervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,13 @@ class ZygoteSettings:
     # How the host learns a sandbox's exit status: a pidfd to its pid 1 (Linux 6.15+), or a
     # reaper process beside each sandbox.
     exit_status: Literal["pidfd", "reaper"]
+
+
+@dataclass(frozen=True)
+class Forked:
+    pid: int  # a host pid: the sandbox's pid 1 when `init`, else its first child's
+    generation: int  # of the zygote that forked it
+    init: bool  # born in its own pid namespace (one fork); else its first child reports pid 1
 
 
 class _Zygote:
@@ -252,9 +259,8 @@ class ZygoteSupervisor:
             self.generations += 1
         return zygote
 
-    def fork(self, tmp_bytes: int, fds: list[int]) -> tuple[int, int]:
-        """Forks one sandbox with these four descriptors (channel, stdout, stderr, status);
-        returns its first child's host pid and the generation of the zygote that forked it.
+    def fork(self, tmp_bytes: int, fds: list[int]) -> Forked:
+        """Forks one sandbox with these four descriptors (channel, stdout, stderr, status).
         Blocking: call from a worker thread."""
         request = {"t": "fork", "tmp_bytes": tmp_bytes, "exit_status": self.settings.exit_status}
         with self._lock:
@@ -280,7 +286,7 @@ class ZygoteSupervisor:
                 zygote.forks += 1
                 pid = reply["pid"]
                 assert isinstance(pid, int)
-                return pid, self.generations
+                return Forked(pid, self.generations, reply.get("init") is True)
         raise AssertionError("unreachable")
 
     def _retire(self, zygote: _Zygote) -> None:
