@@ -116,6 +116,10 @@ class Metrics:
             yield name, "idle", idle if isinstance(idle, int) else 0
             yield name, "busy", busy.get(name, 0)
 
+    def watch(self, backends: Mapping[str, Backend]) -> None:
+        """Reads these backends' pools from now on."""
+        self._backends = dict(backends)
+
     def backend_of(self, pool: object) -> str:
         """The name of the backend whose warm pool ``pool`` is."""
         for name, backend in self._backends.items():
@@ -165,9 +169,12 @@ _state = _State()
 
 
 def enable(backends: Mapping[str, Backend] | None = None) -> Metrics:
-    """Turns the metrics on for this process (once) and returns them."""
+    """Turns the metrics on for this process (once) and returns them; the pools read are
+    those of the latest server that asked (one per process in `ptc serve`)."""
     if _state.metrics is None:
         _state.metrics = Metrics(backends)
+    elif backends is not None:
+        _state.metrics.watch(backends)
     return _state.metrics
 
 
