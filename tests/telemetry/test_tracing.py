@@ -267,3 +267,33 @@ def test_cached_stubs_make_no_generation_span(
         names = sorted(s.name for s in _finished(exporter, 2))
     # The second run found the module in the engine's cache: nothing was generated.
     assert names == ["ptc.execution", "ptc.sandbox.acquire"]
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        "garbage",
+        "00-" + "0" * 32 + "-" + "0" * 16 + "-01",
+        "00-" + "a" * 32 + "-xyz-01",
+        "x" * 4000,
+    ],
+    ids=["garbage", "all-zero-ids", "bad-span-id", "huge"],
+)
+def test_a_malformed_traceparent_starts_a_new_trace(
+    server: InProcessServer, exporter: InMemorySpanExporter, traceparent: str
+) -> None:
+    import grpc
+
+    from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+    from sandbox.wire import request_to_proto
+
+    with grpc.insecure_channel(server.address) as channel:
+        reply = pb_grpc.SandboxServiceStub(channel).Execute(
+            request_to_proto("print(1)", "[]"), metadata=(("traceparent", traceparent),)
+        )
+    assert reply.stdout == "1\n"
+    execution = next(s for s in _finished(exporter, 2) if s.name == "ptc.execution")
+    assert execution.parent is None  # not a child of anything the caller made up
+    assert execution.context.trace_id != 0
+    # And the server still serves.
+    assert server.client.execute("print(2)").stdout == "2\n"
