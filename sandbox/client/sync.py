@@ -24,6 +24,7 @@ from sandbox.client.aio import (
     OnOutput,
     OnProgress,
     OutputChunk,
+    Progress,
     Stubs,
 )
 from sandbox.client.tools import ToolLike
@@ -57,6 +58,11 @@ class SyncExecution:
     @property
     def execution_id(self) -> str:
         return self._execution.execution_id
+
+    @property
+    def progress(self) -> Progress | None:
+        """The latest `Progress` event of a long run, if any came yet."""
+        return self._execution.progress
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
         return self._client._submit(self._execution.result()).result(timeout)
@@ -140,6 +146,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        on_progress: OnProgress | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -153,6 +160,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                on_progress=on_progress,
             )
         )
         return SyncExecution(self, execution)

@@ -46,6 +46,16 @@ def test_client_sdk_gets_progress_events(server: InProcessServer) -> None:
     assert quick == []
 
 
+def test_sync_stream_keeps_the_latest_progress(server: InProcessServer) -> None:
+    seen: list[Progress] = []
+    execution = server.client.stream(LONG_SCRIPT, echo_manifest("lookup"), on_progress=seen.append)
+    chunks = b"".join(chunk.data for chunk in execution)
+    result = execution.result(60)
+    assert (result.status, chunks) == ("ok", b"first\nsecond\n")
+    assert seen and execution.progress == seen[-1]
+    assert execution.progress.tool_calls == 2
+
+
 def _on_terminal(args: list[str], script: str, tmp_path: Path) -> tuple[int, str]:
     """Runs `ptc ARGS` with stdout and stderr on a pseudo-terminal; returns (exit, screen)."""
     (tmp_path / "script.py").write_text(script)
