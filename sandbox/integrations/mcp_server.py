@@ -8,6 +8,9 @@ upstream is started over stdio, its tools become stubs, and every stub call is f
 as a client-mode call — validated by the broker and recorded in the call log like any other.
 An agent then calls many upstream tools from one script instead of one tool per turn.
 
+A script that runs longer than a second sends MCP progress notifications (elapsed seconds, and
+the status line as the message) to a caller that passed a progress token.
+
 Scripts run on an embedded engine (the process backend) unless `--server` names a `ptc serve`
 to run them on; either way through a `ScriptRunner`.
 

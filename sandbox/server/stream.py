@@ -4,7 +4,8 @@ The first client message carries the request. The execution then runs in its own
 `Runner.start`) with two hooks that reach the client: a handler for `client`-mode tools, which
 sends a `ToolCallRequest` and waits for the `ToolCallAnswer` of the same seq, and an approver,
 which sends an `ApprovalRequest` and waits for the `ApprovalDecision`. Output chunks and the
-`Started` event go out as they happen; the last event is the full result.
+`Started` event go out as they happen, a `Progress` event about once a second once the script
+has run for a second (`sandbox.telemetry.progress`); the last event is the full result.
 
 Nothing here waits without a bound of its own: a client that never answers is stopped by the
 script's wall-time limit, which ends the run and with it every pending call. A client that sends
