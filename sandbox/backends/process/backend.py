@@ -180,7 +180,7 @@ class ProcessBackend:
         # execution held up the server's reply to it by about 0.5 ms (bench.grpc).
         await asyncio.sleep(REAP_DELAY_S)
         try:
-            await asyncio.to_thread(sandbox.release_cgroup)
+            await asyncio.to_thread(sandbox.release_leftovers)
         except OSError as exc:
             # Nobody awaits this task for its result: say so here, or the leak goes unseen.
             log.warning("a finished sandbox's cgroup could not be removed: %s", exc)
