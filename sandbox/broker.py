@@ -48,6 +48,7 @@ from sandbox.handlers import (
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestCall, encode_frame
 from sandbox.result import CallRecord, CallStatus, Evidence, Violation
+from sandbox.telemetry.spans import CallTracer
 from stubs_gen import Manifest, ToolOptions
 
 __all__ = ["RECORD_OVERHEAD_BYTES", "Broker"]
@@ -89,6 +90,7 @@ class Broker:
         self._refused_over_budget = 0
         self._seq = 0
         self._log = _LogBudget(limits.call_log_bytes)
+        self._trace = CallTracer.create()  # None unless tracing is on
 
     @property
     def call_count(self) -> int:
@@ -186,6 +188,8 @@ class Broker:
             start_offset_s=now - self._t0,
             idempotency_key=f"{self.execution_id}:{seq}",
         )
+        if self._trace is not None:
+            self._trace.start(record)
         if self._log.admit(record, call):
             self.calls.append(record)
         return record
@@ -195,6 +199,8 @@ class Broker:
         record.status = CallStatus.OK
         record.result = self._log.keep_result(record, value, len(frame))
         record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
+        if self._trace is not None:
+            self._trace.end(record, value)
         return frame
 
     def _fail(self, call: GuestCall, record: CallRecord, failure: ToolFailure) -> bytes:
@@ -204,6 +210,8 @@ class Broker:
         record.duration_s = time.monotonic() - self._t0 - record.start_offset_s
         if record.status in (CallStatus.ERROR, CallStatus.INVALID_ARGUMENTS):
             self._failures[_call_key(call)] += 1
+        if self._trace is not None:
+            self._trace.end(record)
         return encode_frame(
             {
                 "t": "result",
@@ -252,6 +260,12 @@ class Broker:
         return ToolCall(self.execution_id, record.seq, spec, call.arguments, record.idempotency_key)
 
     async def _dispatch(self, call: ToolCall) -> Any:
+        if self._trace is not None:  # the call's span is its handler's parent
+            with self._trace.current(call):
+                return await self._dispatch_now(call)
+        return await self._dispatch_now(call)
+
+    async def _dispatch_now(self, call: ToolCall) -> Any:
         if call.tool.options.needs_approval:
             if self.approver is None:
                 raise ToolFailure(
@@ -280,6 +294,8 @@ class Broker:
         for record in self.calls:
             if record.status == CallStatus.CANCELLED and record.error is None:
                 record.error = "the execution ended before the call completed"
+        if self._trace is not None:
+            self._trace.finish(self.calls)
 
 
 class _LogBudget:

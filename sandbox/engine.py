@@ -49,6 +49,8 @@ from sandbox.limits import (
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.driver import SessionSandbox
+from sandbox.telemetry.progress import LiveProbe
+from sandbox.telemetry.spans import step_span, traced_run
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
 __all__ = [
@@ -84,6 +86,7 @@ class StartedInfo:
     execution_id: str
     limits: ResolvedLimits
     isolation: list[str]
+    probe: LiveProbe | None = None  # how far it has got, for live progress
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,9 @@ class Engine:
 
     def stubs(self, manifest: Manifest) -> str:
         module = self._stubs.get(manifest.sha256)
-        if module is None:
-            module = render_module(manifest)
+        if module is None:  # generated once per manifest: a span for the generation only
+            with step_span("ptc.stubs.generate", **{"ptc.manifest_sha256": manifest.sha256}):
+                module = render_module(manifest)
             if len(self._stubs) >= CACHE_SIZE:
                 self._stubs.pop(next(iter(self._stubs)))
             self._stubs[manifest.sha256] = module
@@ -237,6 +241,7 @@ class Engine:
             cancel=cancel,
         )
 
+    @traced_run
     async def run(
         self,
         prepared: PreparedExecution,
@@ -247,10 +252,12 @@ class Engine:
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
         session: SessionSandbox | None = None,
+        tenant: str | None = None,
     ) -> ExecutionResult:
         """Runs a prepared execution to its result; nothing is checked again. With ``session``
         it runs as the next cell of that session's sandbox (`sandbox.sessions`), not in a
-        fresh single-use one."""
+        fresh single-use one. ``tenant`` names who runs it, for its trace span
+        (`sandbox.telemetry`)."""
         request = prepared.request
         effective = prepared.limits
         backend = self.backend(prepared.backend)
@@ -277,12 +284,15 @@ class Engine:
         execution_id = prepared.execution_id
         stubs = self.stubs(prepared.manifest)
         if session is None:
-            handle = await backend.acquire(effective)
+            with step_span("ptc.sandbox.acquire"):
+                handle = await backend.acquire(effective)
             result.isolation = list(handle.isolation)
+            probe = LiveProbe(handle)
         else:
             result.isolation = session.isolation
+            probe = LiveProbe(session.handle)
         if on_started is not None:
-            on_started(StartedInfo(execution_id, effective, result.isolation))
+            on_started(StartedInfo(execution_id, effective, result.isolation, probe))
         broker = Broker(
             execution_id,
             prepared.manifest,
@@ -291,6 +301,7 @@ class Engine:
             approver,
             self.config.max_call_bytes,
         )
+        probe.broker = broker
         job = Job(
             execution_id,
             request.script,

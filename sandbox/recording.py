@@ -28,6 +28,7 @@ from sandbox.errors import PtcError
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.sessions.driver import SessionSandbox
+from sandbox.telemetry import metrics
 
 __all__ = ["Recorder", "failed_result"]
 
@@ -43,6 +44,7 @@ class Recorder:
         if self.store is None:
             return
         request = prepared.request
+        started = time.monotonic()
         self.store.admit(
             Admission(
                 execution_id=prepared.execution_id,
@@ -59,10 +61,13 @@ class Recorder:
                 replay_of=request.replay_of,
             )
         )
+        metrics.audit_write("admit", time.monotonic() - started)
 
     def complete(self, prepared: PreparedExecution, result: ExecutionResult) -> None:
         if self.store is not None:
+            started = time.monotonic()
             self.store.complete(prepared.execution_id, result)
+            metrics.audit_write("complete", time.monotonic() - started)
 
     def failed(
         self, prepared: PreparedExecution, exc: BaseException, *, stopping: bool = False
@@ -89,6 +94,7 @@ class Recorder:
         """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
         says whether the host is shutting down: a run it cancelled is then `interrupted`."""
         self.admit(prepared, tenant=tenant)
+        metrics.execution_started(prepared.backend)
         try:
             result = await engine.run(
                 prepared,
@@ -98,13 +104,16 @@ class Recorder:
                 on_started=on_started,
                 cancel=cancel,
                 session=session,
+                tenant=tenant or self.tenant,
             )
         except BaseException as exc:
-            self.failed(prepared, exc, stopping=stopping is not None and stopping())
+            failed = self.failed(prepared, exc, stopping=stopping is not None and stopping())
+            metrics.execution_finished(tenant or self.tenant, failed, prepared.manifest)
             raise
         if result.status == ExecutionStatus.CANCELLED and stopping is not None and stopping():
             result.status = ExecutionStatus.INTERRUPTED  # the host stopped it, not the caller
         self.complete(prepared, result)
+        metrics.execution_finished(tenant or self.tenant, result, prepared.manifest)
         return result
 
 

@@ -16,10 +16,16 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 /sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 ' || need+=(libseccomp2)
 [ -x /usr/bin/python3 ] || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# The metrics tests run their own Prometheus (tests/telemetry/test_prometheus.py).
+[ $dev -eq 1 ] && ! command -v prometheus >/dev/null && need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian's package enables a system Prometheus on :9090; the tests start their own instead.
+if [ $dev -eq 1 ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
 
 if [ ! -x .venv/bin/python ]; then

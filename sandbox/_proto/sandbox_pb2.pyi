@@ -355,18 +355,20 @@ class Cancel(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class ServerEvent(_message.Message):
-    __slots__ = ("started", "output", "tool_call", "approval", "result")
+    __slots__ = ("started", "output", "tool_call", "approval", "result", "progress")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     started: Started
     output: OutputChunk
     tool_call: ToolCallRequest
     approval: ApprovalRequest
     result: ExecutionResult
-    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[OutputChunk, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallRequest, _Mapping]] = ..., approval: _Optional[_Union[ApprovalRequest, _Mapping]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ...) -> None: ...
+    progress: Progress
+    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[OutputChunk, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallRequest, _Mapping]] = ..., approval: _Optional[_Union[ApprovalRequest, _Mapping]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ("execution_id", "effective_limits", "isolation")
@@ -387,16 +389,25 @@ class OutputChunk(_message.Message):
     def __init__(self, stream: _Optional[_Union[Stream, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ToolCallRequest(_message.Message):
-    __slots__ = ("seq", "tool", "arguments_json", "idempotency_key")
+    __slots__ = ("seq", "tool", "arguments_json", "idempotency_key", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     tool: str
     arguments_json: str
     idempotency_key: str
-    def __init__(self, seq: _Optional[int] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, seq: _Optional[int] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ApprovalRequest(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json")
@@ -578,6 +589,22 @@ class CloseSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("elapsed_ms", "tool_calls", "cpu_time_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes")
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    CPU_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    elapsed_ms: int
+    tool_calls: int
+    cpu_time_ms: int
+    peak_memory_bytes: int
+    stdout_bytes: int
+    stderr_bytes: int
+    def __init__(self, elapsed_ms: _Optional[int] = ..., tool_calls: _Optional[int] = ..., cpu_time_ms: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("execution_id", "manifest", "limits", "backend")

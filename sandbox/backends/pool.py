@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+
+from sandbox.telemetry import metrics
 
 __all__ = ["WarmPool"]
 
@@ -109,7 +112,9 @@ class WarmPool(Generic[H]):
 
     async def _create(self) -> H:
         async with self._start_slots:
+            started = time.monotonic()
             handle = await self._factory()
+            metrics.sandbox_started(self, time.monotonic() - started)
             self.started_total += 1
             return handle
 

@@ -38,6 +38,8 @@ from sandbox.limits import CEILINGS, Limits, request_files_bound, result_bytes_b
 from sandbox.replay.report import ReplayReport
 from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
+from sandbox.telemetry.progress import ProgressSnapshot as Progress
+from sandbox.telemetry.tracing import client_tool_context, inject_context
 from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "AsyncClient",
     "Execution",
     "OutputChunk",
+    "Progress",
     "Stubs",
 ]
 
@@ -78,6 +81,7 @@ Approve = Callable[
     [ApprovalRequest], "bool | tuple[bool, str] | Awaitable[bool | tuple[bool, str]]"
 ]
 OnOutput = Callable[[OutputChunk], Any]
+OnProgress = Callable[[Progress], Any]
 LimitsLike = Limits | Mapping[str, int] | None
 
 
@@ -96,7 +100,10 @@ class Execution:
         local: Mapping[str, ClientTool],
         on_output: OnOutput | None,
         approve: Approve | None,
+        on_progress: OnProgress | None = None,
     ) -> None:
+        self._on_progress = on_progress
+        self.progress: Progress | None = None  # the latest Progress event, if any came
         self._call = call
         self._local = local
         self._on_output = on_output
@@ -148,10 +155,26 @@ class Execution:
                         await outcome
             elif kind == "started":
                 self.execution_id = event.started.execution_id
+            elif kind == "progress":
+                await self._progress(event.progress)
             elif kind == "tool_call":
                 self._spawn(self._run_tool(event.tool_call))
             elif kind == "approval":
                 self._spawn(self._decide(event.approval))
+
+    async def _progress(self, event: pb.Progress) -> None:
+        self.progress = Progress(
+            elapsed_s=event.elapsed_ms / 1000,
+            tool_calls=event.tool_calls,
+            cpu_time_s=event.cpu_time_ms / 1000,
+            peak_memory_bytes=event.peak_memory_bytes,
+            stdout_bytes=event.stdout_bytes,
+            stderr_bytes=event.stderr_bytes,
+        )
+        if self._on_progress is not None:
+            outcome = self._on_progress(self.progress)
+            if inspect.isawaitable(outcome):
+                await outcome
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -165,7 +188,9 @@ class Execution:
             answer.error = f"the client has no function for tool {request.tool!r}"
         else:
             try:
-                answer.result_json = await local.invoke_json(request.arguments_json)
+                # The server's span of this call is the parent of the tool's own spans.
+                with client_tool_context(request.trace_context):
+                    answer.result_json = await local.invoke_json(request.arguments_json)
             except Exception as exc:
                 answer.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         await self._send(pb.ClientMessage(tool_answer=answer))
@@ -262,9 +287,11 @@ class AsyncClient:
         timeout: float | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
+        on_progress: OnProgress | None = None,
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs; with ``session_id``, as
-        that session's next cell (its tools replaced by ``tools``)."""
+        that session's next cell (its tools replaced by ``tools``). ``on_progress`` gets a
+        `Progress` about once a second once a run is past a second."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
             script,
@@ -277,7 +304,7 @@ class AsyncClient:
             files=input_files(files),
         )
         request.session_id = session_id
-        call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
+        call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
         except (grpc.RpcError, asyncio.InvalidStateError) as exc:
@@ -288,7 +315,7 @@ class AsyncClient:
                 raise Unavailable(f"the server ended the stream at its start: {exc}") from exc
             details, trailing = await call.details(), await call.trailing_metadata()
             raise error_from_status(code, details, trailing) from exc
-        return Execution(call, local, on_output, approve)
+        return Execution(call, local, on_output, approve, on_progress)
 
     async def run(
         self,
@@ -305,6 +332,7 @@ class AsyncClient:
         timeout: float | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
+        on_progress: OnProgress | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -320,6 +348,7 @@ class AsyncClient:
             timeout=timeout,
             session_id=session_id,
             files=files,
+            on_progress=on_progress,
         )
         return await execution.result()
 
@@ -351,8 +380,16 @@ class AsyncClient:
             files=input_files(files),
         )
         async with translated():
-            message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)
+            message = await self._stub.Execute(
+                request, metadata=self._call_metadata(), timeout=timeout
+            )
         return result_from_proto(message)
+
+    def _call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The key, and the caller's current trace context (W3C ``traceparent``) if any."""
+        carrier: dict[str, str] = {}
+        inject_context(carrier)
+        return self._metadata + tuple(carrier.items()) if carrier else self._metadata
 
     async def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
         """The stub module scripts import as `tools`, and its compact form for a prompt."""

@@ -22,7 +22,9 @@ from sandbox.client.aio import (
     Execution,
     LimitsLike,
     OnOutput,
+    OnProgress,
     OutputChunk,
+    Progress,
     Stubs,
 )
 from sandbox.client.sessions import SyncSession
@@ -58,6 +60,11 @@ class SyncExecution:
     @property
     def execution_id(self) -> str:
         return self._execution.execution_id
+
+    @property
+    def progress(self) -> Progress | None:
+        """The latest `Progress` event of a long run, if any came yet."""
+        return self._execution.progress
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
         return self._client._submit(self._execution.result()).result(timeout)
@@ -110,9 +117,11 @@ class Client:
         timeout: float | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
+        on_progress: OnProgress | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here; with
-        ``session_id``, as that session's next cell."""
+        ``session_id``, as that session's next cell. (The caller's current trace context goes
+        with it: the loop thread's task starts from a copy of this thread's context.)"""
         return self._call(
             self._async.run(
                 script,
@@ -127,6 +136,7 @@ class Client:
                 timeout=timeout,
                 session_id=session_id,
                 files=files,
+                on_progress=on_progress,
             )
         )
 
@@ -143,6 +153,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         files: FilesLike | None = None,
+        on_progress: OnProgress | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -157,6 +168,7 @@ class Client:
                 labels=labels,
                 timeout=timeout,
                 files=files,
+                on_progress=on_progress,
             )
         )
         return SyncExecution(self, execution)

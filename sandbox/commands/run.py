@@ -26,13 +26,14 @@ from typing import Any
 
 from sandbox.backends.base import Backend
 from sandbox.capture import OutputCallback
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
 from sandbox.limits import parse_limit_args
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.telemetry.live import StatusLine
 
 EXIT_CODES = {
     ExecutionStatus.OK: 0,
@@ -176,22 +177,39 @@ async def _execute(
     backends: dict[str, Backend],
     audit_db: str | None = None,
     on_output: OutputCallback | None = None,
+    status: StatusLine | None = None,
 ) -> ExecutionResult:
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:
         prepared = engine.prepare(request)
-        if audit_db is None:
-            return await engine.run(prepared, on_output=on_output)
-        from sandbox.audit import open_store
+        if status is not None:
+            with status.running():
+                return await _execute_prepared(engine, prepared, audit_db, on_output, status)
+        return await _execute_prepared(engine, prepared, audit_db, on_output, None)
 
-        # Recorded like the server records: admitted first, then completed or failed.
-        store = open_store(audit_db, instance="ptc-run")
-        try:
-            store.mark_interrupted()
-            return await Recorder(store).run(engine, prepared, on_output=on_output)
-        finally:
-            store.close()
+
+async def _execute_prepared(
+    engine: Engine,
+    prepared: PreparedExecution,
+    audit_db: str | None,
+    on_output: OutputCallback | None,
+    status: StatusLine | None,
+) -> ExecutionResult:
+    on_started = status.started if status is not None else None
+    if audit_db is None:
+        return await engine.run(prepared, on_output=on_output, on_started=on_started)
+    from sandbox.audit import open_store
+
+    # Recorded like the server records: admitted first, then completed or failed.
+    store = open_store(audit_db, instance="ptc-run")
+    try:
+        store.mark_interrupted()
+        return await Recorder(store).run(
+            engine, prepared, on_output=on_output, on_started=on_started
+        )
+    finally:
+        store.close()
 
 
 def _execute_remote(
@@ -200,15 +218,18 @@ def _execute_remote(
     request: ExecutionRequest,
     manifest: str,
     on_output: OutputCallback | None = None,
+    status: StatusLine | None = None,
 ) -> ExecutionResult:
     from sandbox.client import Client, OutputChunk
+    from sandbox.telemetry.spans import step_span
 
     def forward(chunk: OutputChunk) -> None:
         if on_output is not None:
             on_output(chunk.stream, chunk.data)
 
     try:
-        with Client(server, api_key) as client:
+        # When this process traces, its span is the parent of the server's (sent by the client).
+        with Client(server, api_key) as client, step_span("ptc.run", **{"ptc.server": server}):
             return client.run(
                 request.script,
                 manifest,
@@ -218,6 +239,7 @@ def _execute_remote(
                 expected_calls=request.expected_calls,
                 on_output=forward,
                 files=request.files,
+                on_progress=status.update if status is not None else None,
             )
     except PtcError as exc:  # the same class, naming the server it came from
         exc.message = f"server {server}: {exc.message}"
@@ -227,11 +249,14 @@ def _execute_remote(
 class _Live:
     """Writes the script's output to this process's stdout and stderr as it arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: StatusLine | None = None) -> None:
         self.written = {"stdout": 0, "stderr": 0}
+        self.status = status
 
     def __call__(self, stream: str, data: bytes) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
+        if self.status is not None:
+            self.status.clear()
         target.flush()
         target.buffer.write(data)
         target.buffer.flush()
@@ -252,16 +277,23 @@ def run(args: argparse.Namespace) -> int:
         expected_calls=parse_expect(args.expect),
         files=parse_files(args.file),
     )
-    live = None if args.json else _Live()
-    if args.session:
-        from sandbox.commands.session import execute_in_session
+    # On a terminal, a status line for long runs (elapsed, tool calls, usage) on stderr.
+    status = None if args.json or not sys.stderr.isatty() else StatusLine(sys.stderr)
+    live = None if args.json else _Live(status)
+    try:
+        if args.session:
+            from sandbox.commands.session import execute_in_session
 
-        result = execute_in_session(args, request, manifest if args.tools else None)
-    elif args.server:
-        result = _execute_remote(args.server, args.api_key, request, manifest, live)
-    else:
-        backends = _backends(request, args.allow_degraded)
-        result = asyncio.run(_execute(request, backends, args.audit_db, live))
+            result = execute_in_session(args, request, manifest if args.tools else None)
+        elif args.server:
+            result = _execute_remote(args.server, args.api_key, request, manifest, live, status)
+        else:
+            backends = _backends(request, args.allow_degraded)
+            result = asyncio.run(_execute(request, backends, args.audit_db, live, status))
+    finally:
+        from sandbox.telemetry import tracing
+
+        tracing.shutdown()  # exports the spans still batched, when this process traced
     if args.outputs_dir:
         save_outputs(result, args.outputs_dir)
     if args.json:

@@ -58,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
     parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
+    )
+    parser.add_argument(
         "--quota-lease-ttl",
         type=float,
         metavar="SECONDS",
@@ -99,6 +104,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.grace,
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
+        metrics_listen=args.metrics_listen,
         quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
@@ -113,6 +119,8 @@ async def _serve(config: ServerConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     address = await server.start()
+    if server.metrics_address:
+        print(f"metrics on {server.metrics_address}", flush=True)
     print(f"listening on {address}", flush=True)
     if server.backend_error:
         print(f"ptc serve: not serving executions: {server.backend_error}", file=sys.stderr)

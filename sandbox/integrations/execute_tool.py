@@ -18,8 +18,8 @@ correct itself; it never raises into the framework's loop.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -32,6 +32,7 @@ from sandbox.integrations.observation import ObservationBudget, ScriptSource, re
 from sandbox.integrations.runners import RunRequest, ScriptRunner
 from sandbox.limits import Limits
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import Manifest, load_manifest, render_compact
 
 __all__ = ["CALLING_CONVENTION", "CODE_PARAMETER", "ExecuteTool", "Observation"]
@@ -193,10 +194,12 @@ class ExecuteTool:
         *,
         prelude: str = "",
         files: FilesLike | None = None,
+        on_progress: Callable[[ProgressSnapshot], Any] | None = None,
     ) -> Observation:
         script = _source(prelude, code)
+        request = replace(self.request(script.text, expected_calls, files), on_progress=on_progress)
         try:
-            result = await self.runner.arun(self.request(script.text, expected_calls, files))
+            result = await self.runner.arun(request)
         except (PtcError, grpc.RpcError) as exc:
             return _refused(exc)
         return self.observe(result, script)

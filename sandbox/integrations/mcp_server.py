@@ -10,6 +10,9 @@ upstream is started over stdio, its tools become stubs, and every stub call is f
 as a client-mode call — validated by the broker and recorded in the call log like any other.
 An agent then calls many upstream tools from one script instead of one tool per turn.
 
+A script that runs longer than a second sends MCP progress notifications (elapsed seconds, and
+the status line as the message) to a caller that passed a progress token.
+
 Scripts run on an embedded engine (the process backend) unless `--server` names a `ptc serve`
 to run them on; either way through a `ScriptRunner`.
 
@@ -23,6 +26,7 @@ at a `ptc serve` with the same tenants for that.)
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import json
@@ -32,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.types import BlobResourceContents, ContentBlock, EmbeddedResource, TextContent
 
@@ -43,6 +47,8 @@ from sandbox.integrations.execute_tool import ExecuteTool, Observation
 from sandbox.integrations.mcp_upstream import connect_upstream
 from sandbox.integrations.runners import ScriptRunner
 from sandbox.limits import Limits
+from sandbox.telemetry.live import format_status
+from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import render_module
 
 __all__ = ["BearerAuth", "McpOptions", "build_mcp_server", "check_exposure", "serve_mcp"]
@@ -133,8 +139,18 @@ def build_mcp_server(execute: ExecuteTool, name: str = "ptc-sandbox") -> MCPServ
     )
     module = render_module(execute.manifest)
 
-    async def execute_python(code: str) -> list[ContentBlock]:
-        observation = await execute.arun(code)
+    async def execute_python(code: str, ctx: Context[Any]) -> list[ContentBlock]:
+        # Long runs send progress notifications (when the caller asked for them with a
+        # progress token): elapsed seconds as the progress, the status line as the message.
+        loop = asyncio.get_running_loop()
+
+        def progress(now: ProgressSnapshot) -> None:  # called on a runner's thread
+            if loop.is_closed():
+                return
+            report = ctx.report_progress(round(now.elapsed_s, 1), None, format_status(now))
+            asyncio.run_coroutine_threadsafe(report, loop)
+
+        observation = await execute.arun(code, on_progress=progress)
         if observation.is_error:
             raise McpToolError(observation.text)
         return [TextContent(type="text", text=observation.text), *output_resources(observation)]

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
@@ -36,6 +36,7 @@ from sandbox.recording import Recorder
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 from sandbox.sessions.manager import SessionManager
+from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
 
@@ -52,6 +53,9 @@ class RunRequest:
     expected_calls: tuple[ExpectedCalls, ...] = ()
     policy: str | None = None
     files: tuple[InputFile, ...] = ()  # placed in the script's working directory
+    # Live progress of a long run (about once a second past the first); called on a thread of
+    # the runner's, not the caller's.
+    on_progress: Callable[[ProgressSnapshot], Any] | None = None
 
 
 class ScriptRunner(Protocol):
@@ -80,6 +84,7 @@ class ClientRunner:
             policy=request.policy,
             expected_calls=request.expected_calls,
             files=request.files,
+            on_progress=request.on_progress,
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -173,9 +178,21 @@ class EmbeddedRunner:
             files=request.files,
         )
         prepared = self.engine.prepare(execution)
-        return await self.recorder.run(
-            self.engine, prepared, handlers={"client": _client_handler(local)}
-        )
+        if request.on_progress is None:
+            return await self.recorder.run(
+                self.engine, prepared, handlers={"client": _client_handler(local)}
+            )
+        started: list[StartedInfo] = []
+        ticker = asyncio.create_task(_tick(started, request.on_progress))
+        try:
+            return await self.recorder.run(
+                self.engine,
+                prepared,
+                handlers={"client": _client_handler(local)},
+                on_started=started.append,
+            )
+        finally:
+            ticker.cancel()
 
     def _close_store(self) -> None:
         if self._owned_store is not None:
@@ -259,3 +276,13 @@ def _client_handler(local: Mapping[str, ClientTool]) -> ToolHandler:
         return json.loads(text)
 
     return handle
+
+
+async def _tick(started: list[StartedInfo], on_progress: Callable[[ProgressSnapshot], Any]) -> None:
+    """Reports the engine's probe of a run once it is past `PROGRESS_AFTER_S`, every period."""
+    await asyncio.sleep(PROGRESS_AFTER_S)
+    while True:
+        probe = started[0].probe if started else None
+        if probe is not None:
+            on_progress(probe.snapshot())
+        await asyncio.sleep(PROGRESS_EVERY_S)

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -83,6 +83,8 @@ class SandboxServer:
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self.metrics_address = ""  # HOST:PORT of /metrics, when served
+        self._metrics_server: Any = None
         self.checkpoints = _checkpoint_publisher(self.config, self.store)
         self._checkpointing: asyncio.Task[None] | None = None
 
@@ -129,6 +131,8 @@ class SandboxServer:
                 f"listen: {self.config.listen} is not a loopback address, and without a tenants "
                 "file nothing authenticates callers; configure tenants or listen on 127.0.0.1"
             )
+        if self.config.metrics_listen:  # first: a bad address fails before anything starts
+            self._serve_metrics(self.config.metrics_listen)
         try:
             await self.engine.start()
         except PtcError as exc:
@@ -166,6 +170,14 @@ class SandboxServer:
             interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
             self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
         return self.address
+
+    def _serve_metrics(self, listen: str) -> None:
+        from sandbox.telemetry import metrics
+
+        served = metrics.serve(metrics.enable(self.engine.config.backends), listen)
+        self._metrics_server = served
+        host = listen.rpartition(":")[0]
+        self.metrics_address = f"{host}:{served.server_address[1]}"
 
     def serving(self) -> bool:
         """Health follows the default backend; another one (Docker without an engine) being
@@ -237,6 +249,13 @@ class SandboxServer:
         await self.engine.close()
         await self._last_checkpoint()
         self.store.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        from sandbox.telemetry import tracing
+
+        tracing.shutdown()  # flushes spans still batched
 
     async def _last_checkpoint(self) -> None:
         """Stops the periodic checkpoints and signs one over what this run recorded."""

@@ -12,6 +12,7 @@ can never name code for the host to import. Example::
     tenants = "/etc/ptc/tenants.toml"      # unset: one tenant, loopback only
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
+    metrics_listen = "127.0.0.1:9464"      # Prometheus metrics at /metrics; unset: none
     global_quotas = true                   # with postgresql://: quotas hold across the fleet
     quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
     checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
@@ -56,6 +57,8 @@ class ServerConfig:
     tenants: str | None = None
     instance_id: str | None = None
     docker: bool = False
+    # Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); None: no metrics.
+    metrics_listen: str | None = None
     # With a PostgreSQL audit store: enforce tenants' quotas across every server sharing it
     # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
     global_quotas: bool = True
@@ -87,7 +90,7 @@ def load_config(path: str | Path) -> ServerConfig:
             values["host_handlers"] = dict(value)
         elif key == "host_handler_limits":
             values.update(_handler_limits(path, value))
-        elif key in ("listen", "audit_db", "tenants", "instance_id"):
+        elif key in ("listen", "audit_db", "tenants", "instance_id", "metrics_listen"):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)

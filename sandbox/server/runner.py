@@ -33,6 +33,7 @@ from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.sessions.manager import Session, SessionManager
+from sandbox.telemetry import metrics
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
 
@@ -162,7 +163,9 @@ class Runner:
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
+        queued = time.monotonic()
         async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
+            metrics.queue_wait(prepared.tenant.id, time.monotonic() - queued)
             if cancel.is_set():  # the caller left while queued: nothing was admitted
                 return _unadmitted(prepared)
             return await self.recorder.run(

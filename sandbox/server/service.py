@@ -27,6 +27,7 @@ from sandbox.server.convert import (
 from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
+from sandbox.telemetry.tracing import attached, extract_context
 from sandbox.tenants.base import Tenant
 from stubs_gen import render_compact
 
@@ -54,7 +55,8 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             )
         prepared = self.runner.prepare(tenant, execution, streamed=False, session=session)
         cancel = asyncio.Event()
-        run = self.runner.start(prepared, cancel=cancel)
+        with attached(_trace_parent(context)):  # the run's task inherits the caller's trace
+            run = self.runner.start(prepared, cancel=cancel)
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # deadline passed or the client went away
@@ -74,7 +76,8 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             # our status (seen with an unknown key, now and then).
             await context.read()
             raise
-        await StreamSession(self.runner, tenant, context).serve()
+        with attached(_trace_parent(context)):
+            await StreamSession(self.runner, tenant, context).serve()
 
     async def GenerateStubs(
         self, request: pb.GenerateStubsRequest, context: Context
@@ -131,3 +134,10 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
     async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
         return await serve_replay(self.runner, self._tenant(context), request)
+
+
+def _trace_parent(context: Context) -> Any:
+    """The caller's W3C trace context (``traceparent`` metadata), when tracing is on."""
+    return extract_context(
+        {str(k).lower(): str(v) for k, v in (context.invocation_metadata() or ())}
+    )

@@ -4,7 +4,8 @@ The first client message carries the request. The execution then runs in its own
 `Runner.start`) with two hooks that reach the client: a handler for `client`-mode tools, which
 sends a `ToolCallRequest` and waits for the `ToolCallAnswer` of the same seq, and an approver,
 which sends an `ApprovalRequest` and waits for the `ApprovalDecision`. Output chunks and the
-`Started` event go out as they happen; the last event is the full result.
+`Started` event go out as they happen, a `Progress` event about once a second once the script
+has run for a second (`sandbox.telemetry.progress`); the last event is the full result.
 
 Nothing here waits without a bound of its own: a client that never answers is stopped by the
 script's wall-time limit, which ends the run and with it every pending call. A client that sends
@@ -35,6 +36,8 @@ from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
 from sandbox.server.runner import Runner
+from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
+from sandbox.telemetry.tracing import inject_current
 from sandbox.tenants.base import Tenant
 
 __all__ = ["StreamSession"]
@@ -61,6 +64,8 @@ class StreamSession:
         self._approvals: dict[int, asyncio.Future[pb.ApprovalDecision]] = {}
         self._asked_tools: set[int] = set()
         self._asked_approvals: set[int] = set()
+        self._ticker: asyncio.Task[None] | None = None  # sends `progress` while it runs
+        self._output_bytes = {"stdout": 0, "stderr": 0}
 
     async def serve(self) -> None:
         """Runs the stream to its end; raises `InvalidArgument` for a malformed client message."""
@@ -97,6 +102,8 @@ class StreamSession:
                 await self._quiet.wait()
             await self._write(final)  # after whatever is still queued
         finally:
+            if self._ticker is not None:
+                self._ticker.cancel()
             self._closing = True
             if not run.done():
                 self.cancel.set()
@@ -187,8 +194,30 @@ class StreamSession:
                 )
             )
         )
+        if info.probe is not None:
+            self._ticker = asyncio.create_task(self._tick(info.probe))
+
+    async def _tick(self, probe: LiveProbe) -> None:
+        """A `Progress` event every `PROGRESS_EVERY_S` once a run is past `PROGRESS_AFTER_S`."""
+        await asyncio.sleep(PROGRESS_AFTER_S)
+        while not self._closing:
+            now = probe.snapshot(self._output_bytes["stdout"], self._output_bytes["stderr"])
+            self._emit(
+                pb.ServerEvent(
+                    progress=pb.Progress(
+                        elapsed_ms=int(now.elapsed_s * 1000),
+                        tool_calls=now.tool_calls,
+                        cpu_time_ms=int(now.cpu_time_s * 1000),
+                        peak_memory_bytes=now.peak_memory_bytes,
+                        stdout_bytes=now.stdout_bytes,
+                        stderr_bytes=now.stderr_bytes,
+                    )
+                )
+            )
+            await asyncio.sleep(PROGRESS_EVERY_S)
 
     def _output(self, stream: str, data: bytes) -> None:
+        self._output_bytes[stream] += len(data)
         self._emit(pb.ServerEvent(output=pb.OutputChunk(stream=_STREAMS[stream], data=data)))
 
     async def _ask(
@@ -215,6 +244,7 @@ class StreamSession:
             arguments_json=json.dumps(call.arguments, ensure_ascii=False),
             idempotency_key=call.idempotency_key,
         )
+        inject_current(request.trace_context)  # the call's span, for the client tool's spans
         answer: pb.ToolCallAnswer = await self._ask(
             call.seq, self._tools, self._asked_tools, pb.ServerEvent(tool_call=request)
         )

@@ -56,6 +56,7 @@ from sandbox.errors import (
 from sandbox.limits import ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.driver import SessionSandbox
+from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
 __all__ = [
@@ -203,6 +204,7 @@ class SessionManager:
             sandbox=SessionSandbox(handle, settings.limits.cpu_time_ms),
         )
         self._sessions[session.id] = session
+        metrics.active_sessions(len(self._sessions))
         self._admit(session)
         return session
 
@@ -321,6 +323,7 @@ class SessionManager:
         session.state, session.reason = state, reason
         session.ended_at = time.time()
         self._sessions.pop(session.id, None)
+        metrics.active_sessions(len(self._sessions))
         self._ended[session.id] = session
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
