@@ -139,7 +139,7 @@ class ExpectedCalls(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels")
+    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class ExecuteRequest(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     script: str
     manifest: ToolManifest
     limits: Limits
@@ -161,7 +162,8 @@ class ExecuteRequest(_message.Message):
     policy: ScriptPolicy
     expected_calls: _containers.RepeatedCompositeFieldContainer[ExpectedCalls]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    runtime: str
+    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ...) -> None: ...
 
 class CallRecord(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json", "status", "result_json", "error", "start_offset_us", "duration_us", "idempotency_key")

@@ -252,12 +252,15 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
+        if runtime:
+            request.runtime = runtime
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
@@ -284,6 +287,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -297,6 +301,7 @@ class AsyncClient:
             expected_calls=expected_calls,
             labels=labels,
             timeout=timeout,
+            runtime=runtime,
         )
         return await execution.result()
 
@@ -311,6 +316,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
         manifest, local = build_manifest(tools)
@@ -319,6 +325,8 @@ class AsyncClient:
         request = request_to_proto(
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
+        if runtime:
+            request.runtime = runtime
         async with translated():
             message = await self._stub.Execute(request, metadata=self._metadata, timeout=timeout)
         return result_from_proto(message)

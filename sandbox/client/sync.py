@@ -105,6 +105,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here."""
         return self._call(
@@ -119,6 +120,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                runtime=runtime,
             )
         )
 
@@ -134,6 +136,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -147,6 +150,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                runtime=runtime,
             )
         )
         return SyncExecution(self, execution)
@@ -162,6 +166,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server."""
         return self._call(
@@ -174,6 +179,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                runtime=runtime,
             )
         )
 

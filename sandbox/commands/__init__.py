@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, mcp, run, serve, stubs, tenants
+    from sandbox.commands import audit, mcp, run, runtime, serve, stubs, tenants
 
-    return [run, stubs, audit, tenants, serve, mcp]
+    return [run, stubs, audit, tenants, serve, mcp, runtime]
 
 
 COMMANDS: list[Command] = _load()

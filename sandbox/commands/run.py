@@ -83,6 +83,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=os.environ.get("PTC_API_KEY"),
         help="API key for --server (default $PTC_API_KEY)",
     )
+    parser.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="run in this runtime (`ptc runtime list`; runtimes are found in $PTC_RUNTIMES_DIR); "
+        "default: the standard library only",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -166,6 +172,7 @@ def _execute_remote(
                 backend=request.backend,
                 policy=request.policy,
                 expected_calls=request.expected_calls,
+                runtime=request.runtime,
                 on_output=forward,
             )
     except PtcError as exc:  # the same class, naming the server it came from
@@ -197,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         policy=args.policy,
         expected_calls=parse_expect(args.expect),
+        runtime=args.runtime,
     )
     live = None if args.json else _Live()
     if args.server:

@@ -80,7 +80,9 @@ class SandboxServer:
         backends: dict[str, Backend] = {
             "process": ProcessBackend(
                 ProcessBackendConfig(
-                    pool_size=self.config.pool_size, allow_degraded=self.config.allow_degraded
+                    pool_size=self.config.pool_size,
+                    allow_degraded=self.config.allow_degraded,
+                    runtimes_dir=self.config.runtimes_dir,
                 )
             )
         }

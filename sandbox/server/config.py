@@ -12,6 +12,7 @@ can never name code for the host to import. Example::
     tenants = "/etc/ptc/tenants.toml"      # unset: one tenant, loopback only
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
+    runtimes_dir = "/var/lib/ptc/runtimes" # runtimes requests may name (`ptc runtime build`)
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -51,6 +52,8 @@ class ServerConfig:
     tenants: str | None = None
     instance_id: str | None = None
     docker: bool = False
+    # Where runtimes are (`ptc runtime build`); None: `sandbox.runtimes.default_runtimes_dir()`.
+    runtimes_dir: str | None = None
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -73,7 +76,7 @@ def load_config(path: str | Path) -> ServerConfig:
             values["host_handlers"] = dict(value)
         elif key == "host_handler_limits":
             values.update(_handler_limits(path, value))
-        elif key in ("listen", "audit_db", "tenants", "instance_id"):
+        elif key in ("listen", "audit_db", "tenants", "instance_id", "runtimes_dir"):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)

@@ -82,6 +82,7 @@ def request_from_proto(
         policy=POLICIES.get(message.policy, default_policy),
         expected_calls=tuple(expected),
         labels=dict(message.labels),
+        runtime=message.runtime or None,
     )
 
 

@@ -29,7 +29,12 @@ from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.tenants.base import Tenancy, Tenant
-from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
+from sandbox.tenants.policy import (
+    check_backend,
+    check_runtime,
+    check_tool_modes,
+    effective_limits,
+)
 
 __all__ = ["Prepared", "Runner"]
 
@@ -74,6 +79,7 @@ class Runner:
         check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
         self.host.check(manifest)
         check_backend(tenant, request.backend or self.engine.config.default_backend)
+        check_runtime(tenant, request.runtime)
         execution = self.engine.prepare(request, limits=effective_limits(tenant, request.limits))
         return Prepared(tenant, execution)
 

@@ -13,6 +13,7 @@
     ceiling_policy = "clamp"          # a request above a ceiling: clamp | refuse
     audit_retention_days = 90         # 0 keeps records forever
     labels = { team = "search" }
+    runtimes = ["numpy"]              # runtimes it may name (`ptc runtime list`); unset: stdlib
 
     [tenant.defaults]                 # limits a request inherits; names as in sandbox.limits
     wall_time = 5                     # seconds
@@ -59,6 +60,7 @@ _FIELDS = frozenset(
         "ceiling_policy",
         "audit_retention_days",
         "labels",
+        "runtimes",
         "defaults",
         "ceilings",
     }
@@ -175,6 +177,7 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise read.fail("labels", "must be a table of string values")
     rate = read.integer("rate_per_minute", 600, 1)
+    runtimes = _runtimes(read)
     tenant = Tenant(
         id=raw_id,
         defaults=defaults,
@@ -193,8 +196,24 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
         ),
         audit_retention_days=read.integer("audit_retention_days", 30, 0),
         labels=dict(labels),
+        runtimes=runtimes,
     )
     return TenantConfig(tenant, tuple(parsed), read.integer("rate_burst", rate, 1))
+
+
+def _runtimes(read: _Reader) -> frozenset[str]:
+    """The runtimes a tenant may name; unset: none beyond the standard library."""
+    from sandbox.runtimes import validate_name
+
+    value = read.table.get("runtimes", [])
+    if not isinstance(value, list):
+        raise read.fail("runtimes", "must be a list of runtime names")
+    for i, item in enumerate(value):
+        try:
+            validate_name(item)
+        except PtcError as exc:
+            raise read.fail(f"runtimes[{i}]", exc.message) from None
+    return frozenset(value)
 
 
 def _ceilings(read: _Reader) -> ResolvedLimits:

@@ -46,6 +46,8 @@ class ZygoteSettings:
     seccomp: bool
     max_forks: int  # forks before the zygote is replaced (layout and hash seed rotate)
     max_age_s: float  # seconds before the zygote is replaced
+    runtime_tree: Path | None = None  # a runtime's tree to bind read-only (`sandbox.runtimes`)
+    preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
 
 
 class _Zygote:
@@ -117,6 +119,8 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 gid=settings.gid,
                 control_fd=guest.fileno(),
                 program_fd=program,
+                runtime_tree=settings.runtime_tree,
+                preload=settings.preload,
             )
         )
         proc = subprocess.Popen(  # type: ignore[call-overload]
