@@ -113,6 +113,7 @@ def _build(
     if version != f"{sys.version_info[0]}.{sys.version_info[1]}":
         target += ["--python-version", version]
     sources = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse is not None else []
+    wheels.mkdir()
     _pip(name, "download", "-r", str(requirements), "--dest", str(wheels), *target, *sources)
     packages = _lock(wheels)
     wheel_bytes = sum(p.stat().st_size for p in wheels.iterdir())
@@ -124,10 +125,11 @@ def _build(
         encoding="utf-8",
     )
     site = build / SITE
-    _pip(
-        name, "install", "--no-index", "--find-links", str(wheels), "--require-hashes",
-        "--no-deps", "--no-compile", "--target", str(site), "-r", str(lock), *target,
-    )  # fmt: skip
+    if packages:
+        _pip(
+            name, "install", "--no-index", "--find-links", str(wheels), "--require-hashes",
+            "--no-deps", "--no-compile", "--target", str(site), "-r", str(lock), *target,
+        )  # fmt: skip
     shutil.rmtree(wheels)
     site.mkdir(exist_ok=True)  # an empty requirements file still makes a (bare) runtime
     _run_guest(name, python, ["-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
