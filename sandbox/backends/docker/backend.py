@@ -74,6 +74,11 @@ class DockerBackendConfig:
     # a small machine's cores busy for ~0.3 s, and most scripts are done before this delay.
     refill_delay_s: float = 0.05
     labels: dict[str, str] = field(default_factory=dict)
+    # The engine's OCI runtime for every container: "runc", or "runsc" for gVisor (registered
+    # with the engine: scripts/dockerd.sh). ``name`` is what requests and tenants call this
+    # backend ("gvisor" for a runsc one next to a runc "docker" one in the same server).
+    oci_runtime: str = "runc"
+    name: str = "docker"
 
 
 _Key = tuple[int, int, int]
@@ -88,9 +93,12 @@ class DockerBackend:
 
     def __init__(self, config: DockerBackendConfig | None = None) -> None:
         self.config = config or DockerBackendConfig()
+        self.name = self.config.name
         self.address = self.config.address or engine_client.engine_address()
         self.image = self.config.image or engine_client.default_image()
         self.runtime_root = self.config.runtime_root or default_runtime_root()
+        if self.name != "docker":  # its own channel directories and janitor sweep
+            self.runtime_root = self.runtime_root / self.name
         self.owner = janitor.this_owner()
         self.unavailable_reason: str | None = "the docker backend is not started"
         self._client: DockerClient | None = None
@@ -124,6 +132,7 @@ class DockerBackend:
         client = await asyncio.to_thread(engine_client.connect, self.address)
         try:
             await asyncio.to_thread(engine_client.check_image, client, self.image)
+            await asyncio.to_thread(engine_client.check_runtime, client, self.config.oci_runtime)
             await asyncio.to_thread(janitor.clean_leftovers, client, self.runtime_root)
             await asyncio.to_thread(self._make_owner_dir)
         except BaseException:
@@ -161,9 +170,10 @@ class DockerBackend:
         if self._client is None:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         n = next(self._names)
+        prefix = "ptc" if self.name == "docker" else f"ptc-{self.name}"
         settings = ContainerSettings(
             image=self.image,
-            name=f"ptc-{self.owner[1]}-{self.owner[2]}-{n}",
+            name=f"{prefix}-{self.owner[1]}-{self.owner[2]}-{n}",
             owner=janitor.owner_label(self.owner),
             channel_dir=self._owner_dir / f"c{n}",
             memory_bytes=limits.memory_bytes,
@@ -171,6 +181,8 @@ class DockerBackend:
             tmp_bytes=limits.file_size_bytes,
             user=self.config.user,
             python=self.config.python,
+            oci_runtime=self.config.oci_runtime,
+            backend=self.name,
         )
         return await spawn_container(self._client, settings, self._reap)
 
@@ -210,7 +222,8 @@ class DockerBackend:
         return await self._spawn(limits)
 
     def isolation(self) -> list[str]:
-        return ["container", "netns:none", "caps:none", "seccomp:ptc", "fs:readonly-root"]
+        layers = ["container", "netns:none", "caps:none", "seccomp:ptc", "fs:readonly-root"]
+        return [*layers, f"oci-runtime:{self.config.oci_runtime}"]
 
     async def close(self) -> None:
         self._closed = True
@@ -220,7 +233,7 @@ class DockerBackend:
         while self._removals:
             await asyncio.gather(*list(self._removals), return_exceptions=True)
         if self._client is not None:
-            await asyncio.to_thread(janitor.remove_owned, self._client, self.owner)
+            await asyncio.to_thread(janitor.remove_owned, self._client, self.owner, self.name)
             self._client.close()
             self._client = None
         shutil.rmtree(self._owner_dir, ignore_errors=True)
