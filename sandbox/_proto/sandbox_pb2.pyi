@@ -16,6 +16,7 @@ class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BACKEND_UNSPECIFIED: _ClassVar[Backend]
     BACKEND_PROCESS: _ClassVar[Backend]
     BACKEND_DOCKER: _ClassVar[Backend]
+    BACKEND_GVISOR: _ClassVar[Backend]
 
 class ScriptPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +68,7 @@ class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 BACKEND_UNSPECIFIED: Backend
 BACKEND_PROCESS: Backend
 BACKEND_DOCKER: Backend
+BACKEND_GVISOR: Backend
 SCRIPT_POLICY_UNSPECIFIED: ScriptPolicy
 SCRIPT_POLICY_NONE: ScriptPolicy
 SCRIPT_POLICY_RESTRICTED: ScriptPolicy

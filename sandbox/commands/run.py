@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME=VALUE",
         help="a limit: times in seconds, sizes in bytes (repeatable)",
     )
-    parser.add_argument("--backend", choices=["process", "docker"], default="process")
+    parser.add_argument("--backend", choices=["process", "docker", "gvisor"], default="process")
     parser.add_argument("--policy", choices=["none", "restricted"], default="none")
     parser.add_argument(
         "--expect",
@@ -120,6 +120,10 @@ def _backends(request: ExecutionRequest, allow_degraded: bool) -> dict[str, Back
         from sandbox.backends.docker.backend import DockerBackend
 
         return {"docker": DockerBackend()}
+    if request.backend == "gvisor":
+        from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+        return {"gvisor": DockerBackend(DockerBackendConfig(name="gvisor", oci_runtime="runsc"))}
     from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 
     return {

@@ -90,6 +90,12 @@ class SandboxServer:
             from sandbox.backends.docker.backend import DockerBackend
 
             backends["docker"] = DockerBackend()
+        if self.config.gvisor:
+            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+            backends["gvisor"] = DockerBackend(
+                DockerBackendConfig(name="gvisor", oci_runtime="runsc")
+            )
         return backends
 
     def _open_store(self) -> AuditStore:

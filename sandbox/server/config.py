@@ -12,6 +12,7 @@ can never name code for the host to import. Example::
     tenants = "/etc/ptc/tenants.toml"      # unset: one tenant, loopback only
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
+    gvisor = true                          # ... and it under gVisor (runsc), as "gvisor"
     runtimes_dir = "/var/lib/ptc/runtimes" # runtimes requests may name (`ptc runtime build`)
 
     [host_handlers]
@@ -54,6 +55,8 @@ class ServerConfig:
     docker: bool = False
     # Where runtimes are (`ptc runtime build`); None: `sandbox.runtimes.default_runtimes_dir()`.
     runtimes_dir: str | None = None
+    # Also offer backend "gvisor": the Docker backend with the OCI runtime runsc.
+    gvisor: bool = False
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -82,7 +85,7 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, int)
         elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key in ("allow_degraded", "docker"):
+        elif key in ("allow_degraded", "docker", "gvisor"):
             values[key] = _typed(path, key, value, bool)
         else:
             raise InvalidArgument(f"config {path}: unknown key {key!r}")

@@ -7,7 +7,7 @@
     queue = 16                        # more may wait, first come first served; 0 = refuse
     rate_per_minute = 120             # token bucket refilled at rate/60 per second ...
     rate_burst = 20                   # ... holding at most this many (default: rate_per_minute)
-    backends = ["process"]            # subset of process, docker
+    backends = ["process"]            # subset of process, docker, gvisor
     tool_modes = ["echo", "mock"]     # subset of echo, mock, host, client
     script_policy = "restricted"      # default when a request does not say: none | restricted
     ceiling_policy = "clamp"          # a request above a ceiling: clamp | refuse
@@ -43,7 +43,7 @@ from sandbox.tenants.keys import KeyHash
 
 __all__ = ["TenantConfig", "TenantConfigError", "TenantsFile", "load_tenants", "parse_tenants"]
 
-BACKENDS = frozenset({"process", "docker"})
+BACKENDS = frozenset({"process", "docker", "gvisor"})
 TOOL_MODES = frozenset({"echo", "mock", "host", "client"})
 _ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FIELDS = frozenset(
