@@ -14,7 +14,8 @@
 # When gVisor's `runsc` is installed (Debian package runsc), the engine's config registers it as
 # the OCI runtime `runsc` for the Docker backend's gVisor tier: ptrace platform (KVM needs
 # /dev/kvm access and systrap a newer runsc), gVisor's own network off (sandboxes have none),
-# and host unix sockets open-able, which the guest needs to reach its channel sockets in its
+# the OCI seccomp profile (ours) enforced inside gVisor too (`--oci-seccomp`), and host unix
+# sockets open-able, which the guest needs to reach its channel sockets in its
 # read-only channel directory (nothing else of the host is mounted into a container).
 set -euo pipefail
 
@@ -34,7 +35,7 @@ write_config() {
   "runtimes": {
     "runsc": {
       "path": "$(command -v runsc)",
-      "runtimeArgs": ["--platform=ptrace", "--network=none", "--host-uds=open"]
+      "runtimeArgs": ["--platform=ptrace", "--network=none", "--host-uds=open", "--oci-seccomp"]
     }
   }
 }
