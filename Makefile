@@ -35,3 +35,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.tokens
 	$(PY) -m bench.audit
 	$(PY) -m bench.docker
+	$(PY) -m bench.runtimes
