@@ -4,7 +4,8 @@
 resolves the requirements to a locked, hashed set of wheels (from the package index, or only
 from DIR) and installs them into ``$PTC_RUNTIMES_DIR/NAME`` (``--dir`` overrides), for the
 guest interpreter (``--python``, default the process backend's). ``list`` prints one line per
-runtime, ``show NAME`` its metadata as JSON, ``rm NAME`` removes it. A request names its
+runtime, ``show NAME`` its metadata as JSON, ``image NAME`` builds its Docker image (offline, on the
+Docker backend's runtime image), ``rm NAME`` removes it. A request names its
 runtime with ``ptc run --runtime NAME`` (or the SDK's and the proto's ``runtime``).
 """
 
@@ -54,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     show = sub.add_parser("show", help="print a runtime's metadata as JSON")
     show.add_argument("name", metavar="NAME")
     show.set_defaults(handler=_show)
+    image = sub.add_parser(
+        "image", help="build a runtime's Docker image (offline, on the runtime image)"
+    )
+    image.add_argument("name", metavar="NAME")
+    image.add_argument(
+        "--image", metavar="BASE", help="the base runtime image (default $PTC_DOCKER_IMAGE)"
+    )
+    image.set_defaults(handler=_image)
     remove = sub.add_parser("rm", help="remove a runtime")
     remove.add_argument("name", metavar="NAME")
     remove.set_defaults(handler=_remove)
@@ -89,6 +98,19 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     print(json.dumps(_store(args).get(args.name).describe(), indent=2))
+    return 0
+
+
+def _image(args: argparse.Namespace) -> int:
+    from sandbox.backends.docker import engine_client
+    from sandbox.runtimes.docker_image import build_image
+
+    runtime = _store(args).get(args.name)
+    client = engine_client.connect(engine_client.engine_address())
+    try:
+        print(build_image(client, runtime, args.image or engine_client.default_image()))
+    finally:
+        client.close()
     return 0
 
 

@@ -87,14 +87,18 @@ class SandboxServer:
             )
         }
         if self.config.docker:
-            from sandbox.backends.docker.backend import DockerBackend
+            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 
-            backends["docker"] = DockerBackend()
+            backends["docker"] = DockerBackend(
+                DockerBackendConfig(runtimes_dir=self.config.runtimes_dir)
+            )
         if self.config.gvisor:
             from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 
             backends["gvisor"] = DockerBackend(
-                DockerBackendConfig(name="gvisor", oci_runtime="runsc")
+                DockerBackendConfig(
+                    name="gvisor", oci_runtime="runsc", runtimes_dir=self.config.runtimes_dir
+                )
             )
         return backends
 

@@ -79,6 +79,8 @@ class DockerBackendConfig:
     # backend ("gvisor" for a runsc one next to a runc "docker" one in the same server).
     oci_runtime: str = "runc"
     name: str = "docker"
+    # Runtimes (`sandbox.runtimes`) run in images built on ``image`` (`ptc runtime image`).
+    runtimes_dir: str | None = None
 
 
 _Key = tuple[int, int, int]
@@ -109,6 +111,7 @@ class DockerBackend:
         self._last_attempt = 0.0
         self._connecting: asyncio.Lock | None = None
         self._closed = False
+        self._runtime_images: dict[str, str] = {}  # runtime name -> its checked image tag
 
     # -- start-up ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -166,13 +169,15 @@ class DockerBackend:
             await asyncio.sleep(self.config.refill_delay_s)
         return await self._spawn(self.config.pool_limits)
 
-    async def _spawn(self, limits: ResolvedLimits) -> DockerSandbox:
+    async def _spawn(
+        self, limits: ResolvedLimits, image: str | None = None, runtime: str | None = None
+    ) -> DockerSandbox:
         if self._client is None:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         n = next(self._names)
         prefix = "ptc" if self.name == "docker" else f"ptc-{self.name}"
         settings = ContainerSettings(
-            image=self.image,
+            image=image or self.image,
             name=f"{prefix}-{self.owner[1]}-{self.owner[2]}-{n}",
             owner=janitor.owner_label(self.owner),
             channel_dir=self._owner_dir / f"c{n}",
@@ -184,7 +189,10 @@ class DockerBackend:
             oci_runtime=self.config.oci_runtime,
             backend=self.name,
         )
-        return await spawn_container(self._client, settings, self._reap)
+        sandbox = await spawn_container(self._client, settings, self._reap)
+        if runtime is not None:
+            sandbox.isolation.append(f"runtime:{runtime}")
+        return sandbox
 
     def _reap(self, sandbox: DockerSandbox) -> None:
         task = asyncio.create_task(self._remove(sandbox))
@@ -212,7 +220,27 @@ class DockerBackend:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         return self._pool
 
-    async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
+    def check_runtime(self, name: str) -> str:
+        """The image of runtime ``name`` (built on this backend's image); NotFound when it is
+        missing or stale, before any container is taken."""
+        from sandbox.runtimes import RuntimeStore
+        from sandbox.runtimes.docker_image import image_tag, usable_image
+
+        runtime = RuntimeStore(self.config.runtimes_dir).get(name)
+        tag = image_tag(runtime)
+        if self._runtime_images.get(name) == tag:
+            return tag
+        if self._client is None:
+            raise Unavailable(self.unavailable_reason or "the docker backend is not started")
+        tag = usable_image(self._client, runtime, self.image)
+        self._runtime_images[name] = tag
+        return tag
+
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> SandboxHandle:
+        if runtime is not None and runtime != "default":
+            # One container per execution from the runtime's image, started on demand.
+            image = await asyncio.to_thread(self.check_runtime, runtime)
+            return await self._spawn(limits, image, runtime)
         due = time.monotonic() - self._last_attempt >= self.config.retry_after_s
         if self._pool is None and self._connecting is not None and not self._closed and due:
             await self._try_connect()
