@@ -34,5 +34,7 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.grpc
 	$(PY) -m bench.tokens
 	$(PY) -m bench.audit
+	$(PY) -m bench.checkpoints
 	$(PY) -m bench.docker
 	$(PY) -m bench.runtimes
+	$(PY) -m bench.fleet

@@ -73,6 +73,8 @@ class ExecutionRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     # A runtime with third-party packages (`sandbox.runtimes`); None: the standard library.
     runtime: str | None = None
+    # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
+    replay_of: str = ""
 
 
 @dataclass(frozen=True)

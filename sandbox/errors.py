@@ -17,7 +17,8 @@ are translated at each boundary with ``raise ... from``.
     ├── PermissionDenied         PERMISSION_DENIED     10   the tenant may not use this backend/mode
     ├── ResourceExhausted        RESOURCE_EXHAUSTED    11   quota, rate or queue full: retry later
     ├── Unavailable              UNAVAILABLE           12   no server there, or no backend to serve
-    └── Cancelled                CANCELLED              5   the caller went away
+    ├── Cancelled                CANCELLED              5   the caller went away
+    └── FailedPrecondition       FAILED_PRECONDITION   14   the record cannot serve (a replay)
 
 "exit" is the exit code of a `ptc` command that ends with the error (`sandbox.cli`); the codes
 of a finished execution's status (0 ok, 1 error, 3 limit_exceeded, ...) are `ptc run`'s own.
@@ -29,6 +30,7 @@ import grpc
 
 __all__ = [
     "Cancelled",
+    "FailedPrecondition",
     "InvalidArgument",
     "InvalidLimits",
     "InvalidManifest",
@@ -108,6 +110,15 @@ class Cancelled(PtcError):
     label = "cancelled"
 
 
+class FailedPrecondition(PtcError):
+    """The request is valid but what it names cannot serve it: a record that predates replay
+    support or has no result to answer tool calls from."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    exit_code = 14
+    label = "failed precondition"
+
+
 _BY_CODE: dict[grpc.StatusCode, type[PtcError]] = {
     cls.code: cls
     for cls in (
@@ -118,6 +129,7 @@ _BY_CODE: dict[grpc.StatusCode, type[PtcError]] = {
         PermissionDenied,
         Unavailable,
         Cancelled,
+        FailedPrecondition,
     )
 }
 

@@ -54,6 +54,8 @@ class Recorder:
                 effective_limits=limits_fields(prepared.limits),
                 labels=dict(request.labels),
                 admitted_at=time.time(),
+                expected_calls=tuple(request.expected_calls),
+                replay_of=request.replay_of,
             )
         )
 

@@ -171,11 +171,8 @@ class EngineHarness:
         sandbox is starting."""
 
         async def _wait() -> None:
-            # Finished sandboxes' cgroups are removed in the background: wait for that first,
-            # and for replaced zygotes to exit.
+            # Finished sandboxes' cgroups are removed in the background: wait for that first.
             await self.backend.drain()
-            if self.backend.zygote is not None:
-                await asyncio.to_thread(self.backend.zygote.wait_retired)
             pool = self.backend.pool
             for _ in range(1000):
                 # Not only full: a refill deferred after an acquire would start a sandbox (a
@@ -191,6 +188,10 @@ class EngineHarness:
                         break
                     await asyncio.sleep(0.01)
             await self.backend.drain()  # the cgroups of surplus sandboxes just disposed of
+            # Replaced zygotes exit once their last sandbox has (the pool disposed of their
+            # idle ones above).
+            if self.backend.zygote is not None:
+                await asyncio.to_thread(self.backend.zygote.wait_retired)
 
         self.call(_wait())
 
@@ -207,6 +208,14 @@ class EngineHarness:
         allowed.update(zygote.pids() if zygote is not None else [])
         if self.backend.runtimes is not None:  # one fork server per runtime in use
             allowed.update(self.backend.runtimes.zygote_pids())
+        # A replaced zygote lives on while it has sandboxes (its children must be idle ones).
+        zygotes = [zygote] if zygote is not None else []
+        if self.backend.runtimes is not None:
+            zygotes += [env.zygote for env in self.backend.runtimes.envs.values()]
+        for pid in [pid for z in zygotes for pid in z.retired_pids()]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if psutil.Process(pid).children(recursive=True):
+                    allowed.add(pid)
         for handle in idle:
             allowed.add(handle.pid)
             with contextlib.suppress(psutil.NoSuchProcess):

@@ -405,7 +405,7 @@ class GetExecutionRequest(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ...) -> None: ...
 
 class ExecutionRecord(_message.Message):
-    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels")
+    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -421,6 +421,7 @@ class ExecutionRecord(_message.Message):
     PREV_HASH_FIELD_NUMBER: _ClassVar[int]
     RECORD_HASH_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_OF_FIELD_NUMBER: _ClassVar[int]
     result: ExecutionResult
     tenant: str
     script: str
@@ -429,7 +430,8 @@ class ExecutionRecord(_message.Message):
     prev_hash: str
     record_hash: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replay_of: str
+    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token")
@@ -456,3 +458,41 @@ class ListExecutionsResponse(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[ExecutionRecord]
     next_page_token: str
     def __init__(self, records: _Optional[_Iterable[_Union[ExecutionRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("execution_id", "manifest", "limits", "backend")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    manifest: ToolManifest
+    limits: Limits
+    backend: Backend
+    def __init__(self, execution_id: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ...) -> None: ...
+
+class ReplayDifference(_message.Message):
+    __slots__ = ("what", "kind", "recorded_json", "replayed_json", "detail")
+    WHAT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_JSON_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_JSON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    what: str
+    kind: str
+    recorded_json: str
+    replayed_json: str
+    detail: str
+    def __init__(self, what: _Optional[str] = ..., kind: _Optional[str] = ..., recorded_json: _Optional[str] = ..., replayed_json: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class ReplayReport(_message.Message):
+    __slots__ = ("execution_id", "identical", "differences", "result")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    IDENTICAL_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    identical: bool
+    differences: _containers.RepeatedCompositeFieldContainer[ReplayDifference]
+    result: ExecutionResult
+    def __init__(self, execution_id: _Optional[str] = ..., identical: _Optional[bool] = ..., differences: _Optional[_Iterable[_Union[ReplayDifference, _Mapping]]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ...) -> None: ...

@@ -61,6 +61,11 @@ class SandboxServiceStub:
                 request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.SerializeToString,
                 response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.FromString,
                 _registered_method=True)
+        self.Replay = channel.unary_unary(
+                '/ptc.sandbox.v1.SandboxService/Replay',
+                request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayRequest.SerializeToString,
+                response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayReport.FromString,
+                _registered_method=True)
 
 
 class SandboxServiceServicer:
@@ -104,6 +109,16 @@ class SandboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replay(self, request, context):
+        """Re-runs a recorded execution of the caller's tenant in a fresh sandbox with every tool call
+        answered from its record (no tool runs), and reports what differs. The replay is recorded,
+        naming the execution it replays. NOT_FOUND for an unknown id or another tenant's;
+        FAILED_PRECONDITION for a record that cannot be replayed (it names what is missing).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +146,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListExecutions,
                     request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.FromString,
                     response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.SerializeToString,
+            ),
+            'Replay': grpc.unary_unary_rpc_method_handler(
+                    servicer.Replay,
+                    request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayRequest.FromString,
+                    response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +289,33 @@ class SandboxService:
             '/ptc.sandbox.v1.SandboxService/ListExecutions',
             ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.SerializeToString,
             ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ptc.sandbox.v1.SandboxService/Replay',
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayRequest.SerializeToString,
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.audit.base import Admission
+from sandbox.expectations import ExpectedCalls
 from sandbox.limits import LimitAdjustment
 from sandbox.result import (
     CallRecord,
@@ -118,7 +119,19 @@ def admission_to_json(admission: Admission, admitted_at: float) -> dict[str, Any
         },
         "labels": dict(admission.labels),
         "admitted_at": admitted_at,
-    }
+    } | _replay_fields(admission)
+
+
+def _replay_fields(admission: Admission) -> dict[str, Any]:
+    """The keys a replay needs, written only when known (records before them lack them)."""
+    out: dict[str, Any] = {}
+    if admission.expected_calls is not None:
+        out["expected_calls"] = [
+            {"tool": e.tool, "min": e.min, "max": e.max} for e in admission.expected_calls
+        ]
+    if admission.replay_of:
+        out["replay_of"] = admission.replay_of
+    return out
 
 
 def admission_from_json(data: Mapping[str, Any]) -> Admission:
@@ -133,6 +146,10 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         effective_limits=dict(data["effective_limits"]),
         labels=dict(data["labels"]),
         admitted_at=float(data["admitted_at"]),
+        expected_calls=None
+        if "expected_calls" not in data
+        else tuple(ExpectedCalls(e["tool"], e["min"], e["max"]) for e in data["expected_calls"]),
+        replay_of=str(data.get("replay_of", "")),
     )
 
 

@@ -9,7 +9,8 @@ becomes visible and two servers opening the same store at once migrate it exactl
 Tables: ``entries`` is the append-only hash chain (the source of truth); ``chain_heads`` holds
 each tenant's last sequence number and hash (the row that chain appends lock); ``checkpoints``
 anchors a chain whose prefix retention pruned; ``executions``, ``calls`` and ``violations`` are
-query indexes derived from the entries, which `verify` recomputes and compares.
+query indexes derived from the entries, which `verify` recomputes and compares;
+``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`).
 """
 
 from __future__ import annotations
@@ -80,8 +81,19 @@ _V1 = (
         ON violations (tenant, limit_name, execution_id)""",
 )
 
+# Version 2 (audit checkpoints): the hashes of entries retention pruned stay behind as the
+# leaves of the tenant's Merkle tree, so signed checkpoints older than a prune still verify.
+_V2 = (
+    """CREATE TABLE IF NOT EXISTS pruned_leaves (
+        tenant TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        entry_hash TEXT NOT NULL,
+        PRIMARY KEY (tenant, seq)
+    )""",
+)
+
 # Ordered steps: (version, statements). Append new steps; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -418,6 +418,13 @@ class SqlAuditStore:
                     cut = (int(seq), str(digest))
             if cut is None:
                 return 0
+            # The pruned entries' hashes stay: they are leaves of the tenant's Merkle tree.
+            tx.execute(
+                "INSERT INTO pruned_leaves (tenant, seq, entry_hash) "
+                "SELECT tenant, seq, entry_hash FROM entries WHERE tenant = ? AND seq <= ? "
+                "ON CONFLICT (tenant, seq) DO NOTHING",
+                (tenant, cut[0]),
+            )
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
             ids = sorted(pruned)
             for start in range(0, len(ids), _BATCH):
@@ -441,6 +448,19 @@ class SqlAuditStore:
             )
             self._append(tx, tenant, "pruned", "", payload)
         return len(pruned)
+
+    def chain_hashes(self, tenant: str) -> builtins.list[tuple[int, str]]:
+        """(sequence number, entry hash) of every entry of the tenant's chain, pruned ones
+        included, in sequence order, read from one snapshot: the leaves of its Merkle tree."""
+        with self._db.read() as tx:
+            return [
+                (int(seq), str(digest))
+                for seq, digest in tx.stream(
+                    "SELECT seq, entry_hash FROM pruned_leaves WHERE tenant = ? "
+                    "UNION ALL SELECT seq, entry_hash FROM entries WHERE tenant = ? ORDER BY 1",
+                    (tenant, tenant),
+                )
+            ]
 
     def close(self) -> None:
         self._db.close()

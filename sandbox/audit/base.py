@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.expectations import ExpectedCalls
 from sandbox.result import ExecutionResult
 
 __all__ = ["Admission", "AuditQuery", "AuditRecord", "AuditStore", "VerifyReport"]
@@ -32,6 +33,11 @@ class Admission:
     effective_limits: Mapping[str, float]  # {"wall_time_ms": 10000, ...}: proto fields
     labels: Mapping[str, str] = field(default_factory=dict)
     admitted_at: float = 0.0
+    # What a replay needs beyond the above (`sandbox.replay`). None: a record written before
+    # expected calls were recorded, which cannot be replayed faithfully.
+    expected_calls: tuple[ExpectedCalls, ...] | None = None
+    # The execution this one replays ("" for an ordinary execution); set only by the replay.
+    replay_of: str = ""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,10 @@ def record_to_json(record: AuditRecord) -> dict[str, Any]:
         "result": record.result.to_json() if record.result else None,
         "prev_hash": record.prev_hash,
         "record_hash": record.record_hash,
+        "expected_calls": None
+        if admission.expected_calls is None
+        else [dataclasses.asdict(e) for e in admission.expected_calls],
+        "replay_of": admission.replay_of,
     }
 
 

@@ -134,7 +134,7 @@ class WarmPool(Generic[H]):
             self._last_miss = now  # one step per quiet period
             self.target -= 1
             if len(self._idle) > self.target:
-                surplus = self._idle.pop()
+                surplus = self._idle.popleft()  # the oldest: its zygote may be retired
                 task = asyncio.create_task(self._discard(surplus))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)

@@ -30,11 +30,13 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.errors import Unavailable
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.limits import CEILINGS, Limits, result_bytes_bound
+from sandbox.replay.report import ReplayReport
+from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
-from sandbox.wire import request_to_proto, result_from_proto
+from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
 
 __all__ = [
     "ApprovalRequest",
@@ -362,3 +364,30 @@ class AsyncClient:
                 request or pb.ListExecutionsRequest(), metadata=self._metadata
             )
         return response
+
+    async def replay(
+        self,
+        execution_id: str,
+        *,
+        tools: str | Sequence[ToolLike] | None = None,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        timeout: float | None = None,
+    ) -> ReplayReport:
+        """Replays a recorded execution of this tenant on the server, every tool call answered
+        from its record (`sandbox.replay`): against ``tools`` instead of the recorded manifest
+        and ``limits`` over the recorded ones, when given. Returns what differs."""
+        request = pb.ReplayRequest(execution_id=execution_id)
+        if tools is not None:
+            manifest, _local = build_manifest(tools)  # functions are never called by a replay
+            request.manifest.json = manifest
+        chosen = _limits(limits)
+        if chosen is not None:
+            request.limits.CopyFrom(limits_to_proto(chosen))
+        if backend is not None:
+            if backend not in BACKEND_ENUM:
+                raise InvalidArgument(f"backend: unknown backend {backend!r}")
+            request.backend = BACKEND_ENUM[backend]
+        async with translated():
+            message = await self._stub.Replay(request, metadata=self._metadata, timeout=timeout)
+        return report_from_proto(message)

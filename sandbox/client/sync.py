@@ -27,6 +27,7 @@ from sandbox.client.aio import (
 )
 from sandbox.client.tools import ToolLike
 from sandbox.expectations import ExpectedCalls
+from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 
 __all__ = ["Client", "SyncExecution"]
@@ -193,6 +194,23 @@ class Client:
         self, request: pb.ListExecutionsRequest | None = None
     ) -> pb.ListExecutionsResponse:
         return self._call(self._async.list_executions(request))
+
+    def replay(
+        self,
+        execution_id: str,
+        *,
+        tools: str | Sequence[ToolLike] | None = None,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        timeout: float | None = None,
+    ) -> ReplayReport:
+        """`AsyncClient.replay`: a recorded execution re-run with its tool calls answered from
+        its record, and what differs."""
+        return self._call(
+            self._async.replay(
+                execution_id, tools=tools, limits=limits, backend=backend, timeout=timeout
+            )
+        )
 
 
 async def _shutdown(client: AsyncClient) -> None:

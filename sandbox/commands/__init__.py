@@ -11,9 +11,9 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, mcp, run, runtime, serve, stubs, tenants
+    from sandbox.commands import audit, health, mcp, replay, run, runtime, serve, stubs, tenants
 
-    return [run, stubs, audit, tenants, serve, mcp, runtime]
+    return [run, stubs, audit, tenants, serve, mcp, replay, health, runtime]
 
 
 COMMANDS: list[Command] = _load()

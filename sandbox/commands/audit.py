@@ -6,6 +6,8 @@ These are operator commands with direct access to the store, so they see every t
 ``--since/--until`` (ISO 8601 or Unix seconds), ``--status``, ``--tool``, ``--violation``.
 ``verify`` exits 1 and prints one line per problem, each naming the record, when a chain is
 broken; ``prune`` applies each tenant's ``audit_retention_days`` from a tenants file.
+``verify --checkpoint FILE`` also proves the store still holds everything signed checkpoints
+cover; ``keygen`` and ``checkpoint`` make keys and checkpoints (`_audit_checkpoints`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from sandbox.audit import AuditQuery, SqlAuditStore, is_postgres_url, open_store
 from sandbox.audit.export import export_jsonl, iter_records, record_to_json
 from sandbox.audit.retention import apply_retention
+from sandbox.commands._audit_checkpoints import _checkpoint_args, _verify_checkpoints
 from sandbox.errors import InvalidArgument
 
 __all__ = ["register"]
@@ -71,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     verify = sub.add_parser("verify", help="check the hash chains; exit 1 when broken")
     _common(verify, filters=False)
     verify.set_defaults(handler=_verify)
+    _checkpoint_args(verify, sub)
     export = sub.add_parser("export", help="write records as JSON lines")
     _common(export, filters=True)
     export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
@@ -156,12 +160,21 @@ def _verify(args: argparse.Namespace) -> int:
     store = _open(args)
     try:
         report = store.verify(args.tenant)
+        checked = _verify_checkpoints(store, args)
     finally:
         store.close()
+    for line in checked.lines:
+        print(line)
+    for problem in checked.problems:
+        print(f"ptc audit verify: {problem}", file=sys.stderr)
+    if checked.problems:
+        print(f"BROKEN: {len(checked.problems)} checkpoint(s) do not hold")
     for problem in report.problems:
         print(f"ptc audit verify: {problem}", file=sys.stderr)
     if not report.ok:
         print(f"BROKEN: {len(report.problems)} problem(s) in {report.records} records")
+        return 1
+    if checked.problems:
         return 1
     print(f"ok: {report.records} records verified")
     return 0

@@ -1,9 +1,11 @@
 """`ptc serve [--listen HOST:PORT] [--config server.toml] ...`: run the gRPC server.
 
 Prints ``listening on HOST:PORT`` (the real port when asked for port 0) on stdout once it accepts
-requests. SIGTERM or SIGINT stop it gracefully: in-flight executions get the grace period to
-finish and are then stopped and recorded as `interrupted`, the warm pool is drained, and the
-process exits 0 with no sandbox left behind.
+requests. SIGTERM or SIGINT stop it gracefully: health and readiness turn NOT_SERVING at once and
+new executions get UNAVAILABLE while it still listens, in-flight executions get the grace period
+to finish and are then stopped and recorded as `interrupted`, the listener closes, the warm pool
+is drained, and the process exits 0 with no sandbox left behind. With a PostgreSQL audit store,
+tenants' quotas hold across every server sharing it (``--quota-lease-ttl``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,24 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
+    parser.add_argument(
+        "--quota-lease-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="with a PostgreSQL store: a crashed server's quota slots return after this",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        metavar="SECONDS",
+        help="sign an audit checkpoint per tenant this often (default 300 once enabled)",
+    )
+    parser.add_argument(
+        "--checkpoint-key", metavar="PEM", help="Ed25519 signing key (default: $PTC_CHECKPOINT_KEY)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir", metavar="DIR", help="write signed audit checkpoints here"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -86,6 +106,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.grace,
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
+        quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
+        checkpoint_interval_s=args.checkpoint_interval,
+        checkpoint_key=args.checkpoint_key,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -108,5 +132,6 @@ async def _serve(config: ServerConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sandbox.audit.publisher").setLevel(logging.INFO)  # the checkpoint lines
     asyncio.run(_serve(_config(args)))
     return 0

@@ -15,13 +15,22 @@ Each child, before anything untrusted runs:
    `/dev/shm` and brings `lo` up;
 4. forks the sandbox's pid 1, which mounts its own `/proc`, drops every capability, sets
    no_new_privs and the seccomp filter, and becomes the guest bootstrap.
-The first child stays outside, without capabilities, as the sandbox's reaper: it reports pid 1's
-exit status on the status pipe and kills it if the host goes away.
+Then the first child, by the exit-status mode the host asks for:
+- `pidfd` (kernels with PIDFD_INFO_EXIT, 6.15 and newer): it writes pid 1's host pid on the
+  status pipe and exits. Pid 1 becomes the zygote's child (the zygote is a child subreaper and
+  lets the kernel reap), the host watches it through a pidfd and reads its exit status from the
+  kernel: one process per idle sandbox instead of two.
+- `reaper`: it stays outside, without capabilities, as the sandbox's reaper: it writes pid 1's
+  exit status on the status pipe and kills it if the host goes away.
+
+The zygote kills its children when the host goes away (its control socket reaches EOF). Asked
+to retire, it forks no more and exits when its last child has: until then it still reaps them.
 
 Control frames (SOCK_SEQPACKET, one JSON object per message, descriptors as SCM_RIGHTS):
-host -> zygote `{"t": "fork", "tmp_bytes": N}` + 4 fds; zygote -> host `{"t": "forked",
-"pid": P}` (a host pid: the zygote is in the host's pid namespace, so that its children outlive
-it) or `{"t": "error", "message": ...}`; at start zygote -> host `{"t": "ready"}`.
+host -> zygote `{"t": "fork", "tmp_bytes": N, "exit_status": "pidfd"|"reaper"}` + 4 fds;
+zygote -> host `{"t": "forked", "pid": P}` (a host pid: the zygote is in the host's pid
+namespace, so that its children outlive it) or `{"t": "error", "message": ...}`; host ->
+zygote `{"t": "retire"}` (no reply); at start zygote -> host `{"t": "ready"}`.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 _ARGS = sys.argv[1:]  # CONTROL_FD PROGRAM_FD [RUNTIME_SITE PRELOAD]
@@ -47,6 +57,8 @@ import bootstrap  # type: ignore[import-not-found]  # noqa: E402  # the guest ru
 CHANNEL_FD, STDOUT_FD, STDERR_FD, STATUS_FD = 3, 1, 2, 4
 MAX_CONTROL_BYTES = 4096
 EXIT_SETUP_FAILED = 70
+RETIRED_POLL_MS = 50  # how often a retired zygote looks whether its last child has exited
+KILL_CHILDREN_TIMEOUT_S = 5.0
 
 
 def _log(message: str) -> None:
@@ -90,12 +102,14 @@ def _wait_for_cgroup() -> None:
         os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
 
 
-def _sandbox_init(program: bytes) -> None:
+def _sandbox_init(program: bytes, reaper: bool, new_session: bool = True) -> None:
     """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
-    _confine.set_death_signal(signal.SIGKILL)
-    # A session and process group of its own: kill(0) or killpg from the script must not
-    # reach the reaper, which would otherwise share its group.
-    os.setsid()
+    if reaper:  # dies with its reaper (whose own death the host causes); else the host's pidfd
+        _confine.set_death_signal(signal.SIGKILL)
+    if new_session:
+        # A session and process group of its own: kill(0) or killpg from the script must not
+        # reach the first child, which would otherwise share its group.
+        os.setsid()
     _confine.mount_proc()
     os.close(STATUS_FD)
     _confine.drop_capabilities()
@@ -138,10 +152,14 @@ def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
         _confine.mount_tmpfs("/dev/shm", tmp_bytes)
         os.chdir("/tmp")  # the new tmpfs, not the directory it covers
         _confine.up_loopback()
+        reaper = request.get("exit_status") == "reaper"
         pid = os.fork()
         if pid == 0:
-            _sandbox_init(program)
+            _sandbox_init(program, reaper)
             os._exit(0)  # bootstrap.main() never returns
+        if not reaper:
+            os.write(STATUS_FD, f"{pid}\n".encode())  # the host takes it from here
+            os._exit(0)
         _confine.drop_capabilities()
         _reap(pid)
     except BaseException as exc:  # trusted code failed: say why on the sandbox's stderr
@@ -151,24 +169,86 @@ def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
             os._exit(EXIT_SETUP_FAILED)
 
 
-def _serve(control: socket.socket, program: bytes) -> None:
+def _children() -> list[int]:
+    """Our children: sandboxes' first children while they set up, and every pid 1 whose first
+    child has exited (we are its subreaper)."""
+    me = os.getpid()
+    with open(f"/proc/{me}/task/{me}/children") as listing:
+        return [int(pid) for pid in listing.read().split()]
+
+
+def _kill_children() -> None:
+    """Until none is left: a first child killed now may just have forked its pid 1, which
+    then comes to us as an orphan."""
+    deadline = time.monotonic() + KILL_CHILDREN_TIMEOUT_S
+    while (children := _children()) and time.monotonic() < deadline:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)
+
+
+def _direct_child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+    """The sandbox's pid 1 itself, born in its own pid namespace (one fork, no first child)."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _place_fds(fds)
+        os.setsid()
+        _wait_for_cgroup()
+        _confine.unshare_sandbox_namespaces(pid=False)
+        tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
+        _confine.mount_tmpfs("/tmp", tmp_bytes)
+        _confine.mount_tmpfs("/dev/shm", tmp_bytes)
+        os.chdir("/tmp")
+        _confine.up_loopback()
+        _sandbox_init(program, reaper=False, new_session=False)
+    except BaseException as exc:
+        try:
+            os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    os._exit(0)  # bootstrap.main() never returns
+
+
+def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace) -> None:
+    retired = False
+    poller = select.poll()
+    poller.register(control, select.POLLIN)
     while True:
+        if retired:
+            if not _children():
+                return
+            if not poller.poll(RETIRED_POLL_MS):
+                continue
         received = _receive(control)
         if received is None:
-            return  # the host closed the control socket: retire
+            # The host is gone (or gave up waiting for a retired zygote): so are its sandboxes.
+            _kill_children()
+            return
         request, fds = received
-        if request.get("t") != "fork" or len(fds) != 4:
+        if request.get("t") == "retire" and not fds:
+            retired = True
+            continue
+        if retired or request.get("t") != "fork" or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
             _reply(control, {"t": "error", "message": "bad fork request"})
             continue
-        pid = os.fork()
+        direct = cloner.available and request.get("exit_status") == "pidfd"
+        try:
+            pid = cloner.fork() if direct else os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            _reply(control, {"t": "error", "message": f"fork: {exc}"})
+            continue
         if pid == 0:
             control.close()
-            _child(request, fds, program)
+            (_direct_child if direct else _child)(request, fds, program)
         for fd in fds:
             os.close(fd)
-        _reply(control, {"t": "forked", "pid": pid})
+        # "init": the pid is the sandbox's pid 1 (else its first child, which reports it).
+        _reply(control, {"t": "forked", "pid": pid, "init": direct})
 
 
 def _load_runtime(args: list[str]) -> None:
@@ -196,12 +276,18 @@ def main() -> None:
     _confine.make_device_nodes_readonly()
     _confine.empty_bounding_set(_confine.last_capability())
     _load_runtime(_ARGS[2:])
-    # Children are reaped by the kernel: the reaper child reports each sandbox's status.
+    cloner = _confine.CloneIntoPidNamespace()
+    cloner.probe()  # before SIGCHLD is ignored: it waits for its test child
+    if not cloner.available:
+        _log(f"forking twice per sandbox: {cloner.why_not}")
+    # Children are reaped by the kernel at once, which also records a pid 1's exit status for
+    # the host's pidfd (or its reaper has reported it). Orphaned pid 1s come to us.
+    _confine.become_subreaper()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     gc.collect()
     gc.freeze()  # children leave the frozen heap alone: no copy-on-write from the collector
     _reply(control, {"t": "ready", "pid": os.getpid()})
-    _serve(control, program)
+    _serve(control, program, cloner)
 
 
 if __name__ == "__main__":

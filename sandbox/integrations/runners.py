@@ -27,10 +27,12 @@ from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
 from sandbox.recording import Recorder
+from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
@@ -167,6 +169,33 @@ class EmbeddedRunner:
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
         return await self._loop.acall(self._execute(request))
+
+    def replay(
+        self,
+        execution_id: str,
+        *,
+        tools: Sequence[ToolLike] | None = None,
+        limits: Limits | None = None,
+    ) -> ReplayReport:
+        """Replays one of this runner's recorded executions (`sandbox.replay`): its tool calls
+        answered from the record, against ``tools`` instead of the recorded manifest when given
+        (their functions are never called), ``limits`` over the recorded ones."""
+        from sandbox.replay.run import replay
+
+        store = self.recorder.store
+        if store is None:
+            raise InvalidArgument("replay: this runner keeps no audit store (pass audit=...)")
+        manifest = build_manifest(list(tools))[0] if tools is not None else None
+        return self._loop.call(
+            replay(
+                self.engine,
+                store,
+                execution_id,
+                tenant=self.recorder.tenant,
+                manifest=manifest,
+                limits=limits,
+            )
+        )
 
     def close(self) -> None:
         if self._closed:

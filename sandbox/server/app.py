@@ -8,9 +8,13 @@
 The health service reports SERVING for the whole server and for `ptc.sandbox.v1.SandboxService`
 while every backend can serve (started, and its warm pool not failing to start sandboxes), and
 NOT_SERVING otherwise; a backend that fails its start-up checks leaves the server running and
-answering UNAVAILABLE, so an operator can see why. Stopping is ordered: health goes NOT_SERVING,
-new RPCs are refused, in-flight executions get `shutdown_grace_s` to finish and are then cancelled
-(and recorded as `interrupted`), then the pool is drained and the store closed.
+answering UNAVAILABLE, so an operator can see why. Readiness, a separate service name
+(`fleet.READINESS_SERVICE`), also needs a warm pool and a reachable audit store (`fleet.Readiness`).
+Stopping is ordered: health (readiness too) goes NOT_SERVING and new executions are refused with
+UNAVAILABLE while the listener stays open, in-flight executions get `shutdown_grace_s` to finish
+and are then cancelled (and recorded as `interrupted`), then the listener closes, the pool is
+drained and the store closed. With a PostgreSQL store the tenancy is `GlobalQuotas`
+(`fleet.fleet_tenancy`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from typing import TYPE_CHECKING
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -31,6 +36,7 @@ from sandbox.backends.base import Backend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
 from sandbox.limits import CEILINGS, result_bytes_bound
+from sandbox.server import fleet
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
@@ -39,6 +45,9 @@ from sandbox.server.service import SandboxServicer
 from sandbox.server.store_memory import MemoryAuditStore
 from sandbox.server.tenancy import SingleTenant
 from sandbox.tenants.base import Tenancy
+
+if TYPE_CHECKING:
+    from sandbox.audit.publisher import CheckpointPublisher
 
 __all__ = ["SandboxServer"]
 
@@ -61,7 +70,8 @@ class SandboxServer:
         self.config = config or ServerConfig()
         self.engine = engine or Engine(EngineConfig(backends=self._default_backends()))
         self.store: AuditStore = store or self._open_store()
-        self.tenancy: Tenancy = tenancy or self._load_tenancy()
+        self.tenancy: Tenancy = fleet.fleet_tenancy(self.config, tenancy or self._load_tenancy())
+        self.readiness = fleet.Readiness(self.store)
         self.host = HostHandlers(
             self.config.host_handlers,
             self.config.host_handler_timeout_s,
@@ -73,6 +83,8 @@ class SandboxServer:
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self.checkpoints = _checkpoint_publisher(self.config, self.store)
+        self._checkpointing: asyncio.Task[None] | None = None
 
     def _default_backends(self) -> dict[str, Backend]:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
@@ -134,6 +146,7 @@ class SandboxServer:
         except PtcError as exc:
             self.backend_error = exc.message
             log.error("the sandbox backend cannot serve: %s", exc.message)
+        await fleet.start_tenancy(self.tenancy)
         limit = self.config.max_message_bytes
         server = aio.server(
             interceptors=[ErrorInterceptor()],
@@ -148,7 +161,8 @@ class SandboxServer:
         pb_grpc.add_SandboxServiceServicer_to_server(SandboxServicer(self.runner), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, fleet.READINESS_SERVICE),
+            server,
         )
         host, _, _port = self.config.listen.rpartition(":")
         port = server.add_insecure_port(self.config.listen)
@@ -159,6 +173,9 @@ class SandboxServer:
         self.address = f"{host}:{port}"
         await self._set_health()
         self._monitor = asyncio.create_task(self._watch_health())
+        if self.checkpoints is not None:
+            interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
         return self.address
 
     def serving(self) -> bool:
@@ -177,6 +194,24 @@ class SandboxServer:
         )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, status)
+        await self._set_readiness()
+
+    async def _set_readiness(self) -> None:
+        default = self.engine.config.backends.get(self.engine.config.default_backend)
+        try:
+            pool = getattr(default, "pool", None)
+            idle = None if pool is None or not pool.target else int(pool.idle)
+        except PtcError:
+            idle = 0  # not started: cold
+        ready = await self.readiness.check(
+            self.serving(), idle, draining=self.runner.refusing is not None
+        )
+        await self.health.set(
+            fleet.READINESS_SERVICE,
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
 
     async def _watch_health(self) -> None:
         while True:
@@ -191,18 +226,41 @@ class SandboxServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
             self._monitor = None
+        # Drain: health (liveness, service and readiness) turns NOT_SERVING at once and new
+        # executions are refused with UNAVAILABLE, while the listener stays open so that load
+        # balancers and clients can see both; in-flight executions get the grace to finish.
+        self.runner.refusing = fleet.DRAINING_MESSAGE
         await self.health.enter_graceful_shutdown()
+        if self.runner.in_flight:
+            log.warning(
+                "draining: %d executions in flight get %.1f s to finish",
+                self.runner.in_flight,
+                grace,
+            )
+        await self.runner.drain(grace)
         if self._server is not None:
-            # Refuses new RPCs at once; runs still going after the grace are cancelled by the
-            # runner (and recorded as interrupted), and their RPCs then end with that result.
-            # gRPC's own cancellation of what is left comes a little later, as a backstop.
-            stopping = asyncio.create_task(self._server.stop(grace + STOP_BACKSTOP_S))
-            await self.runner.drain(grace)
-            await stopping
+            # Closes the listener; RPCs still open (their runs ended above) get the backstop.
+            await self._server.stop(STOP_BACKSTOP_S)
             self._server = None
         await self.runner.drain(0)
+        await fleet.close_tenancy(self.tenancy)
+        await self.readiness.close()
         await self.engine.close()
+        await self._last_checkpoint()
         self.store.close()
+
+    async def _last_checkpoint(self) -> None:
+        """Stops the periodic checkpoints and signs one over what this run recorded."""
+        if self._checkpointing is not None:
+            self._checkpointing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointing
+            self._checkpointing = None
+        if self.checkpoints is not None:
+            try:
+                await asyncio.to_thread(self.checkpoints.publish_once)
+            except PtcError as exc:
+                log.error("audit checkpoint at shutdown failed: %s", exc.message)
 
     async def wait(self) -> None:
         if self._server is not None:
@@ -225,3 +283,31 @@ def _backend_ok(backend: Backend) -> bool:
         return False  # not started
     failed = getattr(pool, "failed_starts", 0)
     return not (isinstance(failed, int) and failed >= FAILED_STARTS_UNHEALTHY)
+
+
+DEFAULT_CHECKPOINT_INTERVAL_S = 300.0
+
+
+def _checkpoint_publisher(config: ServerConfig, store: AuditStore) -> CheckpointPublisher | None:
+    """The checkpoint publisher when checkpoints are configured; refuses what cannot work."""
+    if config.checkpoint_interval_s is None and config.checkpoint_dir is None:
+        return None
+    from sandbox.audit import SqlAuditStore
+    from sandbox.audit.checkpoints import load_private_key
+    from sandbox.audit.publisher import CheckpointPublisher
+
+    if config.checkpoint_interval_s is not None and config.checkpoint_interval_s <= 0:
+        raise InvalidArgument(
+            f"checkpoint interval {config.checkpoint_interval_s}: must be a positive number "
+            "of seconds"
+        )
+    if not isinstance(store, SqlAuditStore):
+        raise InvalidArgument(
+            "audit checkpoints need an audit store (--audit-db PATH|URL), not one in memory"
+        )
+    return CheckpointPublisher(
+        store,
+        load_private_key(config.checkpoint_key),
+        directory=config.checkpoint_dir,
+        origin=config.instance_id,
+    )

@@ -14,6 +14,11 @@ can never name code for the host to import. Example::
     docker = true                          # also offer the Docker backend
     gvisor = true                          # ... and it under gVisor (runsc), as "gvisor"
     runtimes_dir = "/var/lib/ptc/runtimes" # runtimes requests may name (`ptc runtime build`)
+    global_quotas = true                   # with postgresql://: quotas hold across the fleet
+    quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
+    checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
+    checkpoint_key = "/etc/ptc/checkpoint.key"   # Ed25519 PEM; unset: $PTC_CHECKPOINT_KEY
+    checkpoint_dir = "/var/lib/ptc/checkpoints"  # latest per tenant + checkpoints.jsonl
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -57,6 +62,15 @@ class ServerConfig:
     runtimes_dir: str | None = None
     # Also offer backend "gvisor": the Docker backend with the OCI runtime runsc.
     gvisor: bool = False
+    # With a PostgreSQL audit store: enforce tenants' quotas across every server sharing it
+    # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
+    global_quotas: bool = True
+    quota_lease_ttl_s: float = 15.0
+    # Signed audit checkpoints (`sandbox.audit.publisher`): on when an interval or a directory
+    # is set; the key is a PEM file, or else $PTC_CHECKPOINT_KEY.
+    checkpoint_interval_s: float | None = None
+    checkpoint_key: str | None = None
+    checkpoint_dir: str | None = None
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -83,10 +97,14 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
-        elif key in ("shutdown_grace_s", "host_handler_timeout_s"):
+        elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key in ("allow_degraded", "docker", "gvisor"):
+        elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):
             values[key] = _typed(path, key, value, bool)
+        elif key in ("checkpoint_key", "checkpoint_dir"):
+            values[key] = _typed(path, key, value, str)
+        elif key == "checkpoint_interval_s":
+            values[key] = float(_typed(path, key, value, (int, float)))
         else:
             raise InvalidArgument(f"config {path}: unknown key {key!r}")
     return ServerConfig(**values)

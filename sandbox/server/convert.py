@@ -110,6 +110,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
         prev_hash=record.prev_hash,
         record_hash=record.record_hash,
         labels=dict(admission.labels),
+        replay_of=admission.replay_of,
     )
 
 

@@ -6,9 +6,12 @@ is PERMISSION_DENIED), the engine's checks through `Engine.prepare` with the ten
 limits. `Runner.start` runs the execution in its own task, so that an RPC that is cancelled or
 whose client went away never interrupts the engine halfway: the RPC sets the execution's
 ``cancel`` event instead, the sandbox is killed, and the record is completed as `cancelled`.
+An execution still queued for its tenant's slot when ``cancel`` is set leaves the queue at once
+(`fleet.admit_unless_cancelled`) and ends `cancelled` with nothing admitted.
 Every admitted execution is recorded by `sandbox.recording.Recorder`: `admit` before it runs,
 `complete` (or `failed`) after, whatever happened. `drain` is the shutdown path: wait for
-in-flight runs, then stop the rest, which are recorded as `interrupted`.
+in-flight runs, then stop the rest, which are recorded as `interrupted`; ``refusing`` (set when
+the server starts to stop) turns new requests away with `Unavailable`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from dataclasses import dataclass
 from sandbox.audit.base import AuditStore
 from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, StartedInfo, limits_fields
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import (
@@ -64,10 +68,13 @@ class Runner:
         self.host = host
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
         self._draining = False
+        self.refusing: str | None = None  # set at shutdown: new executions get UNAVAILABLE
 
     def prepare(self, tenant: Tenant, request: ExecutionRequest, *, streamed: bool) -> Prepared:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
+        if self.refusing is not None:
+            raise Unavailable(self.refusing)
         manifest = self.engine.manifest(request)  # cached: `Engine.prepare` parses it no more
         for index, tool in enumerate(manifest.tools):
             mode = tool.options.mode
@@ -93,12 +100,19 @@ class Runner:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
     ) -> asyncio.Task[ExecutionResult]:
+        if self.refusing is not None:  # also for paths that skip `prepare` (a replay)
+            raise Unavailable(self.refusing)
         task = asyncio.create_task(
             self._run(prepared, cancel, handlers, approver, on_output, on_started)
         )
         self._runs[task] = cancel
         task.add_done_callback(self._finished)
         return task
+
+    @property
+    def in_flight(self) -> int:
+        """Executions started and not yet finished (running or queued for their tenant)."""
+        return len(self._runs)
 
     def _finished(self, task: asyncio.Task[ExecutionResult]) -> None:
         self._runs.pop(task, None)
@@ -116,7 +130,7 @@ class Runner:
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
-        async with self.tenancy.admit(prepared.tenant):
+        async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
             if cancel.is_set():  # the caller left while queued: nothing was admitted
                 return _unadmitted(prepared)
             return await self.recorder.run(

@@ -23,6 +23,7 @@ from sandbox.server.convert import (
     request_from_proto,
     result_to_proto,
 )
+from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
 from sandbox.tenants.base import Tenant
@@ -103,3 +104,6 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         return pb.ListExecutionsResponse(
             records=[record_to_proto(r) for r in records], next_page_token=token or ""
         )
+
+    async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
+        return await serve_replay(self.runner, self._tenant(context), request)

@@ -188,11 +188,13 @@ def test_concurrent_writers_keep_one_chain(audit_db: AuditDb) -> None:
 
 
 def test_schema_is_versioned_and_migrated_once(audit_db: AuditDb) -> None:
+    from sandbox.audit._schema import MIGRATIONS, SCHEMA_VERSION
+
     first = audit_db.open()
-    assert first.schema_version() == 1
+    assert first.schema_version() == SCHEMA_VERSION
     second = audit_db.open()
-    assert second.schema_version() == 1
-    assert audit_db.raw("SELECT COUNT(*) FROM schema_version")[0][0] == 1
+    assert second.schema_version() == SCHEMA_VERSION
+    assert audit_db.raw("SELECT COUNT(*) FROM schema_version")[0][0] == len(MIGRATIONS)
 
 
 def test_retention_prunes_a_prefix_and_the_chain_still_verifies(audit_db: AuditDb) -> None:

@@ -78,6 +78,21 @@ MCP_OUTPUT = (
     " unknown city: Atlantis\n"
 )
 
+REPLAY_OUTPUT = (
+    "recorded: ok, 2 calls, 'Paris\\n'\n"
+    "replayed as recorded: identical\n"
+    "replayed after the change: 7 differences\n"
+    "  status (changed): status was ok, is error\n"
+    "  exit_code (changed): exit code was 0, is 1\n"
+    "  error (changed): error was none, is TypeError: get_weather() missing 1 required "
+    "keyword-only argument: 'units' (line 2)\n"
+    "  stdout (changed): stdout differs: 1 line recorded, 0 lines replayed\n"
+    "  stderr (changed): stderr differs: 0 lines recorded, 4 lines replayed\n"
+    "  calls[1] (missing): recorded call 1 of 'get_weather' (city='Paris') was not made by the "
+    "replay\n"
+    "  calls[2] (missing): recorded call 2 of 'get_weather' (city='Oslo') was not made by the "
+    "replay\n"
+)
 EXPECTED = {
     "anthropic_sdk_example.py": SDK_OUTPUT,
     "langchain_example.py": SDK_OUTPUT,
@@ -85,6 +100,7 @@ EXPECTED = {
     "openai_agents_example.py": SDK_OUTPUT,
     "openai_sdk_example.py": SDK_OUTPUT,
     "smolagents_example.py": "answer: Paris is the warmest.\n",
+    "replay_example.py": REPLAY_OUTPUT,
 }
 
 # weather_fanout.py: everything but the two measured times is fixed by its data (100 cities

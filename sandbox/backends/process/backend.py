@@ -16,9 +16,11 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sandbox.backends.base import SandboxHandle
 from sandbox.backends.pool import WarmPool
+from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
@@ -66,6 +68,10 @@ class ProcessBackendConfig:
     runtimes_dir: str | None = None
     runtime_pool_size: int = 1
     runtime_pool_max_idle: int = 4
+    # How a sandbox's exit status reaches the host: "pidfd" (Linux 6.15+: no process beside
+    # each sandbox), "reaper" (a reaper process per sandbox, any kernel), "auto" (pidfd where
+    # the kernel supports it).
+    exit_status: Literal["auto", "pidfd", "reaper"] = "auto"
 
 
 class ProcessBackend:
@@ -117,6 +123,7 @@ class ProcessBackend:
                 seccomp=self._seccomp,
                 max_forks=self.config.zygote_max_forks,
                 max_age_s=self.config.zygote_max_age_s,
+                exit_status=await self._exit_status_mode(),
             )
         )
         self.runtimes = RuntimeEnvs(
@@ -141,6 +148,18 @@ class ProcessBackend:
             max_idle=self.config.pool_max_idle,
         )
         self._pool.start()
+
+    async def _exit_status_mode(self) -> Literal["pidfd", "reaper"]:
+        wanted = self.config.exit_status
+        supported = await asyncio.to_thread(pidfd.exit_status_supported)
+        if wanted == "pidfd" and not supported:
+            raise Unavailable(
+                "exit_status 'pidfd' needs a kernel that reports exit statuses through pidfds "
+                f"(Linux 6.15 or newer; this is {os.uname().release}): use 'reaper' or 'auto'"
+            )
+        if wanted == "auto":
+            return "pidfd" if supported else "reaper"
+        return wanted
 
     async def _spawn(
         self,
@@ -192,7 +211,7 @@ class ProcessBackend:
         # execution held up the server's reply to it by about 0.5 ms (bench.grpc).
         await asyncio.sleep(REAP_DELAY_S)
         try:
-            await asyncio.to_thread(sandbox.release_cgroup)
+            await asyncio.to_thread(sandbox.release_leftovers)
         except OSError as exc:
             # Nobody awaits this task for its result: say so here, or the leak goes unseen.
             log.warning("a finished sandbox's cgroup could not be removed: %s", exc)

@@ -79,7 +79,8 @@ def zygote_argv(options: ZygoteOptions) -> list[str]:
         "--gid", str(options.gid),
         "--cap-add", "ALL",
         "--hostname", "sandbox",
-        "--die-with-parent",
+        # No --die-with-parent: a parent-death signal would kill the zygote before it kills its
+        # sandboxes. It sees the host's end at its control socket and kills them, then exits.
         "--new-session",
         "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin",

@@ -107,11 +107,17 @@ def _fail(action: str, path: Path, exc: OSError) -> CgroupError:
     return CgroupError(exc.errno or 0, f"cannot {action} {path}: {reason}")
 
 
-def _read(path: Path) -> str:
+def _read(path: Path | str) -> str:
+    # os.open/os.read, not Path.read_text: a sandbox's start and end read a dozen of these
+    # files, and the text-file machinery was a measurable part of the host's CPU per execution.
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.read(fd, 65536).decode()
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise _fail("read", path, exc) from exc
+        raise _fail("read", Path(path), exc) from exc
 
 
 def _write(path: Path, value: str) -> None:
@@ -137,7 +143,12 @@ def _keyed(path: Path) -> dict[str, int]:
 
 
 def _int_or_zero(path: Path) -> int:
-    return int(_read(path).strip()) if path.exists() else 0
+    try:
+        return int(_read(path).strip())
+    except CgroupError as exc:
+        if exc.errno == errno.ENOENT:
+            return 0
+        raise
 
 
 # -- discovery --------------------------------------------------------------------------------
@@ -253,6 +264,9 @@ class SandboxCgroup:
         self._dirs = dirs  # controller ("memory", "pids", "cpu", "cpuacct", "freezer") → directory
         self._keys = keys  # directory → (controller field of /proc/<pid>/cgroup, cgroup path)
         self._removed = False
+        self._memory_limit: int | None = None  # as we last wrote it (v1)
+        self._memsw: bool | None = None  # swap accounting (v1), looked up once
+        self._period_set = False
 
     @property
     def paths(self) -> list[Path]:
@@ -284,9 +298,13 @@ class SandboxCgroup:
         mem = self._dir("memory")
         limit, memsw = mem / "memory.limit_in_bytes", mem / "memory.memsw.limit_in_bytes"
         value = str(limits.memory_bytes)
-        if memsw.exists():
-            # The kernel keeps memsw >= memory at every step, so the order depends on direction.
-            if limits.memory_bytes <= int(_read(limit).strip()):
+        if self._has_memsw():
+            # The kernel keeps memsw >= memory at every step, so the order depends on direction
+            # (a new cgroup's limit is unlimited: lowering it).
+            current = self._memory_limit
+            if current is None:
+                current = int(_read(limit).strip())
+            if limits.memory_bytes <= current:
                 _write(limit, value)
                 _write(memsw, value)
             else:
@@ -296,11 +314,19 @@ class SandboxCgroup:
             # Without swap accounting, swappiness 0 is what keeps a v1 memcg out of swap.
             _write(limit, value)
             _write(mem / "memory.swappiness", "0")
+        self._memory_limit = limits.memory_bytes
         _write(self._dir("pids") / "pids.max", str(limits.pids))
         cpu = self._dir("cpu")
-        _write(cpu / "cpu.cfs_period_us", str(_CFS_PERIOD_US))
+        if not self._period_set:  # a new cgroup's period is the kernel's default, not ours
+            _write(cpu / "cpu.cfs_period_us", str(_CFS_PERIOD_US))
+            self._period_set = True
         quota = -1 if limits.cpu_cores is None else _cfs_quota_us(limits.cpu_cores)
         _write(cpu / "cpu.cfs_quota_us", str(quota))
+
+    def _has_memsw(self) -> bool:
+        if self._memsw is None:
+            self._memsw = (self._dir("memory") / "memory.memsw.limit_in_bytes").exists()
+        return self._memsw
 
     def add_pids(self, pids: Iterable[int]) -> None:
         """Move each process (with all its threads) into this cgroup in every hierarchy."""
@@ -431,11 +457,25 @@ class SandboxCgroup:
         """Kill everything, then remove the directory in every hierarchy; safe to call twice."""
         if self._removed:
             return
-        if any(d.exists() for d in self._keys):
-            self.kill_all()
-        for d in self._keys:
-            _rmdir(d)
+        # The usual case is a sandbox whose processes are all gone: try the removal at once
+        # (the kernel refuses to remove a cgroup that still holds a process), and only
+        # otherwise kill, wait and retry.
+        if not self._try_rmdir_all():
+            if any(d.exists() for d in self._keys):
+                self.kill_all()
+            for d in self._keys:
+                _rmdir(d)
         self._removed = True
+
+    def _try_rmdir_all(self) -> bool:
+        for d in self._keys:
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
 
 
 def _cfs_quota_us(cores: float) -> int:

@@ -6,10 +6,13 @@ then sends that byte. Every process the guest or the script ever creates is ther
 inside the cgroup. The zygote runs as an unprivileged host uid, so even a kernel bug that let
 the script out of its user namespace would leave it without privileges.
 
-The sandbox's pid 1 is not our child: its reaper (the child the zygote forked, outside the
-sandbox's pid namespace) writes pid 1's exit status to a pipe we read, and dies with it.
-Killing the reaper (through a pidfd, so a reused pid cannot be hit) kills pid 1 (its parent-death
-signal) and with it, by the kernel's rule for a pid namespace's init, every process inside.
+The sandbox's pid 1 is not our child but the zygote's. Where the kernel reports exit statuses
+through pidfds (6.15 and newer) we hold a pidfd to pid 1 itself: the zygote's first child tells
+us its host pid and exits, and the kernel gives us the status once the zygote has reaped it.
+Elsewhere a reaper (that first child, outside the sandbox's pid namespace) stays, writes pid 1's
+exit status to a pipe we read, and dies with it; pid 1 dies with the reaper. Either way one
+SIGKILL through a pidfd (a reused pid cannot be hit) kills pid 1 and with it, by the kernel's
+rule for a pid namespace's init, every process inside.
 
 The blocking half of a start (the fork request, cgroup writes, which take milliseconds on cgroup
 v1) runs in a worker thread, so that refilling the warm pool never stalls the event loop that is
@@ -20,14 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import select
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
+from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.zygote import ZygoteSupervisor
@@ -41,6 +48,12 @@ __all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
 
 CGROUP_CPU_CORES = 1.0
 STATUS_MAX_BYTES = 64
+PID_REPORT_TIMEOUT_S = 10.0  # the first child's set-up (namespaces, mounts) before it reports
+# After pid 1's pidfd turns readable the zygote reaps it at once; should nobody reap it (the
+# zygote died and the host's init does not reap), the status is unknown after this long.
+EXIT_STATUS_WAIT_S = 2.0
+HELD_NAMESPACES = ("mnt", "net", "ipc")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,15 +69,16 @@ class SpawnSettings:
 class _Started:
     """What the worker thread hands back to the event loop."""
 
-    pid: int  # the reaper's host pid
+    pid: int  # pid 1's host pid, or its reaper's
     pidfd: int
     host_sock: socket.socket
     stdout_fd: int
     stderr_fd: int
-    status_fd: int
+    status_fd: int  # the reaper's report of pid 1's exit; -1 when the pidfd tells
     cgroup: SandboxCgroup | None
     isolation: list[str]
     applied: CgroupLimits | None
+    generation: int  # of the zygote that forked it
 
 
 def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
@@ -98,12 +112,38 @@ class ProcessSandbox:
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
         self._disposed = False
+        self._fds_closed = False
+        self.namespace_fds: list[int] = []  # see hold_namespaces
         self._last_usage = ResourceUsage()
         self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
+        self.generation = started.generation
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
+        if started.status_fd >= 0:
+            asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
+        else:
+            asyncio.get_running_loop().add_reader(started.pidfd, self._on_exit)
+
+    def _on_exit(self, waited_s: float = 0.0) -> None:
+        loop = asyncio.get_running_loop()
+        if waited_s == 0.0:
+            loop.remove_reader(self._started.pidfd)
+        if self._exit.done():
+            return
+        try:
+            code = pidfds.exit_status(self._started.pidfd)
+        except OSError as exc:  # the descriptor was closed under us: disposal
+            log.warning("sandbox %d: its exit status could not be read: %s", self.pid, exc)
+            code = -signal.SIGKILL
+        if code is None:  # readable before the zygote has reaped it: a moment more
+            if waited_s < EXIT_STATUS_WAIT_S:
+                delay = min(0.05, 0.001 + waited_s)
+                loop.call_later(delay, self._on_exit, waited_s + delay)
+                return
+            log.warning("sandbox %d exited but nobody reaped it: exit status unknown", self.pid)
+            code = -signal.SIGKILL
+        self._exit.set_result(code)
 
     def _on_status(self) -> None:
         try:
@@ -136,8 +176,16 @@ class ProcessSandbox:
         # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
         # parent-death signal, and the kernel then kills every process in its pid namespace.
         # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
-        with contextlib.suppress(ProcessLookupError, OSError):
+        if self._fds_closed:
+            return  # disposed of: the number may name another descriptor by now
+        try:
             signal.pidfd_send_signal(self._started.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+        except OSError as exc:
+            # EPERM: a server without CAP_KILL cannot signal the sandbox uid; the cgroup sweep
+            # at disposal is then the only kill, and slower. Say so rather than hide it.
+            log.warning("sandbox %d could not be killed through its pidfd: %s", self.pid, exc)
 
     def usage(self) -> ResourceUsage:
         # Once pid 1 has exited (its whole namespace with it) the figures are final: one read
@@ -176,20 +224,55 @@ class ProcessSandbox:
         await self._exit
         for transport in self._transports:
             transport.close()
+        self._fds_closed = True
         for fd in (self._started.pidfd, self._started.status_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if self.cgroup is None:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self.cgroup is None and not self.namespace_fds:
             return
         if self.reaper is not None:
-            self.reaper(self)  # the cgroup goes in the background, off the request path
+            self.reaper(self)  # namespaces and cgroup go in the background, off the request path
         else:
-            await asyncio.to_thread(self.release_cgroup)
+            await asyncio.to_thread(self.release_leftovers)
 
-    def release_cgroup(self) -> None:
-        """Removes the (already killed) sandbox's cgroup; blocking, milliseconds on v1."""
+    def release_leftovers(self) -> None:
+        """Lets the (already dead) sandbox's namespaces go, then removes its cgroup; blocking,
+        milliseconds."""
+        fds, self.namespace_fds = self.namespace_fds, []
+        for fd in fds:
+            # The last reference: the kernel tears the mount namespace down here (unmounting
+            # its tmpfs and /proc, which waits for an RCU grace period), not in pid 1's exit.
+            os.close(fd)
         if self.cgroup is not None:
             self.cgroup.remove()
+
+    def hold_namespaces(self) -> None:
+        """Keeps pid 1's mount, network and ipc namespaces referenced, so that tearing them
+        down is no part of its exit, which the execution's result waits for (about 1 ms of
+        latency per execution, `bench.forkserver`)."""
+        for kind in HELD_NAMESPACES:
+            self.namespace_fds.append(os.open(f"/proc/{self.pid}/ns/{kind}", os.O_RDONLY))
+
+
+def _read_init_pid(status_r: int, err_r: int) -> int:
+    """The host pid of the sandbox's pid 1, as the zygote's first child reports it."""
+    report = b""
+    deadline = time.monotonic() + PID_REPORT_TIMEOUT_S
+    poller = select.poll()
+    poller.register(status_r, select.POLLIN)
+    while not report.endswith(b"\n"):
+        left_ms = (deadline - time.monotonic()) * 1000
+        if left_ms <= 0 or not poller.poll(left_ms):
+            raise TimeoutError(f"no pid 1 reported in {PID_REPORT_TIMEOUT_S} s")
+        chunk = os.read(status_r, STATUS_MAX_BYTES)
+        if not chunk:
+            os.set_blocking(err_r, False)
+            with contextlib.suppress(OSError):
+                report += b" " + os.read(err_r, 2000)
+            raise OSError(f"the sandbox's set-up failed: {report.decode(errors='replace')!r}")
+        report += chunk
+    return int(report)
 
 
 def _exit_code(report: bytes) -> int:
@@ -212,7 +295,8 @@ def _start_blocking(
     pidfd = -1
     cgroup: SandboxCgroup | None = None
     try:
-        pid = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
+        forked = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
+        pid, generation = forked.pid, forked.generation
         for fd in (out_w, err_w, status_w):
             os.close(fd)
         out_w = err_w = status_w = -1
@@ -230,8 +314,28 @@ def _start_blocking(
             isolation += cgroups.layers()
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
-        os.set_blocking(status_r, False)
-        return _Started(pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied)
+        if forked.init:
+            # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
+            if not pidfds.is_namespace_init(pid):
+                raise OSError(f"pid {pid} forked as a sandbox's pid 1 is not one")
+            os.close(status_r)
+            status_r = -1
+        elif zygote.settings.exit_status == "pidfd":
+            # The first child reports pid 1 and exits: from now on we watch pid 1 itself.
+            init = _read_init_pid(status_r, err_r)
+            init_fd = os.pidfd_open(init)
+            if not pidfds.is_namespace_init(init):
+                os.close(init_fd)
+                raise OSError(f"pid {init} reported as the sandbox's pid 1 is not one")
+            os.close(pidfd)
+            pid, pidfd = init, init_fd
+            os.close(status_r)
+            status_r = -1
+        else:
+            os.set_blocking(status_r, False)
+        return _Started(
+            pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied, generation
+        )
     except BaseException:
         if pidfd >= 0:
             with contextlib.suppress(OSError):
@@ -241,7 +345,8 @@ def _start_blocking(
             cgroup.remove()
         host_sock.close()
         for fd in (out_r, err_r, status_r):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         raise
     finally:
         for fd in (out_w, err_w, status_w):
@@ -272,8 +377,9 @@ async def _abandon(
         resource.close()
     unwrapped = [started.stdout_fd, started.stderr_fd][pipes_taken:]
     for fd in (started.pidfd, started.status_fd, *unwrapped):
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
     started.host_sock.close()
     if started.cgroup is not None:
         await asyncio.to_thread(started.cgroup.remove)
@@ -324,6 +430,7 @@ async def spawn_sandbox(
         await sandbox.channel.ready(settings.ready_timeout_s)
         # The reaper made the sandbox's mounts before it forked pid 1, which said ready.
         sandbox.tmpfs = TmpfsProbe.open(started.pid)
+        sandbox.hold_namespaces()
         return sandbox
     except BaseException as exc:
         if sandbox is not None:

@@ -5,8 +5,10 @@ Requests are serialized on one SOCK_SEQPACKET socket under a lock, from worker t
 supervisor replaces the zygote when it has died (and logs it: sandboxes it already forked are
 not its children in any way that matters and run on), and retires it after `max_forks` forks or
 `max_age_s` seconds, because every child shares the zygote's address-space layout and hash
-seed: a bounded generation bounds what one sandbox can learn about the next. A zygote that
-cannot start is an `Unavailable` error naming bwrap's own message.
+seed: a bounded generation bounds what one sandbox can learn about the next. A retired zygote
+forks no more but lives until its last sandbox has exited (it reaps them, which is what makes
+their exit statuses known), and kills them should the host go away first. A zygote that cannot
+start is an `Unavailable` error naming bwrap's own message.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sandbox.backends.process.bwrap import ZygoteOptions, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
 from sandbox.errors import Unavailable
 
-__all__ = ["ZygoteSettings", "ZygoteSupervisor"]
+__all__ = ["Forked", "ZygoteSettings", "ZygoteSupervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 READY_TIMEOUT_S = 20.0
 REPLY_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 4096
+RETIRED_EXIT_TIMEOUT_S = 10.0  # at close: how long a retired zygote's sandboxes may take to go
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,18 @@ class ZygoteSettings:
     seccomp: bool
     max_forks: int  # forks before the zygote is replaced (layout and hash seed rotate)
     max_age_s: float  # seconds before the zygote is replaced
+    # How the host learns a sandbox's exit status: a pidfd to its pid 1 (Linux 6.15+), or a
+    # reaper process beside each sandbox.
+    exit_status: Literal["pidfd", "reaper"]
     runtime_tree: Path | None = None  # a runtime's tree to bind read-only (`sandbox.runtimes`)
     preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
+
+
+@dataclass(frozen=True)
+class Forked:
+    pid: int  # a host pid: the sandbox's pid 1 when `init`, else its first child's
+    generation: int  # of the zygote that forked it
+    init: bool  # born in its own pid namespace (one fork); else its first child reports pid 1
 
 
 class _Zygote:
@@ -81,23 +95,34 @@ class _Zygote:
         return reply
 
     def retire(self, wait: bool = False) -> None:
-        """Closes the control socket: the zygote exits; its children run on. Reaped in the
-        background, or here when ``wait``."""
+        """Asks the zygote to fork no more and to exit once its last sandbox has; the control
+        socket stays open meanwhile (its end is the zygote's sign that the host is gone).
+        Reaped in the background, or here when ``wait``."""
         with contextlib.suppress(OSError):
-            self.control.close()
+            self.control.send(json.dumps({"t": "retire"}).encode())
         if wait:
-            self._reap()
+            self._reap(RETIRED_EXIT_TIMEOUT_S)
         else:
-            self.reaper = threading.Thread(target=self._reap, name="ptc-zygote-reap", daemon=True)
+            self.reaper = threading.Thread(
+                target=self._reap, args=(None,), name="ptc-zygote-reap", daemon=True
+            )
             self.reaper.start()
 
-    def _reap(self) -> None:
+    def _reap(self, timeout_s: float | None) -> None:
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            # Closing the control socket tells the zygote to kill what it still has.
+            with contextlib.suppress(OSError):
+                self.control.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         finally:
+            with contextlib.suppress(OSError):
+                self.control.close()
             if self.proc.stderr is not None:
                 with contextlib.suppress(OSError):
                     self.proc.stderr.close()
@@ -170,6 +195,16 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         os.close(program)
 
 
+def _has_children(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return bool(listing.read().split())
+    except OSError:
+        return False
+
+
 def _log_stderr(proc: subprocess.Popen[bytes]) -> None:
     stream = proc.stderr
     if stream is None:
@@ -228,14 +263,15 @@ class ZygoteSupervisor:
             self.generations += 1
         return zygote
 
-    def fork(self, tmp_bytes: int, fds: list[int]) -> int:
-        """Forks one sandbox with these four descriptors (channel, stdout, stderr, status);
-        returns its host pid. Blocking: call from a worker thread."""
+    def fork(self, tmp_bytes: int, fds: list[int]) -> Forked:
+        """Forks one sandbox with these four descriptors (channel, stdout, stderr, status).
+        Blocking: call from a worker thread."""
+        request = {"t": "fork", "tmp_bytes": tmp_bytes, "exit_status": self.settings.exit_status}
         with self._lock:
             for attempt in (1, 2):
                 zygote = self._current()
                 try:
-                    reply = zygote.request({"t": "fork", "tmp_bytes": tmp_bytes}, fds)
+                    reply = zygote.request(request, fds)
                 except (OSError, ValueError) as exc:
                     # Died under us: one retry with a fresh zygote, then give up.
                     log.warning(
@@ -254,7 +290,7 @@ class ZygoteSupervisor:
                 zygote.forks += 1
                 pid = reply["pid"]
                 assert isinstance(pid, int)
-                return pid
+                return Forked(pid, self.generations, reply.get("init") is True)
         raise AssertionError("unreachable")
 
     def _retire(self, zygote: _Zygote) -> None:
@@ -262,10 +298,27 @@ class ZygoteSupervisor:
         self._retiring = [z for z in self._retiring if z.proc.poll() is None] + [zygote]
 
     def wait_retired(self, timeout_s: float = 10.0) -> None:
-        """Waits until every retired zygote has exited (tests check for leftovers)."""
+        """Waits until every retired zygote has exited or still has sandboxes to wait for
+        (tests check for leftovers)."""
+        deadline = time.monotonic() + timeout_s
         for zygote in list(self._retiring):
-            if zygote.reaper is not None:
-                zygote.reaper.join(timeout_s)
+            while zygote.alive and not _has_children(zygote.pid):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+            if not zygote.alive and zygote.reaper is not None:
+                zygote.reaper.join(max(0.0, deadline - time.monotonic()))
+
+    def retired_pids(self) -> list[int]:
+        """bwrap's and the zygote's host pids of retired zygotes still running: each lives
+        until its last sandbox has exited."""
+        return [
+            pid
+            for zygote in list(self._retiring)
+            if zygote.alive
+            for pid in (zygote.proc.pid, zygote.pid)
+            if pid is not None
+        ]
 
     def replace(self) -> None:
         """Starts a new zygote now and retires the old one (blocking; for operators and the
@@ -283,4 +336,7 @@ class ZygoteSupervisor:
             if self._zygote is not None:
                 self._zygote.retire(wait=True)
                 self._zygote = None
-        self.wait_retired()
+        self.wait_retired(RETIRED_EXIT_TIMEOUT_S)
+        for zygote in self._retiring:  # sandboxes outlived the wait: the zygote kills them
+            if zygote.alive:
+                zygote._reap(0)

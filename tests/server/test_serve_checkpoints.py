@@ -1,0 +1,146 @@
+"""Audit checkpoints from a real `ptc serve`: it signs a checkpoint per tenant every interval and
+at shutdown (log line and files), `ptc audit verify --checkpoint` accepts them, and detects the
+truncation of the newest records and the head that the chain alone cannot see."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sandbox.audit.checkpoints import generate_key, read_checkpoints
+from sandbox.client import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+
+
+def _ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=120,
+    )
+
+
+def _wait_for_size(path: Path, size: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and read_checkpoints(str(path))[0].tree_size == size:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint of size {size} at {path} within {timeout_s} s")
+
+
+def test_serve_publishes_checkpoints_that_detect_truncation(tmp_path: Path) -> None:
+    db, out, key = tmp_path / "audit.db", tmp_path / "checkpoints", tmp_path / "ck.key"
+    key_id = generate_key(key)
+    env = {**os.environ, "PTC_CHECKPOINT_KEY": key.read_text()}  # the key from the environment
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
+         "--audit-db", str(db), "--instance-id", "ptc-a", "--checkpoint-interval", "0.2",
+         "--checkpoint-dir", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line + proc.stderr.read()
+        latest = out / "default.checkpoint.json"
+        with Client(line.split()[-1]) as client:
+            assert client.execute("print(1)").stdout == "1\n"
+            _wait_for_size(latest, 2)
+            assert client.execute("print(2)").stdout == "2\n"
+            _wait_for_size(latest, 4)
+            assert client.execute("print(3)").stdout == "3\n"
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    # The shutdown checkpoint covers the last execution even if no interval came after it.
+    (final,) = read_checkpoints(str(latest))
+    assert (final.tenant, final.tree_size, final.origin, final.key_id) == (
+        "default",
+        6,
+        "ptc-a",
+        key_id,
+    )
+    assert f"audit checkpoint: tenant=default tree_size=6 root=sha256:{final.root_hash.hex()}" in (
+        stderr
+    )
+    history = out / "checkpoints.jsonl"
+    sizes = [c.tree_size for c in read_checkpoints(str(history))]
+    assert sizes == sorted(sizes) and sizes[0] == 2 and sizes[-1] == 6
+    assert 4 in sizes
+
+    verified = _ptc(
+        "audit", "verify", "--db", str(db), "--checkpoint", str(history), "--public-key",
+        f"{key}.pub",
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.count("checkpoint ok: tenant default") == len(sizes)
+    assert verified.stdout.endswith("ok: 3 records verified\n")
+
+    # Delete the newest record and move the head back: the chain alone still verifies.
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        (last_id,) = conn.execute("SELECT execution_id FROM entries WHERE seq = 6").fetchone()
+        conn.execute("DELETE FROM entries WHERE seq > 4")
+        conn.execute("DELETE FROM executions WHERE execution_id = ?", (last_id,))
+        conn.execute("DELETE FROM calls WHERE execution_id = ?", (last_id,))
+        (head,) = conn.execute("SELECT entry_hash FROM entries WHERE seq = 4").fetchone()
+        conn.execute("UPDATE chain_heads SET seq = 4, head_hash = ?", (head,))
+    finally:
+        conn.close()
+    assert _ptc("audit", "verify", "--db", str(db)).returncode == 0
+    broken = _ptc(
+        "audit", "verify", "--db", str(db), "--checkpoint", str(latest), "--public-key",
+        f"{key}.pub",
+    )  # fmt: skip
+    assert broken.returncode == 1
+    assert broken.stderr == (
+        f"ptc audit verify: checkpoint of tenant default at size 6 (key {key_id}): the store "
+        "holds only 4 entries of tenant default (its chain ends at entry 4): entries 5..6 that "
+        "the checkpoint covers were removed: truncated\n"
+    )
+    assert json.loads(latest.read_text())["tree_size"] == 6
+
+
+def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PTC_CHECKPOINT_KEY"}
+    memory = _ptc(
+        "serve", "--listen", "127.0.0.1:0", "--audit-db", "memory", "--checkpoint-dir",
+        str(tmp_path), "--checkpoint-key", str(tmp_path / "none.key"), env=env,
+    )  # fmt: skip
+    assert memory.returncode == 2
+    assert memory.stderr.strip().endswith(
+        "audit checkpoints need an audit store (--audit-db PATH|URL), not one in memory"
+    )
+    nokey = _ptc(
+        "serve", "--listen", "127.0.0.1:0", "--audit-db", str(tmp_path / "a.db"),
+        "--checkpoint-interval", "60", env=env,
+    )  # fmt: skip
+    assert nokey.returncode == 2
+    assert nokey.stderr.strip().endswith(
+        "no checkpoint key: pass a key file or set $PTC_CHECKPOINT_KEY"
+    )
+    negative = _ptc(
+        "serve", "--listen", "127.0.0.1:0", "--audit-db", str(tmp_path / "a.db"),
+        "--checkpoint-interval", "-1", env=env,
+    )  # fmt: skip
+    assert negative.returncode == 2
+    assert negative.stderr.strip().endswith(
+        "checkpoint interval -1.0: must be a positive number of seconds"
+    )
