@@ -6,12 +6,14 @@ runtime without an image is refused before any container is taken."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import ROOT, ptc
+from runtime_support import PYTHON, ROOT, ptc
 
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import NotFound
@@ -134,3 +136,23 @@ def test_runtime_without_image_is_refused(docker: Any, runtimes_dir: Path) -> No
     with pytest.raises(NotFound):
         _run(docker, "print(1)", "nope")
     docker.assert_healthy()
+
+
+def test_cli_runs_numpy_under_gvisor(runtimes_env: dict[str, str], images: str) -> None:
+    reason = _gvisor_reason()
+    if reason is not None:
+        pytest.skip(f"requires gVisor: {reason}")
+    done = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--backend", "gvisor", "--runtime", "np",
+         "--json"],
+        input=NUMPY_SCRIPT, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        env=runtimes_env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["status"], result["stdout"], result["backend"]) == (
+        "ok",
+        "32 [1.0, 1.0, 1.0]\n",
+        "gvisor",
+    )
+    assert {"oci-runtime:runsc", "gvisor", "runtime:np"} <= set(result["isolation"])

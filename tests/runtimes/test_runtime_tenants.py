@@ -53,3 +53,8 @@ def test_check_runtime() -> None:
     with pytest.raises(PermissionDenied) as caught:
         check_runtime(tenant, "pure")
     assert caught.value.message == "runtime: tenant 't' may not use 'pure' (allowed: np)"
+
+
+def test_a_tenant_may_be_allowed_the_gvisor_backend() -> None:
+    tenant = parse_tenants(_tenants('backends = ["gvisor"]')).tenant("acme")
+    assert tenant is not None and tenant.backends == frozenset({"gvisor"})
