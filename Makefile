@@ -38,3 +38,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.docker
 	$(PY) -m bench.runtimes
 	$(PY) -m bench.fleet
+	$(PY) -m bench.sessions

@@ -47,6 +47,7 @@ from sandbox.limits import (
 )
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.sessions.driver import SessionSandbox
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
 
 __all__ = [
@@ -246,8 +247,11 @@ class Engine:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
+        session: SessionSandbox | None = None,
     ) -> ExecutionResult:
-        """Runs a prepared execution to its result; nothing is checked again."""
+        """Runs a prepared execution to its result; nothing is checked again. With ``session``
+        it runs as the next cell of that session's sandbox (`sandbox.sessions`), not in a
+        fresh single-use one."""
         request = prepared.request
         effective = prepared.limits
         backend = self.backend(prepared.backend)
@@ -259,6 +263,8 @@ class Engine:
             adjustments=list(prepared.adjustments),
             started_at=time.time(),
         )
+        if session is not None:
+            result.session_id = request.labels.get("ptc.session_id", "")
         rejection = prepared.rejection
         if rejection is not None:
             result.status = ExecutionStatus.REJECTED
@@ -270,11 +276,14 @@ class Engine:
 
         execution_id = prepared.execution_id
         stubs = self.stubs(prepared.manifest)
-        if prepared.runtime is None:
-            handle = await backend.acquire(effective)
+        if session is None:
+            if prepared.runtime is None:
+                handle = await backend.acquire(effective)
+            else:
+                handle = await backend.acquire(effective, runtime=prepared.runtime)  # type: ignore[call-arg]
+            result.isolation = list(handle.isolation)
         else:
-            handle = await backend.acquire(effective, runtime=prepared.runtime)  # type: ignore[call-arg]
-        result.isolation = list(handle.isolation)
+            result.isolation = session.isolation
         if on_started is not None:
             on_started(StartedInfo(execution_id, effective, result.isolation))
         broker = Broker(
@@ -286,7 +295,12 @@ class Engine:
             self.config.max_call_bytes,
         )
         job = Job(execution_id, request.script, stubs, effective, self.config.max_call_bytes)
-        outcome = await run_session(handle, job, broker, on_output, cancel)
+        if session is None:
+            outcome = await run_session(handle, job, broker, on_output, cancel)
+        else:
+            cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
+            outcome = cell.outcome
+            result.session_lost = cell.lost or ""
 
         result.calls = broker.calls
         result.violations = [
@@ -303,6 +317,8 @@ class Engine:
             # forged by the script (an `end` frame sent over the channel, then another exit).
             end = None
         result.exit_code = end.exit_code if end is not None else outcome.exit_code
+        if end is not None and session is not None:
+            result.value = end.value
         if end is not None and end.error:
             result.error = ScriptError(
                 str(end.error.get("type", ""))[:200],

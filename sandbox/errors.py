@@ -18,7 +18,8 @@ are translated at each boundary with ``raise ... from``.
     ├── ResourceExhausted        RESOURCE_EXHAUSTED    11   quota, rate or queue full: retry later
     ├── Unavailable              UNAVAILABLE           12   no server there, or no backend to serve
     ├── Cancelled                CANCELLED              5   the caller went away
-    └── FailedPrecondition       FAILED_PRECONDITION   14   the record cannot serve (a replay)
+    └── FailedPrecondition       FAILED_PRECONDITION   14   the record cannot serve (a replay),
+                                                            or the session is busy or was lost
 
 "exit" is the exit code of a `ptc` command that ends with the error (`sandbox.cli`); the codes
 of a finished execution's status (0 ok, 1 error, 3 limit_exceeded, ...) are `ptc run`'s own.
@@ -112,7 +113,8 @@ class Cancelled(PtcError):
 
 class FailedPrecondition(PtcError):
     """The request is valid but what it names cannot serve it: a record that predates replay
-    support or has no result to answer tool calls from."""
+    support or has no result to answer tool calls from; a session running another execution,
+    or one whose sandbox was lost."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
     exit_code = 14

@@ -28,6 +28,7 @@ __all__ = [
 
 HEADER = struct.Struct(">I")
 MAX_TOOL_NAME = 256
+MAX_VALUE_CHARS = 64 * 1024 + 64  # the guest caps a cell's value at 64 KiB plus its marker
 _MAX_ID = 2**53
 
 
@@ -53,6 +54,7 @@ class GuestEnd:
     status: str
     exit_code: int
     error: dict[str, Any] | None
+    value: str | None = None  # a session cell's final expression, as the guest repr'd it
 
 
 GuestMessage = GuestReady | GuestCall | GuestEnd
@@ -106,7 +108,12 @@ def parse_guest_message(obj: Any) -> GuestMessage:
         error = obj.get("error")
         if error is not None and not isinstance(error, dict):
             raise ProtocolViolation("end frame: error must be an object")
-        return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error)
+        value = obj.get("value")
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_VALUE_CHARS):
+            raise ProtocolViolation(
+                f"end frame: value must be a string of at most {MAX_VALUE_CHARS}"
+            )
+        return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error, value)
     if kind == "ready":
         return GuestReady(_int(obj.get("pid"), "pid", 1, 2**22))
     raise ProtocolViolation(f"unknown frame type {str(kind)[:40]!r}")

@@ -27,6 +27,7 @@ from sandbox.engine import Engine, PreparedExecution, StartedInfo, limits_fields
 from sandbox.errors import PtcError
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
+from sandbox.sessions.driver import SessionSandbox
 
 __all__ = ["Recorder", "failed_result"]
 
@@ -83,6 +84,7 @@ class Recorder:
         on_output: OutputCallback | None = None,
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
+        session: SessionSandbox | None = None,
     ) -> ExecutionResult:
         """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
         says whether the host is shutting down: a run it cancelled is then `interrupted`."""
@@ -95,6 +97,7 @@ class Recorder:
                 on_output=on_output,
                 on_started=on_started,
                 cancel=cancel,
+                session=session,
             )
         except BaseException as exc:
             self.failed(prepared, exc, stopping=stopping is not None and stopping())
@@ -117,7 +120,9 @@ def failed_result(
         status = ExecutionStatus.FAILED
     message = exc.message if isinstance(exc, PtcError) else str(exc)
     now = time.time()
+    session_id = prepared.request.labels.get("ptc.session_id", "")
     return ExecutionResult(
+        session_id=session_id,
         execution_id=prepared.execution_id,
         status=status,
         exit_code=-1,

@@ -129,7 +129,7 @@ class Violation:
     limit_value: float
     observed: float | None
     unit: str
-    action: str  # killed | truncated | refused | reported
+    action: str  # killed | truncated | refused | reported | interrupted (session kept)
     detail: str = ""
     evidence: Evidence = field(kw_only=True)
 
@@ -193,6 +193,11 @@ class ExecutionResult:
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0
+    # Sessions (`sandbox.sessions`): the session it ran in, the repr of the cell's final bare
+    # expression, and why the session ended if it ended during this execution.
+    session_id: str = ""
+    value: str | None = None
+    session_lost: str = ""
 
     def sort_violations(self) -> None:
         rank = {name: i for i, name in enumerate(VIOLATION_ORDER)}
@@ -223,4 +228,15 @@ class ExecutionResult:
             ],
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            **self._session_json(),
+        }
+
+    def _session_json(self) -> dict[str, Any]:
+        """Only for executions in a session: single-use results keep their exact shape."""
+        if not self.session_id:
+            return {}
+        return {
+            "session_id": self.session_id,
+            "value": self.value,
+            "session_lost": self.session_lost,
         }

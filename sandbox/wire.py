@@ -60,6 +60,7 @@ _ACTIONS = {
     "truncated": pb.VIOLATION_ACTION_TRUNCATED,
     "refused": pb.VIOLATION_ACTION_REFUSED,
     "reported": pb.VIOLATION_ACTION_REPORTED,
+    "interrupted": pb.VIOLATION_ACTION_INTERRUPTED,
 }
 _ACTION_NAMES = {value: name for name, value in _ACTIONS.items()}
 _EVIDENCE = {
@@ -134,11 +135,13 @@ def request_to_proto(
     policy: str | None = None,
     expected_calls: tuple[ExpectedCalls, ...] = (),
     labels: Mapping[str, str] | None = None,
+    session_id: str = "",
 ) -> pb.ExecuteRequest:
     message = pb.ExecuteRequest(
         script=script,
         manifest=pb.ToolManifest(json=manifest_json),
         labels=dict(labels or {}),
+        session_id=session_id,
     )
     if limits is not None:
         message.limits.CopyFrom(limits_to_proto(limits))
@@ -195,7 +198,11 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         ),
         started_at=timestamp(result.started_at),
         finished_at=timestamp(result.finished_at),
+        session_id=result.session_id,
+        session_lost=result.session_lost,
     )
+    if result.value is not None:
+        message.value = result.value
     for call in result.calls:
         message.calls.add(
             seq=call.seq,
@@ -247,6 +254,9 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         ],
         started_at=message.started_at.ToNanoseconds() / 1e9,
         finished_at=message.finished_at.ToNanoseconds() / 1e9,
+        session_id=message.session_id,
+        value=message.value if message.HasField("value") else None,
+        session_lost=message.session_lost,
         usage=Usage(
             wall_time_s=message.usage.wall_time_ms / 1000,
             cpu_time_s=message.usage.cpu_time_ms / 1000,

@@ -52,6 +52,7 @@ class ViolationAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VIOLATION_ACTION_TRUNCATED: _ClassVar[ViolationAction]
     VIOLATION_ACTION_REFUSED: _ClassVar[ViolationAction]
     VIOLATION_ACTION_REPORTED: _ClassVar[ViolationAction]
+    VIOLATION_ACTION_INTERRUPTED: _ClassVar[ViolationAction]
 
 class ViolationEvidence(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +66,14 @@ class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STREAM_UNSPECIFIED: _ClassVar[Stream]
     STREAM_STDOUT: _ClassVar[Stream]
     STREAM_STDERR: _ClassVar[Stream]
+
+class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_STATE_UNSPECIFIED: _ClassVar[SessionState]
+    SESSION_STATE_ACTIVE: _ClassVar[SessionState]
+    SESSION_STATE_CLOSED: _ClassVar[SessionState]
+    SESSION_STATE_EXPIRED: _ClassVar[SessionState]
+    SESSION_STATE_LOST: _ClassVar[SessionState]
 BACKEND_UNSPECIFIED: Backend
 BACKEND_PROCESS: Backend
 BACKEND_DOCKER: Backend
@@ -92,6 +101,7 @@ VIOLATION_ACTION_KILLED: ViolationAction
 VIOLATION_ACTION_TRUNCATED: ViolationAction
 VIOLATION_ACTION_REFUSED: ViolationAction
 VIOLATION_ACTION_REPORTED: ViolationAction
+VIOLATION_ACTION_INTERRUPTED: ViolationAction
 VIOLATION_EVIDENCE_UNSPECIFIED: ViolationEvidence
 VIOLATION_EVIDENCE_KERNEL: ViolationEvidence
 VIOLATION_EVIDENCE_HOST: ViolationEvidence
@@ -99,6 +109,11 @@ VIOLATION_EVIDENCE_GUEST: ViolationEvidence
 STREAM_UNSPECIFIED: Stream
 STREAM_STDOUT: Stream
 STREAM_STDERR: Stream
+SESSION_STATE_UNSPECIFIED: SessionState
+SESSION_STATE_ACTIVE: SessionState
+SESSION_STATE_CLOSED: SessionState
+SESSION_STATE_EXPIRED: SessionState
+SESSION_STATE_LOST: SessionState
 
 class ToolManifest(_message.Message):
     __slots__ = ("json",)
@@ -141,7 +156,7 @@ class ExpectedCalls(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime")
+    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime", "session_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +172,7 @@ class ExecuteRequest(_message.Message):
     EXPECTED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     script: str
     manifest: ToolManifest
     limits: Limits
@@ -165,7 +181,8 @@ class ExecuteRequest(_message.Message):
     expected_calls: _containers.RepeatedCompositeFieldContainer[ExpectedCalls]
     labels: _containers.ScalarMap[str, str]
     runtime: str
-    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class CallRecord(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json", "status", "result_json", "error", "start_offset_us", "duration_us", "idempotency_key")
@@ -246,7 +263,7 @@ class LimitAdjustment(_message.Message):
     def __init__(self, limit: _Optional[str] = ..., requested: _Optional[float] = ..., applied: _Optional[float] = ..., action: _Optional[str] = ...) -> None: ...
 
 class ExecutionResult(_message.Message):
-    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at")
+    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at", "session_id", "value", "session_lost")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +279,9 @@ class ExecutionResult(_message.Message):
     ADJUSTMENTS_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_LOST_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     exit_code: int
@@ -277,7 +297,10 @@ class ExecutionResult(_message.Message):
     adjustments: _containers.RepeatedCompositeFieldContainer[LimitAdjustment]
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    session_id: str
+    value: str
+    session_lost: str
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., value: _Optional[str] = ..., session_lost: _Optional[str] = ...) -> None: ...
 
 class ClientMessage(_message.Message):
     __slots__ = ("start", "tool_answer", "approval", "cancel")
@@ -434,7 +457,7 @@ class ExecutionRecord(_message.Message):
     def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
-    __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token")
+    __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token", "session_id")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +465,7 @@ class ListExecutionsRequest(_message.Message):
     VIOLATION_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     status: ExecutionStatus
@@ -449,7 +473,8 @@ class ListExecutionsRequest(_message.Message):
     violation: str
     page_size: int
     page_token: str
-    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsResponse(_message.Message):
     __slots__ = ("records", "next_page_token")
@@ -458,6 +483,87 @@ class ListExecutionsResponse(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[ExecutionRecord]
     next_page_token: str
     def __init__(self, records: _Optional[_Iterable[_Union[ExecutionRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("manifest", "limits", "backend", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIFETIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    manifest: ToolManifest
+    limits: Limits
+    backend: Backend
+    idle_timeout_ms: int
+    max_lifetime_ms: int
+    max_executions: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SessionInfo(_message.Message):
+    __slots__ = ("session_id", "state", "end_reason", "backend", "limits", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "execution_ids", "running_execution_id", "created_at", "last_used_at", "ended_at", "isolation")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIFETIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_IDS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    state: SessionState
+    end_reason: str
+    backend: Backend
+    limits: Limits
+    idle_timeout_ms: int
+    max_lifetime_ms: int
+    max_executions: int
+    execution_ids: _containers.RepeatedScalarFieldContainer[str]
+    running_execution_id: str
+    created_at: _timestamp_pb2.Timestamp
+    last_used_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    isolation: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., end_reason: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., execution_ids: _Optional[_Iterable[str]] = ..., running_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("include_ended",)
+    INCLUDE_ENDED_FIELD_NUMBER: _ClassVar[int]
+    include_ended: bool
+    def __init__(self, include_ended: _Optional[bool] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("execution_id", "manifest", "limits", "backend")

@@ -61,6 +61,26 @@ class SandboxServiceStub:
                 request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.SerializeToString,
                 response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.FromString,
                 _registered_method=True)
+        self.CreateSession = channel.unary_unary(
+                '/ptc.sandbox.v1.SandboxService/CreateSession',
+                request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
+                _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/ptc.sandbox.v1.SandboxService/GetSession',
+                request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
+                _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/ptc.sandbox.v1.SandboxService/ListSessions',
+                request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/ptc.sandbox.v1.SandboxService/CloseSession',
+                request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
+                _registered_method=True)
         self.Replay = channel.unary_unary(
                 '/ptc.sandbox.v1.SandboxService/Replay',
                 request_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ReplayRequest.SerializeToString,
@@ -109,6 +129,34 @@ class SandboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSession(self, request, context):
+        """Opens a session: one sandbox kept for many executions (REPL cells) with state between them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """One session of the caller's tenant, open or ended (with why it ended).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """The caller's tenant's open sessions (and ended ones still remembered, when asked).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseSession(self, request, context):
+        """Ends a session and releases its sandbox.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Replay(self, request, context):
         """Re-runs a recorded execution of the caller's tenant in a fresh sandbox with every tool call
         answered from its record (no tool runs), and reports what differs. The replay is recorded,
@@ -146,6 +194,26 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListExecutions,
                     request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.FromString,
                     response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.SerializeToString,
+            ),
+            'CreateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSession,
+                    request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CreateSessionRequest.FromString,
+                    response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.GetSessionRequest.FromString,
+                    response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsRequest.FromString,
+                    response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CloseSessionRequest.FromString,
+                    response_serializer=ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.SerializeToString,
             ),
             'Replay': grpc.unary_unary_rpc_method_handler(
                     servicer.Replay,
@@ -289,6 +357,114 @@ class SandboxService:
             '/ptc.sandbox.v1.SandboxService/ListExecutions',
             ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsRequest.SerializeToString,
             ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListExecutionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ptc.sandbox.v1.SandboxService/CreateSession',
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CreateSessionRequest.SerializeToString,
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ptc.sandbox.v1.SandboxService/GetSession',
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.GetSessionRequest.SerializeToString,
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ptc.sandbox.v1.SandboxService/ListSessions',
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsRequest.SerializeToString,
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ptc.sandbox.v1.SandboxService/CloseSession',
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.CloseSessionRequest.SerializeToString,
+            ptc_dot_sandbox_dot_v1_dot_sandbox__pb2.SessionInfo.FromString,
             options,
             channel_credentials,
             insecure,

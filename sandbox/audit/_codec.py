@@ -215,4 +215,7 @@ def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
         adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
         started_at=float(data["started_at"]),
         finished_at=float(data["finished_at"]),
+        session_id=str(data.get("session_id", "")),
+        value=data.get("value"),
+        session_lost=str(data.get("session_lost", "")),
     )

@@ -315,6 +315,14 @@ class SqlAuditStore:
                 "WHERE tenant = ? AND limit_name = ?)"
             )
             params += [tenant, query.violation]
+        if query.session_id:
+            # The label is in the admission entry's canonical JSON; session ids are `s-` and
+            # hex (checked where queries come in), so no LIKE wildcard can hide in one.
+            where.append(
+                "execution_id IN (SELECT execution_id FROM entries WHERE tenant = ? "
+                "AND kind = 'admitted' AND payload LIKE ?)"
+            )
+            params += [tenant, f'%"ptc.session_id":"{query.session_id}"%']
         if query.page_token:
             where.append("admit_seq < ?")
             params.append(_parse_token(query.page_token))

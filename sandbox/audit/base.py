@@ -59,6 +59,7 @@ class AuditQuery:
     violation: str | None = None
     limit: int = 50
     page_token: str | None = None
+    session_id: str | None = None  # only the executions of this session (`sandbox.sessions`)
 
 
 @dataclass(frozen=True)

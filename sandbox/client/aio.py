@@ -29,6 +29,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
+from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.expectations import ExpectedCalls
@@ -255,14 +256,17 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         runtime: str | None = None,
+        session_id: str = "",
     ) -> Execution:
-        """Starts a streamed execution and returns it while it runs."""
+        """Starts a streamed execution and returns it while it runs; with ``session_id``, as
+        that session's next cell (its tools replaced by ``tools``)."""
         manifest, local = build_manifest(tools)
         request = request_to_proto(
             script, manifest, _limits(limits), backend, policy, tuple(expected_calls), labels
         )
         if runtime:
             request.runtime = runtime
+        request.session_id = session_id
         call = self._stub.ExecuteStream(metadata=self._metadata, timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
@@ -290,6 +294,7 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         runtime: str | None = None,
+        session_id: str = "",
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
@@ -304,6 +309,7 @@ class AsyncClient:
             labels=labels,
             timeout=timeout,
             runtime=runtime,
+            session_id=session_id,
         )
         return await execution.result()
 
@@ -364,6 +370,40 @@ class AsyncClient:
                 request or pb.ListExecutionsRequest(), metadata=self._metadata
             )
         return response
+
+    def session(
+        self,
+        tools: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        idle_timeout: float | None = None,
+        max_lifetime: float | None = None,
+        max_executions: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+    ) -> AsyncSession:
+        """A session (`sandbox.client.sessions`): ``async with client.session(...) as s``.
+        Times in seconds; ``limits`` are the whole session's (``cpu_time`` its total CPU).
+        With ``session_id`` it attaches to an existing session instead of creating one."""
+        return AsyncSession(
+            self,
+            tools=tools,
+            limits=limits,
+            backend=backend,
+            idle_timeout=idle_timeout,
+            max_lifetime=max_lifetime,
+            max_executions=max_executions,
+            labels=labels,
+            session_id=session_id,
+        )
+
+    async def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:
+        async with translated():
+            response: pb.ListSessionsResponse = await self._stub.ListSessions(
+                pb.ListSessionsRequest(include_ended=include_ended), metadata=self._metadata
+            )
+        return list(response.sessions)
 
     async def replay(
         self,

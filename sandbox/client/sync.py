@@ -25,6 +25,7 @@ from sandbox.client.aio import (
     OutputChunk,
     Stubs,
 )
+from sandbox.client.sessions import SyncSession
 from sandbox.client.tools import ToolLike
 from sandbox.expectations import ExpectedCalls
 from sandbox.replay.report import ReplayReport
@@ -107,8 +108,10 @@ class Client:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         runtime: str | None = None,
+        session_id: str = "",
     ) -> ExecutionResult:
-        """Runs ``script`` to the end, serving its client tools and approvals here."""
+        """Runs ``script`` to the end, serving its client tools and approvals here; with
+        ``session_id``, as that session's next cell."""
         return self._call(
             self._async.run(
                 script,
@@ -122,6 +125,7 @@ class Client:
                 labels=labels,
                 timeout=timeout,
                 runtime=runtime,
+                session_id=session_id,
             )
         )
 
@@ -194,6 +198,36 @@ class Client:
         self, request: pb.ListExecutionsRequest | None = None
     ) -> pb.ListExecutionsResponse:
         return self._call(self._async.list_executions(request))
+
+    def session(
+        self,
+        tools: str | Sequence[Mapping[str, Any]] = (),
+        *,
+        limits: LimitsLike = None,
+        backend: str | None = None,
+        idle_timeout: float | None = None,
+        max_lifetime: float | None = None,
+        max_executions: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+    ) -> SyncSession:
+        """A session: ``with client.session(...) as s: s.execute(...)`` (see `AsyncClient`)."""
+        return SyncSession(
+            self,
+            self._async.session(
+                tools,
+                limits=limits,
+                backend=backend,
+                idle_timeout=idle_timeout,
+                max_lifetime=max_lifetime,
+                max_executions=max_executions,
+                labels=labels,
+                session_id=session_id,
+            ),
+        )
+
+    def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:
+        return self._call(self._async.list_sessions(include_ended))
 
     def replay(
         self,

@@ -11,9 +11,20 @@ class Command(Protocol):
 
 
 def _load() -> list[Command]:
-    from sandbox.commands import audit, health, mcp, replay, run, runtime, serve, stubs, tenants
+    from sandbox.commands import (
+        audit,
+        health,
+        mcp,
+        replay,
+        run,
+        runtime,
+        serve,
+        session,
+        stubs,
+        tenants,
+    )
 
-    return [run, stubs, audit, tenants, serve, mcp, replay, health, runtime]
+    return [run, stubs, audit, tenants, serve, mcp, replay, health, session, runtime]
 
 
 COMMANDS: list[Command] = _load()

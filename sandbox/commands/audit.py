@@ -55,6 +55,7 @@ def _common(parser: argparse.ArgumentParser, filters: bool) -> None:
         parser.add_argument("--status", help="ok, error, limit_exceeded, interrupted, running...")
         parser.add_argument("--tool", help="only records that called this tool")
         parser.add_argument("--violation", help="only records with a violation of this limit")
+        parser.add_argument("--session", help="only the executions of this session")
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -106,7 +107,16 @@ def _query(args: argparse.Namespace, limit: int = 50) -> AuditQuery:
         tool=args.tool,
         violation=args.violation,
         limit=limit,
+        session_id=_session_id(args.session),
     )
+
+
+def _session_id(value: str | None) -> str | None:
+    from sandbox.server.convert import SESSION_ID
+
+    if value is not None and not SESSION_ID.fullmatch(value):
+        raise InvalidArgument(f"--session: {value[:80]!r} is not a session id")
+    return value
 
 
 def _list(args: argparse.Namespace) -> int:

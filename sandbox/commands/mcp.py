@@ -69,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="run without cgroup limits or the seccomp filter when the host cannot provide them",
     )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="keep state across execute calls: every call runs in one session that lives as "
+        "long as this server (stdio only: one conversation per process)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -104,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
         tenants=args.tenants,
     )
     check_exposure(options)  # before anything starts: refuse an unauthenticated public listener
+    if args.session and args.transport != "stdio":
+        raise InvalidArgument(
+            "--session: only with --transport stdio (over HTTP many conversations would share "
+            "one session's state)"
+        )
     runner: ScriptRunner
     if args.server and args.audit_db:
         raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
@@ -120,12 +131,19 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM stops like Ctrl-C: the sandboxes, cgroups and runtime files go with the runner.
     # (uvicorn handles it for the HTTP transport, then raises it again: it lands here too.)
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    served: ScriptRunner = runner
     try:
-        anyio.run(serve_mcp, runner, options)
+        if args.session:
+            from sandbox.integrations.session_runners import open_session
+
+            served = open_session(runner)
+        anyio.run(serve_mcp, served, options)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if served is not runner:
+            served.close()
         runner.close()
         sys.stderr.flush()
     return 0

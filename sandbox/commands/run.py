@@ -89,7 +89,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run in this runtime (`ptc runtime list`; runtimes are found in $PTC_RUNTIMES_DIR); "
         "default: the standard library only",
     )
+    _add_session_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def _add_session_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        help="run as the next cell of this session (`ptc session create`; needs --server)",
+    )
 
 
 def _read(path: str, what: str) -> str:
@@ -199,6 +208,8 @@ class _Live:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.session and not args.server:
+        raise InvalidArgument("--session: sessions live on a server; give --server ADDR too")
     script = _read(args.script, "script")
     manifest = _read(args.tools, "manifest") if args.tools else "[]"
     request = ExecutionRequest(
@@ -211,7 +222,11 @@ def run(args: argparse.Namespace) -> int:
         runtime=args.runtime,
     )
     live = None if args.json else _Live()
-    if args.server:
+    if args.session:
+        from sandbox.commands.session import execute_in_session
+
+        result = execute_in_session(args, request, manifest if args.tools else None)
+    elif args.server:
         result = _execute_remote(args.server, args.api_key, request, manifest, live)
     else:
         backends = _backends(request, args.allow_degraded)

@@ -85,6 +85,9 @@ class Channel:
         self._direct = threading.Lock()  # held by a plain call in direct mode
         self._rbuf = bytearray()
         self._threaded = False
+        # Session mode (see `serve_session`): frames that are not replies go here.
+        self.jobs: Any = None  # a queue.SimpleQueue of `job` frames
+        self.on_interrupt: Any = None  # called on the reader thread for an `interrupt` frame
 
     # -- framing ---------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -132,12 +135,27 @@ class Channel:
         try:
             while True:
                 reply = self.recv()
+                kind = reply.get("t")
+                if kind == "job" and self.jobs is not None:
+                    self.jobs.put(reply)
+                    continue
+                if kind == "interrupt" and self.on_interrupt is not None:
+                    self.on_interrupt()
+                    continue
                 with self._pending_lock:
                     waiter = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
                 if waiter is not None:
                     self._wake(waiter, reply)
         except (EOFError, OSError, ValueError) as exc:
             self._fail_all(f"tool channel closed: {exc}")
+            if self.jobs is not None:
+                self.jobs.put({"t": "closed"})
+
+    def serve_session(self, jobs: Any, on_interrupt: Any) -> None:
+        """Session mode: one reader thread from now on, which also hands the host's next `job`
+        frames to ``jobs`` and calls ``on_interrupt`` for an `interrupt` frame."""
+        self.jobs, self.on_interrupt = jobs, on_interrupt
+        self._ensure_reader()
 
     def _wake(self, waiter: _Waiter, reply: dict[str, Any]) -> None:
         waiter.reply = reply

@@ -5,7 +5,14 @@ expensive part of an interpreter start), says `ready`, and blocks until its one 
 the channel (the socket whose fd is argv[1], or the one `--connect DIR` opens in a container).
 Then, before any untrusted byte runs, it lowers its own rlimits, installs the stub runtime and
 the stub module as `tools`, and runs the script with top-level `await` allowed. Finally it
-reports how the script ended and exits. A sandbox never runs a second job.
+reports how the script ended and exits. A sandbox never runs a second job, except in a session.
+
+A session's sandbox (its first job says ``"session": true``) does not exit: it runs each job as
+one cell of a REPL in one persistent `__main__` namespace, reports how the cell ended (with the
+``repr`` of a final bare expression, capped), and waits for the next job. A job that carries
+stubs replaces the `tools` module's contents in place. An `interrupt` frame from the host raises
+KeyboardInterrupt in the running cell (SIGINT to the main thread); a cell that will not stop is
+the host's to kill, with the whole session.
 
 The report is advisory: once the script has run, everything this process says is untrusted, and
 the host relies on exit status, cgroup accounting and its own clocks for anything that matters.
@@ -135,6 +142,119 @@ def _run_script(script: str) -> None:
         exec(code, namespace)  # noqa: S102
 
 
+VALUE_MAX_CHARS = 64 * 1024
+_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+def _install_tools_in_place(stubs: str) -> None:
+    """Replaces the contents of the `tools` module a session's cells may have imported."""
+    module = sys.modules.get("tools")
+    if not isinstance(module, types.ModuleType):
+        _install_tools(stubs)
+        return
+    module.__dict__.clear()
+    module.__dict__.update({"__name__": "tools", "__file__": "tools.py", "__builtins__": builtins})
+    exec(compile(stubs, "tools.py", "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+
+
+def _run_code(code: types.CodeType, namespace: dict[str, object]) -> object:
+    if code.co_flags & inspect.CO_COROUTINE:
+        return asyncio.run(eval(code, namespace))  # noqa: S307
+    return eval(code, namespace)  # noqa: S307
+
+
+def _run_cell(source: str, namespace: dict[str, object]) -> str | None:
+    """Runs one cell; returns the capped repr of its final bare expression, if any."""
+    tree = compile(source, SCRIPT_NAME, "exec", _FLAGS | ast.PyCF_ONLY_AST, dont_inherit=True)
+    last: ast.Expression | None = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    _run_code(compile(tree, SCRIPT_NAME, "exec", _FLAGS, dont_inherit=True), namespace)
+    if last is None:
+        return None
+    value = _run_code(compile(last, SCRIPT_NAME, "eval", _FLAGS, dont_inherit=True), namespace)
+    if value is None:
+        return None
+    namespace["_"] = value
+    try:
+        text = repr(value)
+    except Exception as exc:  # the value's own __repr__ failed: say so, as a value
+        text = f"<repr failed: {type(exc).__name__}: {exc}>"[:2000]
+    if len(text) > VALUE_MAX_CHARS:
+        text = text[:VALUE_MAX_CHARS] + f"...[{len(text) - VALUE_MAX_CHARS} chars dropped]"
+    return text
+
+
+def _serve_session(channel: object, job: dict[str, object]) -> None:
+    """The REPL loop of a session's sandbox: one cell per job, until the channel closes."""
+    import queue
+    import signal
+    import threading
+
+    main_thread = threading.main_thread().ident
+    state = {"in_cell": False}
+
+    def interrupt() -> None:
+        if state["in_cell"] and main_thread is not None:
+            with contextlib.suppress(OSError):
+                signal.pthread_kill(main_thread, signal.SIGINT)
+
+    # Whatever the sandbox inherited (an ignored SIGINT survives exec), an interrupt raises
+    # KeyboardInterrupt in the cell.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    jobs: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
+    channel.serve_session(jobs, interrupt)  # type: ignore[attr-defined]
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
+    while True:
+        status, exit_code, error, value = "ok", 0, None, None
+        try:
+            stubs = job.get("stubs")
+            if isinstance(stubs, str) and stubs:
+                _install_tools_in_place(stubs)
+            state["in_cell"] = True
+            value = _run_cell(str(job["script"]), namespace)
+        except SystemExit as exc:
+            code = exc.code
+            exit_code = code & 0xFF if isinstance(code, int) else (0 if code is None else 1)
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+            status = "ok" if exit_code == 0 else "error"
+            if exit_code:
+                error = {"type": "SystemExit", "message": f"exit code {exit_code}", "line": 0}
+        except SyntaxError as exc:
+            status, exit_code = "syntax_error", 1
+            error = _error_report(exc, exc.lineno or 0)
+            traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
+            status, exit_code = "error", 1
+            error = _error_report(exc)
+            _print_traceback(exc)
+        finally:
+            state["in_cell"] = False
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        end: dict[str, object] = {"t": "end", "status": status, "exit_code": exit_code}
+        end["error"] = error
+        if value is not None:
+            end["value"] = value
+        try:
+            channel.send(end)  # type: ignore[attr-defined]
+        except BaseException:
+            os._exit(exit_code or 1)
+        while True:
+            try:
+                job = jobs.get()
+                break
+            except KeyboardInterrupt:  # an interrupt that raced the cell's end
+                continue
+        if job.get("t") != "job":
+            os._exit(0)
+
+
 def main() -> None:
     try:
         sys.stdin.close()
@@ -156,6 +276,8 @@ def main() -> None:
     _apply_rlimits(job["rlimits"])
     _ptc_runtime.install(channel)
     _install_tools(job["stubs"])
+    if job.get("session") is True:
+        _serve_session(channel, {**job, "stubs": ""})
 
     status, exit_code, error = "ok", 0, None
     try:

@@ -106,6 +106,10 @@ def render_observation(
     parts = [_status_line(result)]
     if result.stdout:
         parts.append("--- stdout ---\n" + _head_tail(result.stdout, budget, "stdout"))
+    if result.value is not None:  # a session's cell: its final bare expression, as a repr
+        parts.append("--- value ---\n" + _head_tail(result.value, budget, "value"))
+    if result.session_lost:
+        parts.append(f"--- session lost ---\n{result.session_lost}")
     if result.calls:
         parts.append(_calls(result.calls, fields, budget))
     if result.violations:

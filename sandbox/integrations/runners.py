@@ -34,6 +34,7 @@ from sandbox.limits import Limits
 from sandbox.recording import Recorder
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
+from sandbox.sessions.manager import SessionManager
 
 __all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
 
@@ -144,6 +145,19 @@ class EmbeddedRunner:
             self._close_store()
             raise
         self._closed = False
+        self._sessions: SessionManager | None = None
+
+    def session_manager(self) -> SessionManager:
+        """The sessions of this runner's engine (`sandbox.integrations.session_runners`)."""
+        if self._sessions is None:
+            manager = SessionManager(self.engine, self.recorder.store)
+
+            async def start() -> None:
+                manager.start()
+
+            self._loop.call(start())
+            self._sessions = manager
+        return self._sessions
 
     async def _execute(self, request: RunRequest) -> ExecutionResult:
         manifest, local = build_manifest(list(request.tools))
@@ -202,6 +216,8 @@ class EmbeddedRunner:
             return
         self._closed = True
         try:
+            if self._sessions is not None:
+                self._loop.call(self._sessions.close_all("the runner closed"))
             self._loop.call(self._settle())
             self._loop.call(self.engine.close())
         finally:

@@ -11,7 +11,11 @@ code calls `get_weather(city=...)` exactly as with the local executor. `final_an
 client-side tool too: its value becomes the step's final answer.
 
 Differences from the local executor, by design: no state survives between code actions (each
-runs in a fresh sandbox; variables the agent was given are re-sent as JSON literals), and a
+runs in a fresh sandbox; variables the agent was given are re-sent as JSON literals) unless the
+runner is bound to a session (``SandboxExecutor(open_session(runner))``, see
+`sandbox.integrations.session_runners`): then names, imports and files persist from one action
+to the next, as the CodeAgent prompt promises, and an action's final bare expression comes back
+as its output (a repr). And a
 failing script raises `SandboxExecutionError` carrying the rendered observation (output, call
 summary, the error), which the agent shows the model as the step's error. Its tracebacks show
 the code action's own frames with the action's own line numbers: the prelude is hidden.
@@ -144,4 +148,6 @@ class SandboxExecutor(PythonExecutor):  # type: ignore[misc]  # smolagents is un
             raise SandboxExecutionError(observation.text)
         if answers:
             return CodeOutput(output=answers[-1], logs=result.stdout, is_final_answer=True)
-        return CodeOutput(output=None, logs=result.stdout, is_final_answer=False)
+        # In a session (`open_session`) the action's final bare expression comes back as its
+        # repr, as the local executor returns the last expression's value.
+        return CodeOutput(output=result.value, logs=result.stdout, is_final_answer=False)

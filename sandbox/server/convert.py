@@ -9,6 +9,7 @@ whose message starts with the field's path (``limits.memory_bytes: ...``,
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from sandbox._proto import sandbox_pb2 as pb
@@ -45,6 +46,7 @@ MAX_LABELS = 64
 MAX_LABEL_KEY = 128
 MAX_LABEL_VALUE = 1024
 MAX_PAGE_SIZE = 1000
+SESSION_ID = re.compile(r"s-[0-9a-f]{32}")
 DEFAULT_PAGE_SIZE = 50
 
 
@@ -128,7 +130,10 @@ def query_from_proto(message: pb.ListExecutionsRequest) -> AuditQuery:
         raise InvalidArgument("until: is before since")
     if message.violation and message.violation not in {*SPEC_BY_NAME, "expected_calls", "protocol"}:
         raise InvalidArgument(f"violation: unknown limit {message.violation!r}")
+    if message.session_id and not SESSION_ID.fullmatch(message.session_id):
+        raise InvalidArgument(f"session_id: {message.session_id[:80]!r} is not a session id")
     return AuditQuery(
+        session_id=message.session_id or None,
         since=since,
         until=until,
         status=status,

@@ -32,6 +32,7 @@ from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
+from sandbox.sessions.manager import Session, SessionManager
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import (
     check_backend,
@@ -51,6 +52,7 @@ class Prepared:
 
     tenant: Tenant
     execution: PreparedExecution
+    session: Session | None = None  # run as the next cell of this session
 
     @property
     def execution_id(self) -> str:
@@ -68,9 +70,17 @@ class Runner:
         self.host = host
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
         self._draining = False
+        self.sessions = SessionManager(engine, store)
         self.refusing: str | None = None  # set at shutdown: new executions get UNAVAILABLE
 
-    def prepare(self, tenant: Tenant, request: ExecutionRequest, *, streamed: bool) -> Prepared:
+    def prepare(
+        self,
+        tenant: Tenant,
+        request: ExecutionRequest,
+        *,
+        streamed: bool,
+        session: Session | None = None,
+    ) -> Prepared:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
         if self.refusing is not None:
@@ -87,8 +97,16 @@ class Runner:
         self.host.check(manifest)
         check_backend(tenant, request.backend or self.engine.config.default_backend)
         check_runtime(tenant, request.runtime)
-        execution = self.engine.prepare(request, limits=effective_limits(tenant, request.limits))
-        return Prepared(tenant, execution)
+        if session is not None and request.runtime not in (None, "", "default"):
+            raise InvalidArgument(
+                "runtime: a session's cells run on the standard library (sessions in a runtime "
+                "are not supported yet); leave runtime empty with session_id"
+            )
+        limits, adjustments = effective_limits(tenant, request.limits)
+        if session is not None:
+            limits = self.sessions.session_limits(session, limits)
+        execution = self.engine.prepare(request, limits=(limits, adjustments))
+        return Prepared(tenant, execution, session)
 
     def start(
         self,
@@ -102,6 +120,8 @@ class Runner:
     ) -> asyncio.Task[ExecutionResult]:
         if self.refusing is not None:  # also for paths that skip `prepare` (a replay)
             raise Unavailable(self.refusing)
+        if prepared.session is not None:
+            self.sessions.claim(prepared.session, prepared.execution_id)  # refuses a busy one
         task = asyncio.create_task(
             self._run(prepared, cancel, handlers, approver, on_output, on_started)
         )
@@ -130,6 +150,29 @@ class Runner:
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
+        session = prepared.session
+        if session is None:
+            return await self._admitted(prepared, cancel, handlers, approver, on_output, on_started)
+        result: ExecutionResult | None = None
+        try:
+            result = await self._admitted(
+                prepared, cancel, handlers, approver, on_output, on_started
+            )
+            return result
+        finally:
+            await self.sessions.finish(
+                session, prepared.execution_id, result, prepared.execution.manifest
+            )
+
+    async def _admitted(
+        self,
+        prepared: Prepared,
+        cancel: asyncio.Event,
+        handlers: Mapping[str, ToolHandler] | None,
+        approver: Approver | None,
+        on_output: OutputCallback | None,
+        on_started: Callable[[StartedInfo], None] | None,
+    ) -> ExecutionResult:
         async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
             if cancel.is_set():  # the caller left while queued: nothing was admitted
                 return _unadmitted(prepared)
@@ -143,6 +186,7 @@ class Runner:
                 on_output=on_output,
                 on_started=on_started,
                 cancel=cancel,
+                session=prepared.session.sandbox if prepared.session is not None else None,
             )
 
     async def drain(self, grace_s: float) -> None:
@@ -151,6 +195,7 @@ class Runner:
         self._draining = True
         runs = list(self._runs)
         if not runs:
+            await self.sessions.close_all("server stopping: sessions end with the server")
             return
         _done, pending = await asyncio.wait(runs, timeout=grace_s)
         for task in pending:
@@ -158,6 +203,7 @@ class Runner:
         if pending:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*pending, return_exceptions=True)
+        await self.sessions.close_all("server stopping: sessions end with the server")
 
 
 def _unadmitted(prepared: Prepared) -> ExecutionResult:

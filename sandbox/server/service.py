@@ -17,6 +17,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.errors import InvalidArgument, NotFound, PtcError
+from sandbox.server import sessions
 from sandbox.server.convert import (
     query_from_proto,
     record_to_proto,
@@ -44,9 +45,14 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecutionResult:
         tenant = self._tenant(context)
-        prepared = self.runner.prepare(
-            tenant, request_from_proto(request, tenant.script_policy), streamed=False
-        )
+        execution = request_from_proto(request, tenant.script_policy)
+        session = None
+        if request.session_id:
+            session = self.runner.sessions.usable(tenant.id, request.session_id)
+            execution = self.runner.sessions.request_for(
+                session, execution, manifest_given=request.HasField("manifest")
+            )
+        prepared = self.runner.prepare(tenant, execution, streamed=False, session=session)
         cancel = asyncio.Event()
         run = self.runner.start(prepared, cancel=cancel)
         try:
@@ -104,6 +110,24 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         return pb.ListExecutionsResponse(
             records=[record_to_proto(r) for r in records], next_page_token=token or ""
         )
+
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: Context
+    ) -> pb.SessionInfo:
+        return await sessions.create_session(self.runner, self._tenant(context), request)
+
+    async def GetSession(self, request: pb.GetSessionRequest, context: Context) -> pb.SessionInfo:
+        return sessions.get_session(self.runner, self._tenant(context), request)
+
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Context
+    ) -> pb.ListSessionsResponse:
+        return sessions.list_sessions(self.runner, self._tenant(context), request)
+
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: Context
+    ) -> pb.SessionInfo:
+        return await sessions.close_session(self.runner, self._tenant(context), request)
 
     async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
         return await serve_replay(self.runner, self._tenant(context), request)

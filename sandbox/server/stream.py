@@ -71,7 +71,13 @@ class StreamSession:
         if kind != "start":
             raise InvalidArgument(f"start: the first message must be `start`, not `{kind}`")
         request = request_from_proto(first.start, self.tenant.script_policy)
-        prepared = self.runner.prepare(self.tenant, request, streamed=True)
+        session = None
+        if first.start.session_id:
+            session = self.runner.sessions.usable(self.tenant.id, first.start.session_id)
+            request = self.runner.sessions.request_for(
+                session, request, manifest_given=first.start.HasField("manifest")
+            )
+        prepared = self.runner.prepare(self.tenant, request, streamed=True, session=session)
         run = self.runner.start(
             prepared,
             cancel=self.cancel,

@@ -35,6 +35,12 @@ class Tenant:
     labels: Mapping[str, str] = field(default_factory=dict)
     # Runtimes (`sandbox.runtimes`) it may name besides the standard library; None: any.
     runtimes: frozenset[str] | None = None
+    # Sessions (`sandbox.sessions`): allowed at all, how many open at once, and the ceilings
+    # (and defaults) of their idle timeout and lifetime, in seconds.
+    sessions_allowed: bool = True
+    max_sessions: int = 4
+    session_idle_timeout_s: int = 600
+    session_max_lifetime_s: int = 3600
 
 
 class Tenancy(Protocol):

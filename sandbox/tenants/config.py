@@ -14,6 +14,10 @@
     audit_retention_days = 90         # 0 keeps records forever
     labels = { team = "search" }
     runtimes = ["numpy"]              # runtimes it may name (`ptc runtime list`); unset: stdlib
+    sessions = "allowed"              # CreateSession: allowed | denied
+    max_sessions = 4                  # sessions open at once (0: none)
+    session_idle_timeout_s = 600      # ceiling (and default) of a session's idle timeout
+    session_max_lifetime_s = 3600     # ceiling (and default) of a session's lifetime
 
     [tenant.defaults]                 # limits a request inherits; names as in sandbox.limits
     wall_time = 5                     # seconds
@@ -63,6 +67,10 @@ _FIELDS = frozenset(
         "runtimes",
         "defaults",
         "ceilings",
+        "sessions",
+        "max_sessions",
+        "session_idle_timeout_s",
+        "session_max_lifetime_s",
     }
 )
 
@@ -197,6 +205,10 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
         audit_retention_days=read.integer("audit_retention_days", 30, 0),
         labels=dict(labels),
         runtimes=runtimes,
+        sessions_allowed=read.choice("sessions", "allowed", ("allowed", "denied")) == "allowed",
+        max_sessions=read.integer("max_sessions", 4, 0),
+        session_idle_timeout_s=read.integer("session_idle_timeout_s", 600, 1),
+        session_max_lifetime_s=read.integer("session_max_lifetime_s", 3600, 1),
     )
     return TenantConfig(tenant, tuple(parsed), read.integer("rate_burst", rate, 1))
 

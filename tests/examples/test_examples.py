@@ -101,6 +101,12 @@ EXPECTED = {
     "openai_sdk_example.py": SDK_OUTPUT,
     "smolagents_example.py": "answer: Paris is the warmest.\n",
     "replay_example.py": REPLAY_OUTPUT,
+    "session_example.py": (
+        "cell 1: ok\n3 cities fetched\ncell 2: ok\n"
+        '{"Paris": 21.5, "Oslo": 4.0, "Lima": 18.0}\n'
+        "value: 'Paris'\ncell 3: limit_exceeded (wall_time interrupted)\n"
+        "cell 4: ok\nvalue: 'Paris at 21.5 C'\n"
+    ),
 }
 
 # weather_fanout.py: everything but the two measured times is fixed by its data (100 cities

@@ -1,0 +1,167 @@
+"""Script runners bound to one session: every `run` is the session's next cell, so names,
+imports and files persist from one call of an agent's execute tool to the next.
+
+    with EmbeddedRunner() as runner, open_session(runner) as conversation:
+        tool = ExecuteTool(conversation)          # one session per conversation
+        executor = SandboxExecutor(conversation)  # smolagents: state persists between steps
+
+`open_session` takes a `ClientRunner` (the session lives on the `ptc serve` server, and runs go
+over ExecuteStream, so client-side tools work) or an `EmbeddedRunner` (the session lives in the
+runner's engine, recorded in its audit store like the server's). Closing the session runner
+closes the session; once the session has ended (idle, lifetime, lost), a run raises the
+`NotFound` / `FailedPrecondition` that says why, which the execute tool shows the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from sandbox.client.tools import build_manifest
+from sandbox.engine import ExecutionRequest
+from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, RunRequest, _client_handler
+from sandbox.limits import Limits
+from sandbox.result import ExecutionResult
+from sandbox.sessions.manager import (
+    SESSION_LABEL,
+    Session,
+    SessionManager,
+    SessionSettings,
+)
+
+__all__ = ["ClientSessionRunner", "EmbeddedSessionRunner", "open_session"]
+
+DEFAULT_IDLE_S = 600.0
+DEFAULT_LIFETIME_S = 3600.0
+
+
+class ClientSessionRunner:
+    """A session on a server; runs go through `Client.run` with the session's id."""
+
+    def __init__(self, runner: ClientRunner, **options: Any) -> None:
+        self._runner = runner
+        self._session = runner.client.session(**options)
+        self._session.create()
+
+    @property
+    def session_id(self) -> str:
+        return self._session.id
+
+    def run(self, request: RunRequest) -> ExecutionResult:
+        return self._runner.client.run(
+            request.script,
+            list(request.tools),
+            limits=request.limits,
+            policy=request.policy,
+            expected_calls=request.expected_calls,
+            session_id=self.session_id,
+        )
+
+    async def arun(self, request: RunRequest) -> ExecutionResult:
+        return await asyncio.to_thread(self.run, request)
+
+    def close(self) -> None:
+        with contextlib.suppress(NotFound, FailedPrecondition):
+            self._session.close()
+
+    def __enter__(self) -> ClientSessionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EmbeddedSessionRunner:
+    """A session in an `EmbeddedRunner`'s engine."""
+
+    def __init__(
+        self,
+        runner: EmbeddedRunner,
+        *,
+        limits: Limits | None = None,
+        backend: str | None = None,
+        idle_timeout: float = DEFAULT_IDLE_S,
+        max_lifetime: float = DEFAULT_LIFETIME_S,
+        max_executions: int = 0,
+    ) -> None:
+        self._runner = runner
+        engine = runner.engine
+        self.manager: SessionManager = runner.session_manager()
+        settings = SessionSettings(
+            limits=engine.effective_limits(limits or Limits())[0],
+            idle_timeout_s=idle_timeout,
+            max_lifetime_s=max_lifetime,
+            max_executions=max_executions,
+        )
+        self.session: Session = runner._loop.call(
+            self.manager.create(
+                runner.recorder.tenant,
+                manifest=engine.manifest("[]"),
+                manifest_json="[]",
+                backend=engine.backend(backend).name,
+                settings=settings,
+            )
+        )
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    async def _execute(self, request: RunRequest) -> ExecutionResult:
+        runner, session = self._runner, self.session
+        usable = self.manager.usable(session.tenant, session.id)
+        manifest, local = build_manifest(list(request.tools))
+        execution = ExecutionRequest(
+            script=request.script,
+            manifest=manifest,
+            limits=request.limits,
+            backend=usable.backend,
+            policy="restricted" if request.policy == "restricted" else "none",
+            expected_calls=request.expected_calls,
+            labels={SESSION_LABEL: session.id},
+        )
+        limits, adjustments = runner.engine.effective_limits(request.limits)
+        prepared = runner.engine.prepare(
+            execution, limits=(self.manager.session_limits(session, limits), adjustments)
+        )
+        self.manager.claim(session, prepared.execution_id)
+        result: ExecutionResult | None = None
+        try:
+            result = await runner.recorder.run(
+                runner.engine,
+                prepared,
+                handlers={"client": _client_handler(local)},
+                session=session.sandbox,
+            )
+            return result
+        finally:
+            await self.manager.finish(session, prepared.execution_id, result, prepared.manifest)
+
+    def run(self, request: RunRequest) -> ExecutionResult:
+        return self._runner._loop.call(self._execute(request))
+
+    async def arun(self, request: RunRequest) -> ExecutionResult:
+        return await self._runner._loop.acall(self._execute(request))
+
+    def close(self) -> None:
+        with contextlib.suppress(NotFound, FailedPrecondition):
+            self._runner._loop.call(self.manager.close(self.session.tenant, self.session.id))
+
+    def __enter__(self) -> EmbeddedSessionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_session(
+    runner: ClientRunner | EmbeddedRunner, **options: Any
+) -> ClientSessionRunner | EmbeddedSessionRunner:
+    """A runner bound to a new session of ``runner``'s server or engine. Options: ``limits``
+    (the session's), ``backend``, ``idle_timeout``, ``max_lifetime`` (seconds),
+    ``max_executions``."""
+    if isinstance(runner, ClientRunner):
+        return ClientSessionRunner(runner, **options)
+    return EmbeddedSessionRunner(runner, **options)

@@ -1,0 +1,132 @@
+"""The session RPCs (CreateSession, GetSession, ListSessions, CloseSession) and their
+conversions; `sandbox.sessions.manager` does the work.
+
+CreateSession's limits are the session's whole-sandbox limits under the tenant's ceilings (its
+``cpu_time`` is the session's total CPU budget); the idle timeout and lifetime default to the
+tenant's ceilings and are clamped (or refused, under the tenant's ``refuse`` policy) to them.
+"""
+
+from __future__ import annotations
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.errors import InvalidArgument, InvalidLimits, Unavailable
+from sandbox.server.convert import limits_from_proto, limits_to_proto
+from sandbox.server.runner import Runner
+from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
+from sandbox.tenants.base import Tenant
+from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
+from sandbox.wire import BACKEND_ENUM, BACKENDS, timestamp
+
+__all__ = ["close_session", "create_session", "get_session", "list_sessions", "session_to_proto"]
+
+_STATES = {
+    SessionState.ACTIVE: pb.SESSION_STATE_ACTIVE,
+    SessionState.CLOSED: pb.SESSION_STATE_CLOSED,
+    SessionState.EXPIRED: pb.SESSION_STATE_EXPIRED,
+    SessionState.LOST: pb.SESSION_STATE_LOST,
+}
+MAX_LABELS = 64
+
+
+def _seconds(tenant: Tenant, request: pb.CreateSessionRequest, field: str, ceiling_s: int) -> float:
+    if not request.HasField(field):
+        return float(ceiling_s)
+    value_ms = int(getattr(request, field))
+    if value_ms == 0:
+        raise InvalidArgument(f"{field}: must be above 0")
+    if value_ms > ceiling_s * 1000:
+        if tenant.ceiling_policy == "refuse":
+            raise InvalidLimits(
+                f"{field}: {value_ms} is above the tenant's ceiling of {ceiling_s * 1000}"
+            )
+        return float(ceiling_s)
+    return value_ms / 1000
+
+
+async def create_session(
+    runner: Runner, tenant: Tenant, request: pb.CreateSessionRequest
+) -> pb.SessionInfo:
+    if runner.refusing is not None:  # the server is draining: no new sessions
+        raise Unavailable(runner.refusing)
+    check_allowed(tenant.sessions_allowed, tenant.id)
+    if request.backend and request.backend not in BACKENDS:
+        raise InvalidArgument(f"backend: unknown value {request.backend}")
+    if len(request.labels) > MAX_LABELS:
+        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
+    backend = runner.engine.backend(BACKENDS.get(request.backend)).name
+    check_backend(tenant, backend)
+    manifest_json = request.manifest.json if request.HasField("manifest") else "[]"
+    manifest = runner.engine.manifest(manifest_json)
+    for index, tool in enumerate(manifest.tools):
+        if tool.options.mode == "client":
+            raise InvalidArgument(
+                f"manifest: tools[{index}] {tool.name!r}: 'client'-mode tools are not served in "
+                "sessions yet"
+            )
+    check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
+    runner.host.check(manifest)
+    limits, _adjustments = effective_limits(tenant, limits_from_proto(request.limits))
+    settings = SessionSettings(
+        limits=limits,
+        idle_timeout_s=_seconds(tenant, request, "idle_timeout_ms", tenant.session_idle_timeout_s),
+        max_lifetime_s=_seconds(tenant, request, "max_lifetime_ms", tenant.session_max_lifetime_s),
+        max_executions=request.max_executions,
+    )
+    runner.sessions.start()
+    session = await runner.sessions.create(
+        tenant.id,
+        manifest=manifest,
+        manifest_json=manifest_json,
+        backend=backend,
+        settings=settings,
+        labels=dict(request.labels),
+        max_sessions=tenant.max_sessions,
+    )
+    return session_to_proto(session)
+
+
+def get_session(runner: Runner, tenant: Tenant, request: pb.GetSessionRequest) -> pb.SessionInfo:
+    return session_to_proto(runner.sessions.get(tenant.id, request.session_id))
+
+
+def list_sessions(
+    runner: Runner, tenant: Tenant, request: pb.ListSessionsRequest
+) -> pb.ListSessionsResponse:
+    found = runner.sessions.list(tenant.id, include_ended=request.include_ended)
+    return pb.ListSessionsResponse(sessions=[session_to_proto(s) for s in found])
+
+
+async def close_session(
+    runner: Runner, tenant: Tenant, request: pb.CloseSessionRequest
+) -> pb.SessionInfo:
+    return session_to_proto(await runner.sessions.close(tenant.id, request.session_id))
+
+
+def session_to_proto(session: Session) -> pb.SessionInfo:
+    settings = session.settings
+    info = pb.SessionInfo(
+        session_id=session.id,
+        state=_STATES[session.state],
+        end_reason=session.reason,
+        backend=BACKEND_ENUM.get(session.backend, pb.BACKEND_UNSPECIFIED),
+        limits=limits_to_proto(
+            {
+                "memory_bytes": settings.limits.memory_bytes,
+                "processes": settings.limits.processes,
+                "file_size_bytes": settings.limits.file_size_bytes,
+                "open_files": settings.limits.open_files,
+                "cpu_time_ms": settings.limits.cpu_time_ms,
+            }
+        ),
+        idle_timeout_ms=round(settings.idle_timeout_s * 1000),
+        max_lifetime_ms=round(settings.max_lifetime_s * 1000),
+        max_executions=settings.max_executions,
+        execution_ids=list(session.executions),
+        running_execution_id=session.running or "",
+        created_at=timestamp(session.created_at),
+        last_used_at=timestamp(session.last_used_at),
+        isolation=session.sandbox.isolation,
+    )
+    if session.ended_at is not None:
+        info.ended_at.CopyFrom(timestamp(session.ended_at))
+    return info

@@ -1,0 +1,9 @@
+"""Sessions: one sandbox kept for many executions of one conversation (REPL semantics).
+
+`driver` runs one execution as one cell of a session's sandbox; `manager` owns the sessions:
+their limits, expiry, concurrency and audit records.
+"""
+
+from sandbox.sessions.driver import CellOutcome, SessionSandbox
+
+__all__ = ["CellOutcome", "SessionSandbox"]

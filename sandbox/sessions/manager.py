@@ -1,0 +1,434 @@
+"""`SessionManager`: the sessions of one server (or embedded engine), their limits and ends.
+
+A session holds one sandbox taken from a backend at `create` and runs the executions sent to it
+one at a time, as cells (`sandbox.sessions.driver`). Its limits come in two kinds:
+
+* per session, fixed at `create`: memory and processes of the whole sandbox (its cgroup), disk
+  (the private tmpfs and RLIMIT_FSIZE, ``file_size``), open files, total CPU (``cpu_time`` of
+  the session's limits: the cgroup's whole usage, and RLIMIT_CPU one second looser), the idle
+  timeout, the lifetime and the number of executions;
+* per execution, from each request: wall time, CPU time (a delta of the sandbox's usage),
+  output and tool calls. The request's memory, processes, file size and open files are
+  replaced by the session's.
+
+A second execution while one runs is refused with FAILED_PRECONDITION (`SessionBusy`), never
+queued: a conversation sends its cells in order, and a queue would hide a client bug behind a
+wait. How a session ends, and what later requests for it get:
+
+=====================  ==========================================  =========================
+end                    how                                         later requests
+=====================  ==========================================  =========================
+closed                 CloseSession, or the server draining        NOT_FOUND, "session_lost"
+expired                idle timeout, lifetime, max executions      NOT_FOUND, "session_lost"
+lost                   the sandbox died: OOM, protocol violation,  FAILED_PRECONDITION,
+                       a cell that ignored its interrupt, the      "session_lost"
+                       session's CPU budget, an exit
+=====================  ==========================================  =========================
+
+Every message names the session and why it ended. Ended sessions are remembered (up to
+`MAX_ENDED` per manager) so that the reason can be given; an id never issued, or another
+tenant's, is NOT_FOUND "no session". Each session is one record in the audit store's chain
+(admitted at `create`, completed at its end with the reason), and each of its executions is a
+record of its own labelled ``ptc.session_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from sandbox.audit.base import Admission, AuditStore
+from sandbox.engine import Engine, ExecutionRequest, limits_fields
+from sandbox.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
+from sandbox.limits import ResolvedLimits
+from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.sessions.driver import SessionSandbox
+from stubs_gen import Manifest
+
+__all__ = [
+    "MAX_ENDED",
+    "Session",
+    "SessionBusy",
+    "SessionManager",
+    "SessionSettings",
+    "SessionState",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_ENDED = 4096
+SWEEP_S = 0.1
+SESSION_LABEL = "ptc.session_id"
+_SESSION_FIELDS = ("memory_bytes", "processes", "file_size_bytes", "open_files")
+
+
+class SessionBusy(FailedPrecondition):
+    """An execution was sent to a session that is running another one."""
+
+
+class SessionState(StrEnum):
+    ACTIVE = "active"
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a session was created with, after the tenant's ceilings."""
+
+    limits: ResolvedLimits  # memory, processes, file_size, open_files; cpu_time is the total
+    idle_timeout_s: float
+    max_lifetime_s: float
+    max_executions: int  # 0: no limit
+
+
+@dataclass
+class Session:
+    id: str
+    tenant: str
+    backend: str
+    manifest: Manifest
+    manifest_json: str
+    settings: SessionSettings
+    labels: Mapping[str, str]
+    sandbox: SessionSandbox
+    created_at: float = field(default_factory=time.time)
+    last_used_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    state: SessionState = SessionState.ACTIVE
+    reason: str = ""
+    executions: list[str] = field(default_factory=list)
+    running: str | None = None  # the execution running now
+    tool_calls: int = 0
+    _created_mono: float = field(default_factory=time.monotonic)
+    _used_mono: float = field(default_factory=time.monotonic)
+    _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
+
+    @property
+    def active(self) -> bool:
+        return self.state is SessionState.ACTIVE
+
+    def gone_error(self) -> FailedPrecondition | NotFound:
+        message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"
+        if self.state is SessionState.LOST:
+            return FailedPrecondition(message)
+        return NotFound(message)
+
+
+class SessionManager:
+    """Owns every open session; `start` begins the sweeper of idle and expired sessions."""
+
+    def __init__(self, engine: Engine, store: AuditStore | None = None) -> None:
+        self.engine = engine
+        self.store = store
+        self._sessions: dict[str, Session] = {}
+        self._ended: OrderedDict[str, Session] = OrderedDict()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing = False
+        self._creating: dict[str, int] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close_all(self, reason: str) -> None:
+        """Ends every open session (a draining or stopping server) and stops the sweeper."""
+        self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for session in list(self._sessions.values()):
+            await self._end(session, SessionState.CLOSED, reason, ExecutionStatus.INTERRUPTED)
+
+    # -- requests ------------------------------------------------------------------------------
+    async def create(
+        self,
+        tenant: str,
+        *,
+        manifest: Manifest,
+        manifest_json: str,
+        backend: str,
+        settings: SessionSettings,
+        labels: Mapping[str, str] | None = None,
+        max_sessions: int | None = None,
+    ) -> Session:
+        if self._closing:
+            raise FailedPrecondition("sessions: the server is stopping; no new sessions")
+        # Sessions still being created count too: concurrent creates cannot pass the maximum.
+        open_now = sum(1 for s in self._sessions.values() if s.tenant == tenant)
+        open_now += self._creating.get(tenant, 0)
+        if max_sessions is not None and open_now >= max_sessions:
+            raise ResourceExhausted(
+                f"sessions: tenant {tenant!r} has {open_now} open sessions, its maximum; close "
+                "one first"
+            )
+        self._creating[tenant] = self._creating.get(tenant, 0) + 1
+        try:
+            handle = await self.engine.backend(backend).acquire(settings.limits)
+            try:
+                await handle.apply_limits(settings.limits)
+            except BaseException:
+                await handle.dispose()
+                raise
+        finally:
+            self._creating[tenant] -= 1
+        if self._closing:  # the server began stopping while the sandbox was being taken
+            await handle.dispose()
+            raise FailedPrecondition("sessions: the server is stopping; no new sessions")
+        session = Session(
+            id=f"s-{uuid.uuid4().hex}",
+            tenant=tenant,
+            backend=backend,
+            manifest=manifest,
+            manifest_json=manifest_json,
+            settings=settings,
+            labels=dict(labels or {}),
+            sandbox=SessionSandbox(handle, settings.limits.cpu_time_ms),
+        )
+        self._sessions[session.id] = session
+        self._admit(session)
+        return session
+
+    def get(self, tenant: str, session_id: str) -> Session:
+        """The tenant's session, open or ended; NOT_FOUND for an unknown or foreign id."""
+        if not session_id:
+            raise InvalidArgument("session_id: is empty")
+        session = self._sessions.get(session_id) or self._ended.get(session_id)
+        if session is None or session.tenant != tenant:
+            raise NotFound(f"session_id: no session {session_id!r}")
+        return session
+
+    def usable(self, tenant: str, session_id: str) -> Session:
+        """The tenant's open session, or the error that says why it is not."""
+        session = self.get(tenant, session_id)
+        if not session.active:
+            raise session.gone_error()
+        return session
+
+    def list(self, tenant: str, *, include_ended: bool = False) -> list[Session]:
+        found = [s for s in self._sessions.values() if s.tenant == tenant]
+        if include_ended:
+            found += [s for s in self._ended.values() if s.tenant == tenant]
+        return sorted(found, key=lambda s: s.created_at, reverse=True)
+
+    async def close(self, tenant: str, session_id: str) -> Session:
+        session = self.usable(tenant, session_id)
+        await self._end(session, SessionState.CLOSED, "closed by the client", ExecutionStatus.OK)
+        return session
+
+    def request_for(
+        self, session: Session, request: ExecutionRequest, *, manifest_given: bool
+    ) -> ExecutionRequest:
+        """The request as it runs in ``session``: the session's backend and manifest (unless
+        the request brings a new one, which replaces the session's `tools`), its label."""
+        if request.backend not in (None, "", session.backend):
+            raise InvalidArgument(
+                f"backend: session {session.id!r} runs on {session.backend!r}, "
+                f"not {request.backend!r}"
+            )
+        manifest: object = request.manifest if manifest_given else session.manifest
+        return replace(
+            request,
+            manifest=manifest,  # type: ignore[arg-type]
+            backend=session.backend,
+            labels={**request.labels, SESSION_LABEL: session.id},
+        )
+
+    def session_limits(self, session: Session, limits: ResolvedLimits) -> ResolvedLimits:
+        """An execution's effective limits with the session's whole-sandbox ones in force."""
+        fixed = {name: getattr(session.settings.limits, name) for name in _SESSION_FIELDS}
+        cpu = min(limits.cpu_time_ms, session.settings.limits.cpu_time_ms)
+        return replace(limits, cpu_time_ms=cpu, **fixed)
+
+    def claim(self, session: Session, execution_id: str) -> None:
+        """Marks ``session`` busy with ``execution_id``; refuses a second one (never queues)."""
+        if not session.active:
+            raise session.gone_error()
+        if session.running is not None:
+            raise SessionBusy(
+                f"session_id: session {session.id!r} is running execution "
+                f"{session.running!r}; a session runs one execution at a time (refused, not "
+                "queued)"
+            )
+        session.running = execution_id
+
+    async def finish(
+        self,
+        session: Session,
+        execution_id: str,
+        result: ExecutionResult | None,
+        manifest: Manifest | None = None,
+    ) -> None:
+        """Releases ``session`` after its execution; ends it when its sandbox is gone."""
+        session.running = None
+        session.executions.append(execution_id)
+        session.last_used_at = time.time()
+        session._used_mono = time.monotonic()
+        if result is not None:
+            session.tool_calls += len(result.calls)
+            if manifest is not None:
+                session.manifest = manifest
+        lost = result.session_lost if result is not None else ""
+        if not session.active:
+            return
+        if session._doom is not None:
+            lost = session._doom
+            if result is not None:
+                result.session_lost = lost
+        if lost or not session.sandbox.alive:
+            reason = lost or "the sandbox ended"
+            expired = reason.startswith(("lifetime", "idle"))
+            state = SessionState.EXPIRED if expired else SessionState.LOST
+            await self._end(session, state, reason, ExecutionStatus.LIMIT_EXCEEDED)
+        elif result is None:
+            # The engine raised: the sandbox's state is unknown, so it is not reused.
+            await self._end(
+                session, SessionState.LOST, "failed: the service failed", ExecutionStatus.FAILED
+            )
+        elif session.settings.max_executions and (
+            len(session.executions) >= session.settings.max_executions
+        ):
+            await self._end(
+                session,
+                SessionState.EXPIRED,
+                f"max_executions: ran its {session.settings.max_executions} executions",
+                ExecutionStatus.OK,
+            )
+
+    # -- ends ----------------------------------------------------------------------------------
+    async def _end(
+        self, session: Session, state: SessionState, reason: str, status: ExecutionStatus
+    ) -> None:
+        if not session.active:
+            return
+        session.state, session.reason = state, reason
+        session.ended_at = time.time()
+        self._sessions.pop(session.id, None)
+        self._ended[session.id] = session
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
+        usage = session.sandbox.handle.usage()
+        try:
+            await session.sandbox.dispose()
+        finally:
+            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            try:
+                await self._sweep()
+            except Exception:  # a bug here must not stop the expiry of other sessions
+                log.exception("the session sweeper failed")
+
+    async def _sweep(self) -> None:
+        now = time.monotonic()
+        for session in list(self._sessions.values()):
+            settings = session.settings
+            lifetime = now - session._created_mono
+            if lifetime >= settings.max_lifetime_s:
+                reason = f"lifetime: reached its maximum lifetime of {settings.max_lifetime_s:g} s"
+                if session.running is not None:
+                    # Killed under the running execution, which reports the session's end.
+                    session._doom = reason
+                    await session.sandbox.handle.kill()
+                    continue
+                await self._end(session, SessionState.EXPIRED, reason, ExecutionStatus.OK)
+            elif (
+                session.running is None
+                and session.sandbox.alive
+                and session.sandbox.handle.usage().cpu_time_s >= session.sandbox.total_cpu_s
+            ):
+                # Threads a cell left running spend the budget between executions too.
+                reason = (
+                    "cpu_time: the session used its total CPU budget of "
+                    f"{session.sandbox.total_cpu_s:g} s between executions"
+                )
+                await self._end(session, SessionState.LOST, reason, ExecutionStatus.LIMIT_EXCEEDED)
+            elif session.running is None and not session.sandbox.alive:
+                usage = session.sandbox.handle.usage()
+                why = "memory: the sandbox ran out of memory" if usage.oom_killed else "exited"
+                await self._end(
+                    session, SessionState.LOST, f"{why} while idle", ExecutionStatus.FAILED
+                )
+            elif session.running is None and now - session._used_mono >= settings.idle_timeout_s:
+                reason = f"idle: no execution for {settings.idle_timeout_s:g} s"
+                await self._end(session, SessionState.EXPIRED, reason, ExecutionStatus.OK)
+
+    # -- audit ---------------------------------------------------------------------------------
+    def _admit(self, session: Session) -> None:
+        if self.store is None:
+            return
+        settings = session.settings
+        self.store.admit(
+            Admission(
+                execution_id=session.id,
+                tenant=session.tenant,
+                script="",
+                manifest_json=session.manifest_json,
+                manifest_sha256=session.manifest.sha256,
+                backend=session.backend,
+                policy="none",
+                effective_limits=limits_fields(settings.limits),
+                labels={
+                    **session.labels,
+                    "ptc.kind": "session",
+                    "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
+                    "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
+                    "ptc.max_executions": str(settings.max_executions),
+                },
+                admitted_at=session.created_at,
+            )
+        )
+
+    def _complete(
+        self, session: Session, status: ExecutionStatus, cpu_s: float, peak_memory: int
+    ) -> None:
+        if self.store is None:
+            return
+        ended = session.ended_at or time.time()
+        result = ExecutionResult(
+            execution_id=session.id,
+            status=status,
+            exit_code=0,
+            backend=session.backend,
+            isolation=session.sandbox.isolation,
+            effective_limits=limits_fields(session.settings.limits),
+            error=ScriptError("SessionEnded", f"{session.state.value}: {session.reason}"[:2000]),
+            usage=Usage(
+                wall_time_s=ended - session.created_at,
+                cpu_time_s=cpu_s,
+                peak_memory_bytes=peak_memory,
+                tool_calls=session.tool_calls,
+            ),
+            started_at=session.created_at,
+            finished_at=ended,
+            session_id=session.id,
+            session_lost="" if session.state is SessionState.CLOSED else session.reason,
+        )
+        try:
+            self.store.complete(session.id, result)
+        except Exception:
+            log.exception("the audit record of session %s could not be completed", session.id)
+
+
+def check_allowed(allowed: bool, tenant: str) -> None:
+    if not allowed:
+        raise PermissionDenied(f"sessions: tenant {tenant!r} may not open sessions")

@@ -1,0 +1,18 @@
+"""`test_sessions_integrations`' checks through a real server (`ClientRunner`)."""
+
+from __future__ import annotations
+
+from test_sessions_integrations import (
+    check_code_agent_keeps_state,
+    check_execute_tool_per_conversation,
+)
+
+from sandbox.integrations import ClientRunner
+
+
+def test_code_agent_keeps_state_between_actions_in_a_session(served: ClientRunner) -> None:
+    check_code_agent_keeps_state(served)
+
+
+def test_execute_tool_bound_to_one_session_per_conversation(served: ClientRunner) -> None:
+    check_execute_tool_per_conversation(served)

@@ -1,0 +1,75 @@
+"""`ptc session` and `ptc run --session` against a real `ptc serve` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+
+
+def ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in ("PTC_SERVER", "PTC_API_KEY")},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_session_commands_through_ptc_serve(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        address = line.split()[-1]
+        created = ptc("session", "create", "--server", address, "--idle-timeout", "60")
+        assert created.returncode == 0, created.stderr
+        sid = created.stdout.strip()
+        assert sid.startswith("s-")
+        first = ptc("run", "-", "--server", address, "--session", sid, stdin="x = 20")
+        assert first.returncode == 0, first.stderr
+        second = ptc("run", "-", "--json", "--server", address, "--session", sid, stdin="x += 1\nx")
+        assert second.returncode == 0, second.stderr
+        out = json.loads(second.stdout)
+        assert (out["status"], out["value"], out["session_id"]) == ("ok", "21", sid)
+        shown = json.loads(ptc("session", "show", sid, "--server", address).stdout)
+        assert (shown["state"], len(shown["execution_ids"])) == ("SESSION_STATE_ACTIVE", 2)
+        listed = ptc("session", "list", "--server", address)
+        assert [json.loads(x)["session_id"] for x in listed.stdout.splitlines()] == [sid]
+        closed = json.loads(ptc("session", "close", sid, "--server", address).stdout)
+        assert (closed["state"], closed["end_reason"]) == (
+            "SESSION_STATE_CLOSED",
+            "closed by the client",
+        )
+        after = ptc("run", "-", "--server", address, "--session", sid, stdin="x")
+        assert after.returncode == 8
+        assert after.stderr.strip().endswith(
+            f"server {address}: session_lost: session '{sid}' is closed: closed by the client"
+        )
+        unknown = ptc("session", "show", "s-none", "--server", address)
+        assert unknown.returncode == 8
+        assert "session_id: no session 's-none'" in unknown.stderr
+        no_server = ptc("run", "-", "--session", sid, stdin="x")
+        assert no_server.returncode == 2
+        assert "--session: sessions live on a server; give --server ADDR too" in no_server.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)  # also closes its pipes
+    assert proc.returncode == 0

@@ -1,0 +1,61 @@
+"""Sessions recorded in a PostgreSQL audit store: the session's record, its executions listed
+under it, and the chain verified (in a schema of its own, dropped afterwards)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.audit import open_store
+
+from .conftest import SessionServer
+
+POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL", "")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    if not POSTGRES_URL:
+        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
+    import psycopg
+
+    schema = f"ptc_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_sessions_in_a_postgres_audit_store(tmp_path: Path, pg_url: str) -> None:
+    srv = SessionServer(tmp_path, "process", audit_db=pg_url)
+    try:
+        with srv.a.session() as session:
+            one = session.execute("z = 3")
+            two = session.execute("z * 2")
+        assert two.value == "6"
+        listed = srv.a.list_executions(pb.ListExecutionsRequest(session_id=session.id))
+        assert [r.result.execution_id for r in listed.records] == [
+            two.execution_id,
+            one.execution_id,
+        ]
+    finally:
+        srv.close()
+    store = open_store(pg_url)
+    try:
+        record = store.get("acme", session.id)
+        assert record is not None and record.result is not None
+        assert record.admission.labels["ptc.kind"] == "session"
+        assert record.result.error is not None
+        assert record.result.error.message == "closed: closed by the client"
+        assert store.verify("acme").ok
+    finally:
+        store.close()
