@@ -143,3 +143,16 @@ def test_cli_run_embedded_with_runtime(runtimes_env: dict[str, str], tmp_path: P
         "ptc run: runtime: 'a/b' is not a valid runtime name (1-64 of [a-z0-9._-], starting "
         "with a letter or digit, no '..')\n"
     )
+
+
+def test_a_session_cell_cannot_name_a_runtime(address: str) -> None:
+    with Client(address, ACME) as client, client.session() as session:
+        with pytest.raises(InvalidArgument) as caught:
+            client.run("print(1)", runtime="np", session_id=session.id)
+        assert caught.value.message == (
+            "runtime: a session's cells run on the standard library (sessions in a runtime are "
+            "not supported yet); leave runtime empty with session_id"
+        )
+        cell = session.execute("print(2)")
+        assert (cell.status, cell.stdout) == ("ok", "2\n")
+    _assert_healthy(address)
