@@ -36,6 +36,7 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.audit
 	$(PY) -m bench.checkpoints
 	$(PY) -m bench.docker
+	$(PY) -m bench.runtimes
 	$(PY) -m bench.fleet
 	$(PY) -m bench.sessions
 	$(PY) -m bench.files

@@ -75,6 +75,8 @@ class ExecutionRequest:
     policy: Literal["none", "restricted"] = "none"
     expected_calls: tuple[ExpectedCalls, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # A runtime with third-party packages (`sandbox.runtimes`); None: the standard library.
+    runtime: str | None = None
     # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
     replay_of: str = ""
     # Placed in the script's working directory, read-only (see `sandbox.files`).
@@ -102,6 +104,7 @@ class PreparedExecution:
     limits: ResolvedLimits
     adjustments: tuple[LimitAdjustment, ...]
     rejection: ScriptError | None  # syntax or policy: `run` returns `rejected`, no sandbox
+    runtime: str | None = None  # checked usable by the backend; None: the standard library
 
 
 @dataclass
@@ -205,6 +208,7 @@ class Engine:
                     f"expected_calls[{index}].tool: unknown tool {expected.tool!r}"
                 )
         backend = self.backend(request.backend).name
+        runtime = check_runtime(self.backend(backend), request.runtime)
         effective, adjustments = limits or self.effective_limits(request.limits)
         check_inputs(request.files, effective)
         return PreparedExecution(
@@ -216,6 +220,7 @@ class Engine:
             limits=effective,
             adjustments=tuple(adjustments),
             rejection=_check_script(request.script, request.policy),
+            runtime=runtime,
         )
 
     async def execute(
@@ -285,7 +290,10 @@ class Engine:
         stubs = self.stubs(prepared.manifest)
         if session is None:
             with step_span("ptc.sandbox.acquire"):
-                handle = await backend.acquire(effective)
+                if prepared.runtime is None:
+                    handle = await backend.acquire(effective)
+                else:
+                    handle = await backend.acquire(effective, runtime=prepared.runtime)  # type: ignore[call-arg]
             result.isolation = list(handle.isolation)
             probe = LiveProbe(handle)
         else:
@@ -416,3 +424,18 @@ def _check_script(script: str, policy: str) -> ScriptError | None:
     if policy == "restricted":
         return check_restricted(script)
     return None
+
+
+def check_runtime(backend: Backend, runtime: str | None) -> str | None:
+    """The request's runtime when ``backend`` can run it (None for the standard library); a
+    clear error otherwise, before any sandbox is taken."""
+    from sandbox.runtimes import DEFAULT_RUNTIME, validate_name
+
+    if runtime is None or runtime in ("", DEFAULT_RUNTIME):
+        return None
+    validate_name(runtime)
+    check = getattr(backend, "check_runtime", None)
+    if check is None:
+        raise InvalidArgument(f"runtime: the {backend.name} backend does not support runtimes")
+    check(runtime)
+    return runtime

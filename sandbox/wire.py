@@ -47,7 +47,11 @@ __all__ = [
     "timestamp",
 ]
 
-BACKENDS = {pb.BACKEND_PROCESS: "process", pb.BACKEND_DOCKER: "docker"}
+BACKENDS = {
+    pb.BACKEND_PROCESS: "process",
+    pb.BACKEND_DOCKER: "docker",
+    pb.BACKEND_GVISOR: "gvisor",
+}
 BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
 POLICIES: dict[int, Literal["none", "restricted"]] = {
     pb.SCRIPT_POLICY_NONE: "none",

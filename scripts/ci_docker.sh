@@ -18,6 +18,8 @@ up() {
   local need=()
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
+  # gVisor (the Docker backend's `runsc` tier); scripts/dockerd.sh registers it with the engine.
+  command -v runsc >/dev/null || need+=(runsc)
   if [ ${#need[@]} -gt 0 ]; then
     echo "ci_docker: installing ${need[*]}" >&2
     apt-get update -qq >&2

@@ -132,6 +132,7 @@ class EngineHarness:
         expected_calls: tuple[ExpectedCalls, ...] = (),
         handlers: Mapping[str, ToolHandler] | None = None,
         approver: Approver | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """One execution; ``limits`` as on the command line (``{"wall_time": 2}``)."""
         request = ExecutionRequest(
@@ -140,6 +141,7 @@ class EngineHarness:
             limits=parse_limit_args(f"{k}={v}" for k, v in (limits or {}).items()),
             policy=policy,  # type: ignore[arg-type]
             expected_calls=expected_calls,
+            runtime=runtime,
         )
         return self.call(self.engine.execute(request, handlers=handlers, approver=approver))
 
@@ -160,7 +162,9 @@ class EngineHarness:
 
     # -- what must not survive an execution ---------------------------------------------------
     def _idle(self) -> list[Any]:
-        return list(self.backend.pool._idle)
+        # The runtimes' pools (`sandbox.backends.process.runtimes`) hold idle sandboxes too.
+        envs = self.backend.runtimes.envs.values() if self.backend.runtimes is not None else ()
+        return [*self.backend.pool._idle, *(h for env in envs for h in env.pool._idle)]
 
     def settle(self) -> None:
         """Waits until cgroups of finished sandboxes are gone, the pool is full again and no
@@ -176,6 +180,13 @@ class EngineHarness:
                 if pool.settled:
                     break
                 await asyncio.sleep(0.01)
+            envs = self.backend.runtimes.envs.values() if self.backend.runtimes else ()
+            for env in envs:
+                await asyncio.to_thread(env.zygote.wait_retired)
+                for _ in range(1000):
+                    if env.pool.settled:
+                        break
+                    await asyncio.sleep(0.01)
             await self.backend.drain()  # the cgroups of surplus sandboxes just disposed of
             # Replaced zygotes exit once their last sandbox has (the pool disposed of their
             # idle ones above).
@@ -195,8 +206,13 @@ class EngineHarness:
         # The fork server (bwrap and the zygote) lives as long as the backend.
         zygote = self.backend.zygote
         allowed.update(zygote.pids() if zygote is not None else [])
+        if self.backend.runtimes is not None:  # one fork server per runtime in use
+            allowed.update(self.backend.runtimes.zygote_pids())
         # A replaced zygote lives on while it has sandboxes (its children must be idle ones).
-        for pid in zygote.retired_pids() if zygote is not None else []:
+        zygotes = [zygote] if zygote is not None else []
+        if self.backend.runtimes is not None:
+            zygotes += [env.zygote for env in self.backend.runtimes.envs.values()]
+        for pid in [pid for z in zygotes for pid in z.retired_pids()]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 if psutil.Process(pid).children(recursive=True):
                     allowed.add(pid)

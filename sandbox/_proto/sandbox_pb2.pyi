@@ -16,6 +16,7 @@ class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BACKEND_UNSPECIFIED: _ClassVar[Backend]
     BACKEND_PROCESS: _ClassVar[Backend]
     BACKEND_DOCKER: _ClassVar[Backend]
+    BACKEND_GVISOR: _ClassVar[Backend]
 
 class ScriptPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -76,6 +77,7 @@ class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 BACKEND_UNSPECIFIED: Backend
 BACKEND_PROCESS: Backend
 BACKEND_DOCKER: Backend
+BACKEND_GVISOR: Backend
 SCRIPT_POLICY_UNSPECIFIED: ScriptPolicy
 SCRIPT_POLICY_NONE: ScriptPolicy
 SCRIPT_POLICY_RESTRICTED: ScriptPolicy
@@ -164,7 +166,7 @@ class ExpectedCalls(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "session_id", "input_files")
+    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime", "session_id", "input_files")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +181,7 @@ class ExecuteRequest(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_CALLS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
     script: str
@@ -188,9 +191,10 @@ class ExecuteRequest(_message.Message):
     policy: ScriptPolicy
     expected_calls: _containers.RepeatedCompositeFieldContainer[ExpectedCalls]
     labels: _containers.ScalarMap[str, str]
+    runtime: str
     session_id: str
     input_files: _containers.RepeatedCompositeFieldContainer[InputFile]
-    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ...) -> None: ...
+    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., session_id: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ...) -> None: ...
 
 class CallRecord(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json", "status", "result_json", "error", "start_offset_us", "duration_us", "idempotency_key")

@@ -285,6 +285,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
@@ -303,6 +304,8 @@ class AsyncClient:
             labels,
             files=input_files(files),
         )
+        if runtime:
+            request.runtime = runtime
         request.session_id = session_id
         call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
         try:
@@ -330,6 +333,7 @@ class AsyncClient:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
@@ -346,6 +350,7 @@ class AsyncClient:
             expected_calls=expected_calls,
             labels=labels,
             timeout=timeout,
+            runtime=runtime,
             session_id=session_id,
             files=files,
             on_progress=on_progress,
@@ -364,6 +369,7 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         files: FilesLike | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
         manifest, local = build_manifest(tools)
@@ -379,6 +385,8 @@ class AsyncClient:
             labels,
             files=input_files(files),
         )
+        if runtime:
+            request.runtime = runtime
         async with translated():
             message = await self._stub.Execute(
                 request, metadata=self._call_metadata(), timeout=timeout

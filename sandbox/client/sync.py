@@ -115,6 +115,7 @@ class Client:
         expected_calls: Sequence[ExpectedCalls] = (),
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        runtime: str | None = None,
         session_id: str = "",
         files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
@@ -134,6 +135,7 @@ class Client:
                 expected_calls=expected_calls,
                 labels=labels,
                 timeout=timeout,
+                runtime=runtime,
                 session_id=session_id,
                 files=files,
                 on_progress=on_progress,
@@ -154,6 +156,7 @@ class Client:
         timeout: float | None = None,
         files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
+        runtime: str | None = None,
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
         execution = self._call(
@@ -169,6 +172,7 @@ class Client:
                 timeout=timeout,
                 files=files,
                 on_progress=on_progress,
+                runtime=runtime,
             )
         )
         return SyncExecution(self, execution)
@@ -185,6 +189,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         files: FilesLike | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server."""
         return self._call(
@@ -198,6 +203,7 @@ class Client:
                 labels=labels,
                 timeout=timeout,
                 files=files,
+                runtime=runtime,
             )
         )
 

@@ -17,13 +17,14 @@ def _load() -> list[Command]:
         mcp,
         replay,
         run,
+        runtime,
         serve,
         session,
         stubs,
         tenants,
     )
 
-    return [run, stubs, audit, tenants, serve, mcp, replay, health, session]
+    return [run, stubs, audit, tenants, serve, mcp, replay, health, session, runtime]
 
 
 COMMANDS: list[Command] = _load()

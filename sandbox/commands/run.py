@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME=VALUE",
         help="a limit: times in seconds, sizes in bytes (repeatable)",
     )
-    parser.add_argument("--backend", choices=["process", "docker"], default="process")
+    parser.add_argument("--backend", choices=["process", "docker", "gvisor"], default="process")
     parser.add_argument("--policy", choices=["none", "restricted"], default="none")
     parser.add_argument(
         "--expect",
@@ -100,6 +100,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="DIR",
         help="save the files the script wrote under outputs/ into DIR (the JSON result then "
         "lists them without their bytes)",
+    )
+    parser.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="run in this runtime (`ptc runtime list`; runtimes are found in $PTC_RUNTIMES_DIR); "
+        "default: the standard library only",
     )
     _add_session_argument(parser)
     parser.set_defaults(handler=run)
@@ -165,6 +171,10 @@ def _backends(request: ExecutionRequest, allow_degraded: bool) -> dict[str, Back
         from sandbox.backends.docker.backend import DockerBackend
 
         return {"docker": DockerBackend()}
+    if request.backend == "gvisor":
+        from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+        return {"gvisor": DockerBackend(DockerBackendConfig(name="gvisor", oci_runtime="runsc"))}
     from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 
     return {
@@ -237,6 +247,7 @@ def _execute_remote(
                 backend=request.backend,
                 policy=request.policy,
                 expected_calls=request.expected_calls,
+                runtime=request.runtime,
                 on_output=forward,
                 files=request.files,
                 on_progress=status.update if status is not None else None,
@@ -276,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         expected_calls=parse_expect(args.expect),
         files=parse_files(args.file),
+        runtime=args.runtime,
     )
     # On a terminal, a status line for long runs (elapsed, tool calls, usage) on stderr.
     status = None if args.json or not sys.stderr.isatty() else StatusLine(sys.stderr)

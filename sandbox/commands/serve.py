@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--docker", action="store_true", default=None, help="also offer the Docker backend"
     )
     parser.add_argument(
+        "--gvisor",
+        action="store_true",
+        default=None,
+        help="also offer the Docker backend under gVisor (runsc), as backend 'gvisor'",
+    )
+    parser.add_argument(
         "--allow-degraded",
         action="store_true",
         default=None,
@@ -99,6 +105,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         tenants=args.tenants,
         instance_id=args.instance_id,
         docker=args.docker,
+        gvisor=args.gvisor,
         listen=args.listen,
         pool_size=args.pool_size,
         shutdown_grace_s=args.grace,

@@ -48,7 +48,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-_ARGS = sys.argv[1:]  # CONTROL_FD PROGRAM_FD
+_ARGS = sys.argv[1:]  # CONTROL_FD PROGRAM_FD [RUNTIME_SITE PRELOAD]
 sys.argv = sys.argv[:1]  # bootstrap reads its channel from fd 3 when given no argument
 
 import _confine  # type: ignore[import-not-found]  # noqa: E402
@@ -251,6 +251,21 @@ def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPid
         _reply(control, {"t": "forked", "pid": pid, "init": direct})
 
 
+def _load_runtime(args: list[str]) -> None:
+    """A runtime's packages: its site directory on sys.path (the interpreter started with -I
+    -S, so this is the only one), and its ``preload`` modules imported once, here, so that every
+    child has them already. Numerical libraries run one thread: a sandbox has one CPU, and a
+    thread pool started before fork would not survive into the children."""
+    if not args:
+        return
+    site, preload = args[0], args[1]
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    sys.path.append(site)
+    for module in filter(None, preload.split(",")):
+        __import__(module)
+
+
 def main() -> None:
     control_fd, program_fd = int(_ARGS[0]), int(_ARGS[1])
     control = socket.socket(fileno=control_fd)
@@ -260,6 +275,7 @@ def main() -> None:
     _confine.forbid_user_namespaces()
     _confine.make_device_nodes_readonly()
     _confine.empty_bounding_set(_confine.last_capability())
+    _load_runtime(_ARGS[2:])
     cloner = _confine.CloneIntoPidNamespace()
     cloner.probe()  # before SIGCHLD is ignored: it waits for its test child
     if not cloner.available:

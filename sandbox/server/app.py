@@ -94,14 +94,26 @@ class SandboxServer:
         backends: dict[str, Backend] = {
             "process": ProcessBackend(
                 ProcessBackendConfig(
-                    pool_size=self.config.pool_size, allow_degraded=self.config.allow_degraded
+                    pool_size=self.config.pool_size,
+                    allow_degraded=self.config.allow_degraded,
+                    runtimes_dir=self.config.runtimes_dir,
                 )
             )
         }
         if self.config.docker:
-            from sandbox.backends.docker.backend import DockerBackend
+            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 
-            backends["docker"] = DockerBackend()
+            backends["docker"] = DockerBackend(
+                DockerBackendConfig(runtimes_dir=self.config.runtimes_dir)
+            )
+        if self.config.gvisor:
+            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+            backends["gvisor"] = DockerBackend(
+                DockerBackendConfig(
+                    name="gvisor", oci_runtime="runsc", runtimes_dir=self.config.runtimes_dir
+                )
+            )
         return backends
 
     def _open_store(self) -> AuditStore:

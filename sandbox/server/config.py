@@ -13,6 +13,8 @@ can never name code for the host to import. Example::
     instance_id = "ptc-1"                  # unique per server sharing one audit store
     docker = true                          # also offer the Docker backend
     metrics_listen = "127.0.0.1:9464"      # Prometheus metrics at /metrics; unset: none
+    gvisor = true                          # ... and it under gVisor (runsc), as "gvisor"
+    runtimes_dir = "/var/lib/ptc/runtimes" # runtimes requests may name (`ptc runtime build`)
     global_quotas = true                   # with postgresql://: quotas hold across the fleet
     quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
     checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
@@ -59,6 +61,10 @@ class ServerConfig:
     docker: bool = False
     # Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); None: no metrics.
     metrics_listen: str | None = None
+    # Where runtimes are (`ptc runtime build`); None: `sandbox.runtimes.default_runtimes_dir()`.
+    runtimes_dir: str | None = None
+    # Also offer backend "gvisor": the Docker backend with the OCI runtime runsc.
+    gvisor: bool = False
     # With a PostgreSQL audit store: enforce tenants' quotas across every server sharing it
     # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
     global_quotas: bool = True
@@ -90,13 +96,20 @@ def load_config(path: str | Path) -> ServerConfig:
             values["host_handlers"] = dict(value)
         elif key == "host_handler_limits":
             values.update(_handler_limits(path, value))
-        elif key in ("listen", "audit_db", "tenants", "instance_id", "metrics_listen"):
+        elif key in (
+            "listen",
+            "audit_db",
+            "tenants",
+            "instance_id",
+            "metrics_listen",
+            "runtimes_dir",
+        ):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
         elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
-        elif key in ("allow_degraded", "docker", "global_quotas"):
+        elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):
             values[key] = _typed(path, key, value, bool)
         elif key in ("checkpoint_key", "checkpoint_dir"):
             values[key] = _typed(path, key, value, str)

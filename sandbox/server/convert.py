@@ -86,6 +86,7 @@ def request_from_proto(
         expected_calls=tuple(expected),
         labels=dict(message.labels),
         files=input_files_from_proto(message),
+        runtime=message.runtime or None,
     )
 
 

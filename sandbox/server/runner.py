@@ -35,7 +35,12 @@ from sandbox.server.host_handlers import HostHandlers
 from sandbox.sessions.manager import Session, SessionManager
 from sandbox.telemetry import metrics
 from sandbox.tenants.base import Tenancy, Tenant
-from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
+from sandbox.tenants.policy import (
+    check_backend,
+    check_runtime,
+    check_tool_modes,
+    effective_limits,
+)
 
 __all__ = ["Prepared", "Runner"]
 
@@ -92,6 +97,12 @@ class Runner:
         check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
         self.host.check(manifest)
         check_backend(tenant, request.backend or self.engine.config.default_backend)
+        check_runtime(tenant, request.runtime)
+        if session is not None and request.runtime not in (None, "", "default"):
+            raise InvalidArgument(
+                "runtime: a session's cells run on the standard library (sessions in a runtime "
+                "are not supported yet); leave runtime empty with session_id"
+            )
         limits, adjustments = effective_limits(tenant, request.limits)
         if session is not None:
             limits = self.sessions.session_limits(session, limits)

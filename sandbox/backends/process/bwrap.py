@@ -42,6 +42,9 @@ class ZygoteOptions:
     gid: int
     control_fd: int  # the zygote's end of the fork-request socket
     program_fd: int  # the compiled seccomp program (empty: none), read once by the zygote
+    # A runtime's tree (`sandbox.runtimes`), mounted read-only at /ptc-runtime; None: stdlib only.
+    runtime_tree: Path | None = None
+    preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
 
 
 @functools.cache
@@ -90,6 +93,7 @@ def zygote_argv(options: ZygoteOptions) -> list[str]:
         "--symlink", "usr/sbin", "/sbin",
         *_python_mounts(options.python),
         "--ro-bind", str(options.runtime_dir), "/ptc",
+        *_runtime_mounts(options),
         "--proc", "/proc",
         "--dev", "/dev",
         # Mount points for each child's private tmpfs; the zygote itself writes nowhere.
@@ -101,7 +105,25 @@ def zygote_argv(options: ZygoteOptions) -> list[str]:
         "--",
         options.python, "-I", "-S", "-B", "-X", "utf8",
         "/ptc/zygote.py", str(options.control_fd), str(options.program_fd),
+        *_runtime_args(options),
     ]  # fmt: skip
+
+
+RUNTIME_MOUNT = "/ptc-runtime"
+
+
+def _runtime_mounts(options: ZygoteOptions) -> list[str]:
+    if options.runtime_tree is None:
+        return []
+    return ["--ro-bind", str(options.runtime_tree), RUNTIME_MOUNT]
+
+
+def _runtime_args(options: ZygoteOptions) -> list[str]:
+    """The zygote's optional SITE and PRELOAD arguments: the runtime's packages (added to the
+    guest's sys.path explicitly: it still starts with -I -S) and what to import before forking."""
+    if options.runtime_tree is None:
+        return []
+    return [f"{RUNTIME_MOUNT}/site", ",".join(options.preload)]
 
 
 @functools.cache

@@ -53,6 +53,8 @@ class ZygoteSettings:
     # How the host learns a sandbox's exit status: a pidfd to its pid 1 (Linux 6.15+), or a
     # reaper process beside each sandbox.
     exit_status: Literal["pidfd", "reaper"]
+    runtime_tree: Path | None = None  # a runtime's tree to bind read-only (`sandbox.runtimes`)
+    preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 gid=settings.gid,
                 control_fd=guest.fileno(),
                 program_fd=program,
+                runtime_tree=settings.runtime_tree,
+                preload=settings.preload,
             )
         )
         proc = subprocess.Popen(  # type: ignore[call-overload]

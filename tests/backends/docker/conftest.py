@@ -37,14 +37,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class DockerHarness:
     """A started Engine with only the docker backend; its loop runs in a daemon thread."""
 
-    def __init__(self, pool_size: int = POOL_SIZE) -> None:
+    def __init__(self, pool_size: int = POOL_SIZE, **config: Any) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.backend = DockerBackend(DockerBackendConfig(pool_size=pool_size))
-        self.engine = Engine(
-            EngineConfig(backends={"docker": self.backend}, default_backend="docker")
-        )
+        self.backend = DockerBackend(DockerBackendConfig(pool_size=pool_size, **config))
+        name = self.backend.name  # "docker", or e.g. "gvisor" for an OCI runtime runsc one
+        self.engine = Engine(EngineConfig(backends={name: self.backend}, default_backend=name))
         self.call(self.engine.start())
         assert self.backend.unavailable_reason is None, self.backend.unavailable_reason
         self.call(self.backend.pool.wait_ready(60))
@@ -62,7 +61,7 @@ class DockerHarness:
             script=script,
             manifest=manifest,
             limits=parse_limit_args(f"{k}={v}" for k, v in (limits or {}).items()),
-            backend="docker",
+            backend=self.backend.name,
         )
         return self.call(self.engine.execute(request))
 

@@ -1,0 +1,176 @@
+"""The runtimes directory: named, immutable Python environments that sandboxes run in.
+
+A runtime is a directory ``<root>/<name>/`` holding ``runtime.json`` (what it is and what it
+was built for) and ``site/`` (the installed packages, imported from the sandbox's read-only
+view of it). Runtimes are never changed in place: ``ptc runtime rm`` then ``build`` again. The
+default runtime (no name, or ``default``) is the bare standard library and has no directory.
+
+Names are 1-64 of ``[a-z0-9._-]`` starting with a letter or digit, so a name can never leave
+the root (no ``/``, no ``..``) nor hide a build in progress (``.build-*``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox.errors import InvalidArgument, NotFound
+
+__all__ = [
+    "DEFAULT_RUNTIME",
+    "Runtime",
+    "RuntimeStore",
+    "default_runtimes_dir",
+    "validate_name",
+]
+
+DEFAULT_RUNTIME = "default"
+METADATA = "runtime.json"
+SITE = "site"
+# Where a runtime's tree appears inside a sandbox (read-only); its packages are in site/.
+MOUNT_POINT = "/ptc-runtime"
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def validate_name(name: str) -> str:
+    """``name`` when it is a valid runtime name; else `InvalidArgument` naming the rule."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise InvalidArgument(
+            f"runtime: {name!r} is not a valid runtime name (1-64 of [a-z0-9._-], starting "
+            "with a letter or digit, no '..')"
+        )
+    return name
+
+
+def default_runtimes_dir() -> Path:
+    """``$PTC_RUNTIMES_DIR``, else /var/lib/ptc/runtimes for root, else a per-user directory.
+    Its path must be traversable by the sandbox uid (the sandbox reads the runtime as it)."""
+    configured = os.environ.get("PTC_RUNTIMES_DIR")
+    if configured:
+        return Path(configured)
+    if os.getuid() == 0:
+        return Path("/var/lib/ptc/runtimes")
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "ptc" / "runtimes"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One built runtime, as its ``runtime.json`` describes it."""
+
+    name: str
+    path: Path
+    python: str  # "3.11": the interpreter version it was built for
+    abi: str  # "cp311"
+    packages: tuple[dict[str, str], ...]  # name, version, wheel, sha256 (the locked set)
+    preload: tuple[str, ...]  # modules the fork server imports once, before forking
+    size_bytes: int
+    requirements: str  # the requirements file as given
+
+    @property
+    def site(self) -> Path:
+        return self.path / SITE
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "python": self.python,
+            "abi": self.abi,
+            "packages": list(self.packages),
+            "preload": list(self.preload),
+            "size_bytes": self.size_bytes,
+            "requirements": self.requirements,
+        }
+
+
+class RuntimeStore:
+    """The runtimes under one root directory."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_runtimes_dir()
+
+    def path(self, name: str) -> Path:
+        return self.root / validate_name(name)
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self.root.iterdir()
+            if _NAME.fullmatch(entry.name) and (entry / METADATA).is_file()
+        )
+
+    def get(self, name: str) -> Runtime:
+        """The runtime called ``name``; `NotFound` naming the root and what it has."""
+        path = self.path(name)
+        try:
+            data = json.loads((path / METADATA).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            have = ", ".join(self.names()) or "none"
+            raise NotFound(
+                f"runtime: no runtime named {name!r} in {self.root} (have: {have})"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise NotFound(f"runtime: {name!r} in {self.root} is unreadable: {exc}") from exc
+        return Runtime(
+            name=name,
+            path=path,
+            python=str(data["python"]),
+            abi=str(data["abi"]),
+            packages=tuple(dict(p) for p in data.get("packages", [])),
+            preload=tuple(str(m) for m in data.get("preload", [])),
+            size_bytes=int(data.get("size_bytes", 0)),
+            requirements=str(data.get("requirements", "")),
+        )
+
+    def list(self) -> list[Runtime]:
+        return [self.get(name) for name in self.names()]
+
+    def remove(self, name: str) -> None:
+        path = self.path(name)
+        if not (path / METADATA).is_file():
+            self.get(name)  # raises NotFound with the list
+        # Renamed first so that a sandbox starting now finds it gone, not half-deleted.
+        doomed = self.root / f".rm-{name}-{os.getpid()}"
+        os.rename(path, doomed)
+        shutil.rmtree(doomed)
+
+    def check_for(self, name: str, python_version: str) -> Runtime:
+        """The runtime, when it was built for ``python_version`` ("3.11") and its tree is
+        readable by any uid; else a clear error (before any sandbox is taken)."""
+        runtime = self.get(name)
+        if runtime.python != python_version:
+            raise InvalidArgument(
+                f"runtime: {name!r} was built for Python {runtime.python}, but the sandbox runs "
+                f"Python {python_version}; rebuild it (`ptc runtime rm {name}` then "
+                f"`ptc runtime build {name} ...`)"
+            )
+        blocked = untraversable(runtime.site)
+        if blocked is not None:
+            raise InvalidArgument(
+                f"runtime: {name!r}: {blocked} is not readable by other users, so the sandbox's "
+                "uid cannot see the runtime; make the runtimes directory world-traversable"
+            )
+        return runtime
+
+
+def untraversable(path: Path) -> Path | None:
+    """The first directory on ``path`` (from /) that others may not enter, if any."""
+    current = Path("/")
+    for part in path.resolve().parts[1:]:
+        current = current / part
+        try:
+            mode = current.stat().st_mode
+        except OSError:
+            return current
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return current
+    return None

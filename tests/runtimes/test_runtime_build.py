@@ -1,0 +1,160 @@
+"""`ptc runtime build|list|show|rm` on real packages: a locked, hashed set; bad input refused
+with a clear error and nothing half-built left behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_support import PYTHON, ptc, world_traversable_dir
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """An empty runtimes directory of this test's own."""
+    root = world_traversable_dir("ptcrt-scratch-")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _entries(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+def test_built_runtime_is_locked_hashed_and_readable(runtimes_dir: Path) -> None:
+    listed = ptc("runtime", "--dir", str(runtimes_dir), "list")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["np", "pure"]
+    shown = ptc("runtime", "--dir", str(runtimes_dir), "show", "np")
+    assert shown.returncode == 0, shown.stderr
+    meta = json.loads(shown.stdout)
+    assert meta["name"] == "np" and meta["python"] == "3.11" and meta["abi"] == "cp311"
+    assert meta["preload"] == ["numpy"]
+    assert sorted(p["name"] for p in meta["packages"]) == ["numpy", "six"]
+    for package in meta["packages"]:
+        assert re.fullmatch(r"[0-9a-f]{64}", package["sha256"]), package
+        assert package["wheel"].endswith(".whl")
+    lock = (runtimes_dir / "np" / "requirements.lock").read_text().splitlines()
+    assert sorted(lock) == sorted(
+        f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}" for p in meta["packages"]
+    )
+    site = runtimes_dir / "np" / "site"
+    assert (site / "numpy" / "__init__.py").is_file()
+    assert stat.S_IMODE(site.stat().st_mode) == 0o755
+    # Compiled at build time: the sandbox cannot write bytecode into its read-only runtime.
+    assert list((site / "numpy" / "__pycache__").glob("__init__.cpython-311.pyc"))
+    assert not (runtimes_dir / "np" / "wheels").exists()
+    assert _entries(runtimes_dir) == ["np", "pure"]  # no build left over
+
+
+def test_offline_build_from_a_wheelhouse_and_rm(scratch: Path, tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheels"
+    subprocess.run(
+        [PYTHON, "-m", "pip", "download", "-q", "six==1.17.0", "-d", str(wheelhouse),
+         "--only-binary=:all:"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("six==1.17.0\n")
+    built = ptc(
+        "runtime", "--dir", str(scratch), "build", "offline",
+        "-r", str(requirements), "--wheelhouse", str(wheelhouse),
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.startswith("offline: python 3.11, ") and built.stdout.endswith(
+        "bytes: six==1.17.0\n"
+    ), built.stdout
+    again = ptc("runtime", "--dir", str(scratch), "build", "offline", "-r", str(requirements))
+    assert again.returncode == 2
+    assert again.stderr == (
+        f"ptc runtime: runtime: 'offline' already exists in {scratch}; runtimes are immutable "
+        "(`ptc runtime rm offline` first)\n"
+    )
+    removed = ptc("runtime", "--dir", str(scratch), "rm", "offline")
+    assert removed.returncode == 0, removed.stderr
+    assert _entries(scratch) == []
+    missing = ptc("runtime", "--dir", str(scratch), "rm", "offline")
+    assert missing.returncode == 8
+    assert missing.stderr == (
+        f"ptc runtime: not found: runtime: no runtime named 'offline' in {scratch} (have: none)\n"
+    )
+
+
+def test_unresolvable_requirements_leave_nothing(scratch: Path, tmp_path: Path) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("ptc-no-such-package-0f9e8d7c==0.0.1\n")
+    done = ptc("runtime", "--dir", str(scratch), "build", "bad", "-r", str(requirements))
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "ptc runtime: requirements: runtime 'bad': pip download failed: "
+    ), done.stderr
+    assert "ptc-no-such-package-0f9e8d7c" in done.stderr
+    assert _entries(scratch) == []
+
+
+def test_a_wheelhouse_without_the_package_is_an_error(scratch: Path, tmp_path: Path) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("six\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "nowheel",
+        "-r", str(requirements), "--wheelhouse", str(empty),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("ptc runtime: requirements: runtime 'nowheel': pip download")
+    assert _entries(scratch) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["../escape", "a/b", ".hidden", "..", "UPPER", "", "x" * 65], ids=repr
+)
+def test_bad_names_are_refused(scratch: Path, tmp_path: Path, name: str) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("six\n")
+    done = ptc("runtime", "--dir", str(scratch), "build", name, "-r", str(requirements))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"ptc runtime: runtime: {name!r} is not a valid runtime name (1-64 of [a-z0-9._-], "
+        "starting with a letter or digit, no '..')\n"
+    )
+    assert _entries(scratch) == []
+    assert not (scratch.parent / "escape").exists()
+
+
+def test_too_large_is_refused_and_removed(scratch: Path, tmp_path: Path) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("six==1.17.0\n")
+    # The wheel (11 kB) fits; the installed tree (source, metadata, bytecode) does not.
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "big",
+        "-r", str(requirements), "--max-bytes", "20000",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert re.fullmatch(
+        r"ptc runtime: runtime: 'big': installed size \d+ bytes is over the cap of 20000 bytes "
+        r"\(--max-bytes\); nothing was kept\n",
+        done.stderr,
+    ), done.stderr
+    assert _entries(scratch) == []
+
+
+def test_a_preload_that_does_not_import_is_refused(scratch: Path, tmp_path: Path) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("six==1.17.0\n")
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "nopre",
+        "-r", str(requirements), "--preload", "numpy",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "ptc runtime: preload: runtime 'nopre': importing numpy without network failed: "
+    ), done.stderr
+    assert "ModuleNotFoundError: No module named 'numpy'" in done.stderr
+    assert _entries(scratch) == []

@@ -1,0 +1,158 @@
+"""Runtimes through a real `ptc serve` with a tenants file: the client SDK and `ptc run --server
+--runtime`; a tenant not allowed a runtime gets PERMISSION_DENIED, an unknown one NOT_FOUND, and
+the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime_support import PYTHON, ROOT, ptc
+
+from sandbox.client import Client
+from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
+from sandbox.tenants import hash_key
+
+ACME = "ptc-test-key-runtimes-acme-0123456789"
+BETA = "ptc-test-key-runtimes-beta-0123456789"
+TENANTS = f"""
+[[tenant]]
+id = "acme"
+keys = ["{hash_key(ACME)}"]
+runtimes = ["np", "gone"]  # "gone" was never built
+
+[[tenant]]
+id = "beta"
+keys = ["{hash_key(BETA)}"]
+"""
+SCRIPT = "import numpy as np\nprint(int(np.dot([1, 2, 3], [4, 5, 6])))\n"
+
+
+@pytest.fixture(scope="module")
+def address(
+    tmp_path_factory: pytest.TempPathFactory, runtimes_env: dict[str, str]
+) -> Iterator[str]:
+    tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
+    tenants.write_text(TENANTS)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
+         "--audit-db", "memory", "--tenants", str(tenants)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=runtimes_env,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line + proc.stderr.read()
+    try:
+        yield line.split()[-1]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        assert "Traceback" not in stderr, stderr
+
+
+def _assert_healthy(address: str) -> None:
+    with Client(address, ACME) as client:
+        result = client.execute("print('still ok')")
+    assert (result.status, result.stdout) == ("ok", "still ok\n")
+
+
+def test_sdk_runs_numpy_in_an_allowed_runtime(address: str) -> None:
+    with Client(address, ACME) as client:
+        unary = client.execute(SCRIPT, runtime="np")
+        streamed = client.run(SCRIPT, runtime="np")
+    for result in (unary, streamed):
+        assert (result.status, result.stdout) == ("ok", "32\n")
+        assert "runtime:np" in result.isolation
+
+
+def test_tenant_not_allowed_a_runtime_is_denied(address: str) -> None:
+    with Client(address, BETA) as client:
+        with pytest.raises(PermissionDenied) as caught:
+            client.execute(SCRIPT, runtime="np")
+        assert caught.value.message == (
+            "runtime: tenant 'beta' may not use 'np' (allowed: only the default)"
+        )
+        with pytest.raises(PermissionDenied):
+            client.run(SCRIPT, runtime="np")
+        plain = client.execute("print(2)")  # the standard library stays allowed
+        assert (plain.status, plain.stdout) == ("ok", "2\n")
+    with Client(address, ACME) as client, pytest.raises(PermissionDenied) as other:
+        client.execute("print(1)", runtime="pure")
+    assert other.value.message == "runtime: tenant 'acme' may not use 'pure' (allowed: gone, np)"
+    _assert_healthy(address)
+
+
+def test_bad_runtime_names_through_the_server(address: str) -> None:
+    with Client(address, ACME) as client:
+        with pytest.raises(NotFound) as missing:
+            client.execute("print(1)", runtime="gone")
+        assert missing.value.message.startswith("runtime: no runtime named 'gone' in ")
+        assert missing.value.message.endswith(" (have: np, pure)")
+        # Not on the tenant's list, whatever the name: refused before it is even parsed.
+        with pytest.raises(PermissionDenied) as escape:
+            client.execute("print(1)", runtime="../np")
+        assert escape.value.message == (
+            "runtime: tenant 'acme' may not use '../np' (allowed: gone, np)"
+        )
+    _assert_healthy(address)
+
+
+def test_cli_run_with_runtime_through_the_server(
+    address: str, runtimes_env: dict[str, str]
+) -> None:
+    env = {**runtimes_env, "PTC_API_KEY": ACME}
+    done = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, "--runtime", "np", "--json"],
+        input=SCRIPT, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stdout"] == "32\n"
+    denied = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, "--runtime", "np"],
+        input=SCRIPT, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+        env={**runtimes_env, "PTC_API_KEY": BETA},
+    )  # fmt: skip
+    assert denied.returncode == 10
+    assert denied.stderr.startswith(f"ptc run: permission denied: server {address}: runtime: ")
+
+
+def test_cli_run_embedded_with_runtime(runtimes_env: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    done = ptc("run", str(script), "--runtime", "np", "--json", env=runtimes_env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["status"], result["stdout"]) == ("ok", "32\n")
+    assert result["isolation"][-1] == "runtime:np"
+    missing = ptc("run", str(script), "--runtime", "nope", "--json", env=runtimes_env)
+    assert missing.returncode == NotFound.exit_code
+    assert missing.stderr.startswith("ptc run: not found: runtime: no runtime named 'nope' in ")
+    bad = ptc("run", str(script), "--runtime", "a/b", "--json", env=runtimes_env)
+    assert bad.returncode == InvalidArgument.exit_code
+    assert bad.stderr == (
+        "ptc run: runtime: 'a/b' is not a valid runtime name (1-64 of [a-z0-9._-], starting "
+        "with a letter or digit, no '..')\n"
+    )
+
+
+def test_a_session_cell_cannot_name_a_runtime(address: str) -> None:
+    with Client(address, ACME) as client, client.session() as session:
+        with pytest.raises(InvalidArgument) as caught:
+            client.run("print(1)", runtime="np", session_id=session.id)
+        assert caught.value.message == (
+            "runtime: a session's cells run on the standard library (sessions in a runtime are "
+            "not supported yet); leave runtime empty with session_id"
+        )
+        cell = session.execute("print(2)")
+        assert (cell.status, cell.stdout) == ("ok", "2\n")
+    _assert_healthy(address)
