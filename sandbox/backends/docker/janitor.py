@@ -18,6 +18,7 @@ import socket
 from pathlib import Path
 
 import docker.errors
+import requests.exceptions
 from docker import DockerClient
 from docker.models.containers import Container
 
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# The engine's own errors, and its API not answering in time (a container stuck in a runtime's
+# start holds dockerd's locks): a janitor that cannot clean says so and lets the backend start.
+_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 _OWNER_DIR = re.compile(r"^owner-(\d+)-(\d+)$")
 
 
@@ -85,7 +89,7 @@ def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
     hostname = socket.gethostname()
     try:
         leftovers = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
-    except docker.errors.DockerException as exc:
+    except _ENGINE_ERRORS as exc:
         log.warning("docker janitor: listing containers failed: %s", exc)
         leftovers = []
     dead = [c for c in leftovers if _dead_owner((c.labels or {}).get(LABEL_OWNER, ""), hostname)]
@@ -108,7 +112,7 @@ def remove_owned(client: DockerClient, owner: OwnerToken, backend: str | None = 
         labels.append(f"{LABEL_BACKEND}={backend}")
     try:
         mine = client.containers.list(all=True, filters={"label": labels})
-    except docker.errors.DockerException as exc:
+    except _ENGINE_ERRORS as exc:
         log.warning("docker backend: listing own containers failed: %s", exc)
         return 0
     return _remove_each(mine, "docker backend")
@@ -122,6 +126,6 @@ def _remove_each(containers: list[Container], who: str) -> int:
             try:
                 container.remove(force=True, v=True)
                 removed += 1
-            except docker.errors.DockerException as exc:
+            except _ENGINE_ERRORS as exc:
                 log.warning("%s: removing %s failed: %s", who, container.name, exc)
     return removed
