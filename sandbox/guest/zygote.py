@@ -211,6 +211,17 @@ def _direct_child(request: dict[str, object], fds: list[int], program: bytes) ->
 
 
 def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace) -> None:
+    with contextlib.suppress(OSError):  # the control socket broke under a reply: host gone
+        _serve_requests(control, program, cloner)
+    # The host is gone (or gave up waiting for a retired zygote): so are its sandboxes.
+    _kill_children()
+
+
+def _serve_requests(
+    control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace
+) -> None:
+    """Returns when the host has closed the control socket, or a retired zygote has no child
+    left; raises OSError when the socket breaks."""
     retired = False
     poller = select.poll()
     poller.register(control, select.POLLIN)
@@ -222,8 +233,6 @@ def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPid
                 continue
         received = _receive(control)
         if received is None:
-            # The host is gone (or gave up waiting for a retired zygote): so are its sandboxes.
-            _kill_children()
             return
         request, fds = received
         if request.get("t") == "retire" and not fds:

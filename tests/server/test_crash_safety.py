@@ -89,7 +89,8 @@ def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
         _stop(proc)
     assert len(finished) >= 4
     assert errors, "the kill should have cut some executions off"
-    # bwrap dies with its parent (--die-with-parent): nothing of the sandboxes survives.
+    # The zygote kills its sandboxes when the control socket of its dead host breaks or ends:
+    # nothing of the sandboxes survives.
     alive = []
     for pid in sandboxes:
         with contextlib.suppress(psutil.NoSuchProcess):
