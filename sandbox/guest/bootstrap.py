@@ -143,6 +143,54 @@ def _run_script(script: str) -> None:
         exec(code, namespace)  # noqa: S102
 
 
+def _ending(exc: BaseException) -> tuple[str, int, dict[str, object] | None]:
+    """How a script or cell that raised ``exc`` ended: status, exit code and error report
+    (the traceback, without the bootstrap's frames, goes to stderr)."""
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            exit_code = 0
+        elif isinstance(code, int):
+            exit_code = code & 0xFF
+        else:
+            print(code, file=sys.stderr)
+            exit_code = 1
+        if not exit_code:
+            return "ok", 0, None
+        return (
+            "error",
+            exit_code,
+            {"type": "SystemExit", "message": f"exit code {exit_code}", "line": 0},
+        )
+    if isinstance(exc, SyntaxError):
+        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        return "syntax_error", 1, _error_report(exc, exc.lineno or 0)
+    _print_traceback(exc)
+    return "error", 1, _error_report(exc)
+
+
+def _report(
+    channel: object,
+    workdir: str,
+    outputs_before: dict[str, object],
+    job: dict[str, object],
+    end: dict[str, object],
+) -> bool:
+    """Flushes the streams, sends the files written under outputs/, then the end report; False
+    when the end report could not be sent. The script may have closed or replaced its streams
+    or the channel: report what we can."""
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    with contextlib.suppress(BaseException):
+        _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
+    try:
+        channel.send(end)  # type: ignore[attr-defined]
+    except BaseException:
+        return False
+    return True
+
+
 VALUE_MAX_CHARS = 64 * 1024
 _FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
@@ -225,36 +273,15 @@ def _serve_session(
                 _install_tools_in_place(stubs)
             state["in_cell"] = True
             value = _run_cell(str(job["script"]), namespace)
-        except SystemExit as exc:
-            code = exc.code
-            exit_code = code & 0xFF if isinstance(code, int) else (0 if code is None else 1)
-            if code is not None and not isinstance(code, int):
-                print(code, file=sys.stderr)
-            status = "ok" if exit_code == 0 else "error"
-            if exit_code:
-                error = {"type": "SystemExit", "message": f"exit code {exit_code}", "line": 0}
-        except SyntaxError as exc:
-            status, exit_code = "syntax_error", 1
-            error = _error_report(exc, exc.lineno or 0)
-            traceback.print_exception(type(exc), exc, None, file=sys.stderr)
         except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
-            status, exit_code = "error", 1
-            error = _error_report(exc)
-            _print_traceback(exc)
+            status, exit_code, error = _ending(exc)
         finally:
             state["in_cell"] = False
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        with contextlib.suppress(BaseException):
-            _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
         end: dict[str, object] = {"t": "end", "status": status, "exit_code": exit_code}
         end["error"] = error
         if value is not None:
             end["value"] = value
-        try:
-            channel.send(end)  # type: ignore[attr-defined]
-        except BaseException:
+        if not _report(channel, workdir, outputs_before, job, end):
             os._exit(exit_code or 1)
         while True:
             try:
@@ -302,34 +329,10 @@ def main() -> None:
     status, exit_code, error = "ok", 0, None
     try:
         _run_script(job["script"])
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            exit_code = 0
-        elif isinstance(code, int):
-            exit_code = code & 0xFF
-        else:
-            print(code, file=sys.stderr)
-            exit_code = 1
-        status = "ok" if exit_code == 0 else "error"
-        if exit_code:
-            error = {"type": "SystemExit", "message": f"exit code {exit_code}", "line": 0}
-    except SyntaxError as exc:
-        status, exit_code = "syntax_error", 1
-        error = _error_report(exc, exc.lineno or 0)
-        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
     except BaseException as exc:  # the script's own failure is a result, never a crash
-        status, exit_code = "error", 1
-        error = _error_report(exc)
-        _print_traceback(exc)
-    # The script may have closed or replaced its streams or the channel; report what we can.
-    with contextlib.suppress(BaseException):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    with contextlib.suppress(BaseException):
-        _files.send_outputs(channel, workdir, outputs_before, job["outputs"])
-    with contextlib.suppress(BaseException):
-        channel.send({"t": "end", "status": status, "exit_code": exit_code, "error": error})
+        status, exit_code, error = _ending(exc)
+    end = {"t": "end", "status": status, "exit_code": exit_code, "error": error}
+    _report(channel, workdir, outputs_before, job, end)
     os._exit(exit_code)
 
 
