@@ -261,7 +261,14 @@ async def spawn_container(
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> DockerSandbox:
     """Creates and starts one container and waits until its guest is ready for a job."""
-    sockets = await asyncio.to_thread(HostSockets.create, settings.channel_dir)
+    making = asyncio.ensure_future(asyncio.to_thread(HostSockets.create, settings.channel_dir))
+    try:
+        sockets = await asyncio.shield(making)
+    except asyncio.CancelledError:
+        # Cancelled (the backend closing) while the thread made them: close what it made.
+        with contextlib.suppress(Exception):
+            (await making).close()
+        raise
     accepting = asyncio.ensure_future(sockets.accept(ready_timeout_s, settings.name))
     # The engine calls run in a thread that a cancellation cannot stop: on any failure the
     # container it made (if any) is removed once the thread is done.

@@ -53,6 +53,7 @@ PID_REPORT_TIMEOUT_S = 10.0  # the first child's set-up (namespaces, mounts) bef
 # zygote died and the host's init does not reap), the status is unknown after this long.
 EXIT_STATUS_WAIT_S = 2.0
 HELD_NAMESPACES = ("mnt", "net", "ipc")
+_NAMESPACES_REFUSED: list[bool] = []  # logged once per process
 log = logging.getLogger(__name__)
 
 
@@ -252,7 +253,15 @@ class ProcessSandbox:
         down is no part of its exit, which the execution's result waits for (about 1 ms of
         latency per execution, `bench.forkserver`)."""
         for kind in HELD_NAMESPACES:
-            self.namespace_fds.append(os.open(f"/proc/{self.pid}/ns/{kind}", os.O_RDONLY))
+            try:
+                self.namespace_fds.append(os.open(f"/proc/{self.pid}/ns/{kind}", os.O_RDONLY))
+            except PermissionError as exc:
+                # A server without CAP_SYS_PTRACE (a container's default set) may not open
+                # another uid's namespaces: only the latency gain is lost. Said once.
+                if not _NAMESPACES_REFUSED:
+                    _NAMESPACES_REFUSED.append(True)
+                    log.info("sandbox namespaces are not held (%s): each exit tears them down", exc)
+                return
 
 
 def _read_init_pid(status_r: int, err_r: int) -> int:
