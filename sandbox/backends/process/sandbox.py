@@ -7,12 +7,13 @@ inside the cgroup. The zygote runs as an unprivileged host uid, so even a kernel
 the script out of its user namespace would leave it without privileges.
 
 The sandbox's pid 1 is not our child but the zygote's. Where the kernel reports exit statuses
-through pidfds (6.15 and newer) we hold a pidfd to pid 1 itself: the zygote's first child tells
-us its host pid and exits, and the kernel gives us the status once the zygote has reaped it.
-Elsewhere a reaper (that first child, outside the sandbox's pid namespace) stays, writes pid 1's
-exit status to a pipe we read, and dies with it; pid 1 dies with the reaper. Either way one
-SIGKILL through a pidfd (a reused pid cannot be hit) kills pid 1 and with it, by the kernel's
-rule for a pid namespace's init, every process inside.
+through pidfds (6.15 and newer) we hold a pidfd to pid 1 itself (the zygote forks it straight
+into its pid namespace, or a first child forks it, tells us its host pid and exits), and the
+kernel gives us the status once the zygote has reaped it. Elsewhere a reaper (that first child,
+outside the sandbox's pid namespace) stays, writes pid 1's exit status to a pipe we read, and
+dies with it; pid 1 dies with the reaper. Either way one SIGKILL through a pidfd (a reused pid
+cannot be hit) kills pid 1 and with it, by the kernel's rule for a pid namespace's init, every
+process inside.
 
 The blocking half of a start (the fork request, cgroup writes, which take milliseconds on cgroup
 v1) runs in a worker thread, so that refilling the warm pool never stalls the event loop that is
@@ -79,7 +80,6 @@ class _Started:
     cgroup: SandboxCgroup | None
     isolation: list[str]
     applied: CgroupLimits | None
-    generation: int  # of the zygote that forked it
 
 
 def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
@@ -119,7 +119,6 @@ class ProcessSandbox:
         self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
-        self.generation = started.generation
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if started.status_fd >= 0:
             asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
@@ -174,8 +173,9 @@ class ProcessSandbox:
         return await asyncio.shield(self._exit)
 
     async def kill(self) -> None:
-        # SIGKILL to the reaper is immediate and total: pid 1 of the sandbox dies of its
-        # parent-death signal, and the kernel then kills every process in its pid namespace.
+        # SIGKILL to pid 1 (or to its reaper, whose death pid 1 follows by its parent-death
+        # signal) is immediate and total: the kernel then kills every process in its pid
+        # namespace.
         # The cgroup is swept once more (freeze, kill, remove) when the sandbox is disposed of.
         if self._fds_closed:
             return  # disposed of: the number may name another descriptor by now
@@ -305,7 +305,7 @@ def _start_blocking(
     cgroup: SandboxCgroup | None = None
     try:
         forked = zygote.fork(settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w])
-        pid, generation = forked.pid, forked.generation
+        pid = forked.pid
         for fd in (out_w, err_w, status_w):
             os.close(fd)
         out_w = err_w = status_w = -1
@@ -342,9 +342,7 @@ def _start_blocking(
             status_r = -1
         else:
             os.set_blocking(status_r, False)
-        return _Started(
-            pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied, generation
-        )
+        return _Started(pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied)
     except BaseException:
         if pidfd >= 0:
             with contextlib.suppress(OSError):

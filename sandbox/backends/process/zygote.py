@@ -60,7 +60,6 @@ class ZygoteSettings:
 @dataclass(frozen=True)
 class Forked:
     pid: int  # a host pid: the sandbox's pid 1 when `init`, else its first child's
-    generation: int  # of the zygote that forked it
     init: bool  # born in its own pid namespace (one fork); else its first child reports pid 1
 
 
@@ -290,7 +289,7 @@ class ZygoteSupervisor:
                 zygote.forks += 1
                 pid = reply["pid"]
                 assert isinstance(pid, int)
-                return Forked(pid, self.generations, reply.get("init") is True)
+                return Forked(pid, reply.get("init") is True)
         raise AssertionError("unreachable")
 
     def _retire(self, zygote: _Zygote) -> None:
