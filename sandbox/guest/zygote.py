@@ -140,18 +140,35 @@ def _reap(child: int) -> None:
     os._exit(0)
 
 
-def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+def _enter_sandbox(request: dict[str, object], fds: list[int], pid_namespace: bool) -> None:
+    """Steps 1-3 of every child: its descriptors and session, the cgroup handshake, its own
+    namespaces (a pid namespace for its next child unless it was born in one), its tmpfs
+    mounts and loopback."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _place_fds(fds)
+    os.setsid()
+    _wait_for_cgroup()
+    _confine.unshare_sandbox_namespaces(pid=pid_namespace)
+    tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
+    _confine.mount_tmpfs("/tmp", tmp_bytes)
+    _confine.mount_tmpfs("/dev/shm", tmp_bytes)
+    os.chdir("/tmp")  # the new tmpfs, not the directory it covers
+    _confine.up_loopback()
+
+
+def _set_up_failed(exc: BaseException) -> None:
+    """Trusted code failed: say why on the sandbox's stderr, and end."""
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _place_fds(fds)
-        os.setsid()
-        _wait_for_cgroup()
-        _confine.unshare_sandbox_namespaces()
-        tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
-        _confine.mount_tmpfs("/tmp", tmp_bytes)
-        _confine.mount_tmpfs("/dev/shm", tmp_bytes)
-        os.chdir("/tmp")  # the new tmpfs, not the directory it covers
-        _confine.up_loopback()
+        os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
+    finally:
+        os._exit(EXIT_SETUP_FAILED)
+
+
+def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+    """A first child: forks the sandbox's pid 1 into a new pid namespace, then reports it and
+    exits, or stays as its reaper."""
+    try:
+        _enter_sandbox(request, fds, pid_namespace=True)
         reaper = request.get("exit_status") == "reaper"
         pid = os.fork()
         if pid == 0:
@@ -162,11 +179,8 @@ def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
             os._exit(0)
         _confine.drop_capabilities()
         _reap(pid)
-    except BaseException as exc:  # trusted code failed: say why on the sandbox's stderr
-        try:
-            os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
-        finally:
-            os._exit(EXIT_SETUP_FAILED)
+    except BaseException as exc:
+        _set_up_failed(exc)
 
 
 def _children() -> list[int]:
@@ -191,22 +205,10 @@ def _kill_children() -> None:
 def _direct_child(request: dict[str, object], fds: list[int], program: bytes) -> None:
     """The sandbox's pid 1 itself, born in its own pid namespace (one fork, no first child)."""
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _place_fds(fds)
-        os.setsid()
-        _wait_for_cgroup()
-        _confine.unshare_sandbox_namespaces(pid=False)
-        tmp_bytes = int(request["tmp_bytes"])  # type: ignore[call-overload]
-        _confine.mount_tmpfs("/tmp", tmp_bytes)
-        _confine.mount_tmpfs("/dev/shm", tmp_bytes)
-        os.chdir("/tmp")
-        _confine.up_loopback()
+        _enter_sandbox(request, fds, pid_namespace=False)
         _sandbox_init(program, reaper=False, new_session=False)
     except BaseException as exc:
-        try:
-            os.write(STDERR_FD, f"ptc-zygote: sandbox set-up failed: {exc!r}\n".encode())
-        finally:
-            os._exit(EXIT_SETUP_FAILED)
+        _set_up_failed(exc)
     os._exit(0)  # bootstrap.main() never returns
 
 
