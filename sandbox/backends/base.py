@@ -94,7 +94,10 @@ class SandboxHandle(Protocol):
     stderr: OutputStream
     isolation: list[str]
     has_cgroup_cpu: bool
+    # Whether a cgroup counts and caps the script's own processes and memory; where one does
+    # not, the guest's rlimits do (RLIMIT_NPROC, RLIMIT_AS), and refusals are the guest's word.
     has_cgroup_pids: bool
+    has_cgroup_memory: bool
 
     @property
     def alive(self) -> bool:

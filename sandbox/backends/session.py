@@ -76,6 +76,7 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
     }
     if not handle.has_cgroup_pids:
         rlimits["nproc"] = limits.processes
+    if not handle.has_cgroup_memory:
         # Only without a memory cgroup: RLIMIT_AS counts reserved address space, and every
         # thread reserves a stack and a malloc arena, so under it a script could start only a
         # few threads long before the memory or processes limit was near.
@@ -428,6 +429,23 @@ class _Session:
                 "bytes",
                 "refused",
                 f"the script reported a write that failed with {errno_name}",
+                evidence=Evidence.GUEST,
+            )
+        refused_task = errno_name == "EAGAIN" or (
+            kind == "RuntimeError" and error.get("message") == "can't start new thread"
+        )
+        if refused_task and not self.handle.has_cgroup_pids:
+            # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's
+            # tasks) refused a fork or a thread: no host counter saw it.
+            if self._script_raised(error):
+                return None
+            return Violation(
+                "processes",
+                limits.processes,
+                None,
+                "count",
+                "refused",
+                "the script reported a process or thread creation refused at the limit",
                 evidence=Evidence.GUEST,
             )
         if errno_name == "EMFILE":

@@ -59,7 +59,9 @@ class Fate:
 class DockerSandbox:
     """A started, ready container; see `sandbox.backends.base.SandboxHandle`."""
 
-    has_cgroup_pids = True
+    # The engine's memory cgroup caps the container (under gVisor: the script and gVisor's
+    # kernel together, which is stricter).
+    has_cgroup_memory = True
 
     def __init__(
         self,
@@ -80,6 +82,9 @@ class DockerSandbox:
         self._reap = reap
         self.cgroup = ContainerCgroup.locate(pid, container.id or "") if pid > 0 else None
         self.has_cgroup_cpu = self.cgroup is not None
+        # Under gVisor the pids cgroup counts gVisor's own threads as well (see
+        # `spec.host_pids_limit`): gVisor's kernel counts the script's tasks (RLIMIT_NPROC).
+        self.has_cgroup_pids = settings.oci_runtime != "runsc"
         self.isolation = isolation_layers(settings, self.cgroup is not None)
         self._counters = CgroupCounters()
         self._sampled = False

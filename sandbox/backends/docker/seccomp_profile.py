@@ -15,7 +15,12 @@ Three rules, checked in this order by the kernel's filter:
 - `ALLOWED_SYSCALLS`, what the interpreter, threads, subprocesses and asyncio use, run; `clone`
   only without namespace flags (the flags are its first argument, so the filter can see them);
 - `clone3` fails with ENOSYS: its flags sit behind a pointer the filter cannot read, and glibc
-  falls back to `clone` on ENOSYS (not on EPERM);
+  falls back to `clone` on ENOSYS (not on EPERM). Under gVisor (`profile(oci_runtime="runsc")`)
+  it is allowed instead: runsc enforces the profile inside its own kernel and answers every
+  refusal with EPERM whatever `errnoRet` says (Debian's runsc 20221219 does), so a refused
+  `clone3` would leave a script without threads; allowed, it reaches gVisor's own `clone3`,
+  which that version does not implement (ENOSYS, so glibc falls back to the filtered `clone`).
+  The call never reaches the host kernel either way: the filter guards gVisor's syscall table;
 - everything else fails with ENOSYS, as on a kernel without the call, where the engine honours
   `defaultErrnoRet`, and with EPERM where it does not (Docker 20.10 ignores it).
 
@@ -109,8 +114,9 @@ CLONE_NAMESPACE_FLAGS = (
 ARCHITECTURES = ("SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64")
 
 
-def profile() -> dict[str, Any]:
-    """The profile as Docker reads it."""
+def profile(oci_runtime: str = "runc") -> dict[str, Any]:
+    """The profile as Docker reads it, for the engine's OCI runtime (see the module docstring
+    for the one difference under gVisor)."""
     denied = set(DENIED_SYSCALLS)
     overlap = denied & set(ALLOWED_SYSCALLS)
     if overlap:  # a programming error: the deny-list must win
@@ -124,7 +130,11 @@ def profile() -> dict[str, Any]:
             {"names": list(ALLOWED_SYSCALLS), "action": "SCMP_ACT_ALLOW"},
             # Named, not left to the default: an engine that ignores `defaultErrnoRet` (Debian's
             # 20.10 does) answers EPERM, on which glibc does not fall back to `clone`.
-            {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+            (
+                {"names": ["clone3"], "action": "SCMP_ACT_ALLOW"}
+                if oci_runtime == "runsc"
+                else {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS}
+            ),
             {
                 "names": ["clone"],
                 "action": "SCMP_ACT_ALLOW",
@@ -151,9 +161,9 @@ def profile() -> dict[str, Any]:
 
 
 @functools.cache
-def profile_json() -> str:
+def profile_json(oci_runtime: str = "runc") -> str:
     """The profile as the `seccomp=` security option carries it (compact, stable)."""
-    return json.dumps(profile(), separators=(",", ":"))
+    return json.dumps(profile(oci_runtime), separators=(",", ":"))
 
 
 if __name__ == "__main__":  # `python -m sandbox.backends.docker.seccomp_profile > profile.json`

@@ -112,6 +112,7 @@ class ProcessSandbox:
         self.applied = started.applied
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
+        self.has_cgroup_memory = self.cgroup is not None
         self._disposed = False
         self._fds_closed = False
         self.namespace_fds: list[int] = []  # see hold_namespaces
