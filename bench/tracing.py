@@ -10,7 +10,8 @@ configuration at all, the default. Both run on one engine, switched per case, in
    as a share of that p50, since the spans are made just after the result, off its path.
 2. One echo tool call, as the script times it (2,000 sequential calls per execution, median
    per-call time of each execution): on / off. Target: at most 1.05. Also shown: the whole
-   execution's time (the spans of calls answered at once are made after its result).
+   execution's time (the spans of calls answered at once are made after its result), and the
+   CPU one tool-call span costs (made, and encoded for OTLP), against the round trip.
 3. Off against no hooks at all: `Engine.run` without its tracing wrapper (the broker's and the
    steps' one-``None``-check hooks stay; they are timed on their own, per execution, and shown
    as a share of the print(1) p50). Target: nothing measurable.
@@ -19,22 +20,24 @@ configuration at all, the default. Both run on one engine, switched per case, in
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.limits import Limits
+from sandbox.result import CallRecord, CallStatus
 from sandbox.telemetry import tracing
 from sandbox.telemetry.spans import CallTracer, step_span, traced_run
+from sandbox.telemetry.tracing import DEFAULT_SPAN_QUEUE
 
 ECHO = [
     {
@@ -58,16 +61,31 @@ print(times[len(times) // 2])
 
 
 class EncodingExporter(SpanExporter):
-    """Encodes each batch as OTLP protobuf, as the OTLP exporter does, then drops it."""
+    """Encodes each batch as OTLP protobuf, as the OTLP exporter does, then drops it; counts
+    the spans, the bytes and the CPU time that took (on the exporter's own thread)."""
 
     def __init__(self) -> None:
         self.spans = 0
         self.bytes = 0
+        self.cpu_s = 0.0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        started = time.thread_time()
         self.bytes += len(encode_spans(spans).SerializeToString())
+        self.cpu_s += time.thread_time() - started
         self.spans += len(spans)
         return SpanExportResult.SUCCESS
+
+
+class Counter(SpanProcessor):
+    """Counts the spans ended, to compare with the spans exported (the batch processor drops
+    what does not fit its queue)."""
+
+    def __init__(self) -> None:
+        self.ended = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended += 1
 
     def shutdown(self) -> None:
         return None
@@ -137,7 +155,13 @@ async def latency(
     return off_p50
 
 
-async def tool_calls(report: Report, engine: Engine, rounds: int, provider: TracerProvider) -> None:
+async def tool_calls(
+    report: Report,
+    engine: Engine,
+    rounds: int,
+    provider: TracerProvider,
+    exporter: EncodingExporter,
+) -> None:
     limits = replace(engine.effective_limits(Limits())[0], max_tool_calls=CALLS)
     request = ExecutionRequest(CALLS_SCRIPT.format(n=CALLS), ECHO)
 
@@ -172,6 +196,32 @@ async def tool_calls(report: Report, engine: Engine, rounds: int, provider: Trac
         "whole execution: extra per call, on",
         (percentile(whole[True][1:], 0.5) - percentile(whole[False][1:], 0.5)) / CALLS * 1e6,
         "us",
+    )
+    # The CPU a tool-call span costs the server, wherever it is spent: made on the event loop
+    # after the result (timed here on its own, as CallTracer makes them), encoded for OTLP on
+    # the exporter's thread (timed by the exporter over the whole run).
+    tracer = provider.get_tracer("bench")
+    parent = trace.set_span_in_context(tracer.start_span("parent"))
+    calls = CallTracer(tracer, parent)
+    records = [
+        CallRecord(
+            seq=i, tool="echo", arguments={"i": i}, status=CallStatus.OK, idempotency_key=f"x:{i}"
+        )
+        for i in range(CALLS)
+    ]
+    used = time.process_time()
+    for record in records:
+        calls.start(record)
+        calls.end(record, record.arguments)
+    calls.finish(records)
+    make = (time.process_time() - used) / CALLS
+    provider.force_flush()
+    encode = exporter.cpu_s / max(exporter.spans, 1)
+    round_trip = percentile(times["tracing off"], 0.5)
+    report.figure("CPU per tool-call span: made", make * 1e6, "us")
+    report.figure("CPU per tool-call span: OTLP encoding", encode * 1e6, "us")
+    report.figure(
+        "  together, as a share of the round trip", (make + encode) / round_trip * 100, "%"
     )
 
 
@@ -222,29 +272,33 @@ async def hooks_off(
 
 async def main(report: Report, rounds: int, call_rounds: int) -> None:
     exporter = EncodingExporter()
+    counter = Counter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    # The queue the server's own configuration uses (OTEL_BSP_MAX_QUEUE_SIZE unset).
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=DEFAULT_SPAN_QUEUE))
+    provider.add_span_processor(counter)
     backend = ProcessBackend(ProcessBackendConfig(pool_size=2))
     engine = Engine(EngineConfig(backends={"process": backend}))
     await engine.start()
     try:
         await backend.pool.wait_ready()
         print_p50 = await latency(report, engine, backend, rounds, provider)
-        await tool_calls(report, engine, call_rounds, provider)
+        await tool_calls(report, engine, call_rounds, provider, exporter)
         await hooks_off(report, engine, backend, rounds, print_p50)
     finally:
         off()
         await engine.close()
         provider.shutdown()
     report.print(
-        f"exported {exporter.spans} spans, {exporter.bytes} bytes of OTLP "
-        f"({statistics.fmean([exporter.bytes / max(exporter.spans, 1)]):.0f} bytes a span)"
+        f"spans made {counter.ended}, exported {exporter.spans} "
+        f"(dropped {counter.ended - exporter.spans}), {exporter.bytes} bytes of OTLP "
+        f"({exporter.bytes / max(exporter.spans, 1):.0f} bytes a span)"
     )
 
 
 if __name__ == "__main__":
     parser = bench_parser(__doc__, rounds=40)
-    parser.add_argument("--call-rounds", type=int, default=9, help="blocks of the call figure")
+    parser.add_argument("--call-rounds", type=int, default=21, help="blocks of the call figure")
     args = parser.parse_args()
     with Report("tracing", args) as report:
         asyncio.run(main(report, args.rounds, args.call_rounds))

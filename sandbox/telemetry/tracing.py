@@ -53,6 +53,11 @@ __all__ = [
 
 TRACER_NAME = "ptc.sandbox"
 DEFAULT_PAYLOAD_MAX_BYTES = 1024
+# The batch processor's queue when OTEL_BSP_MAX_QUEUE_SIZE is unset. The SDK's own default (2048
+# spans) drops spans (one log line) as soon as two executions that each make the default
+# maximum of 1000 tool calls end together: their call spans arrive at once, after the results.
+# 16384 spans hold sixteen of them, a few tens of MiB at most while the exporter catches up.
+DEFAULT_SPAN_QUEUE = 16384
 
 _lock = threading.Lock()
 
@@ -188,6 +193,8 @@ def _build_provider(environ: Mapping[str, str]) -> Any:
         {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "ptc-sandbox"}
     )
     provider = TracerProvider(resource=resource)
+    # OTEL_BSP_MAX_QUEUE_SIZE decides where it is set; see DEFAULT_SPAN_QUEUE.
+    queue = None if environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else DEFAULT_SPAN_QUEUE
     for name in names:
         exporter: Any
         if name == "otlp":
@@ -198,7 +205,11 @@ def _build_provider(environ: Mapping[str, str]) -> Any:
             raise InvalidArgument(
                 f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (have: otlp, console, none)"
             )
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        try:
+            processor = BatchSpanProcessor(exporter, max_queue_size=queue)
+        except ValueError as exc:  # e.g. a queue smaller than the export batch
+            raise InvalidArgument(f"OTEL_BSP_* variables: {exc}") from exc
+        provider.add_span_processor(processor)
     return provider
 
 

@@ -23,6 +23,8 @@ from telemetry_support import PYTHON, ROOT, InProcessServer, echo_manifest
 from sandbox.client import function_tool
 from sandbox.engine import ExecutionRequest
 from sandbox.telemetry import tracing
+from sandbox.telemetry.spans import SPANS_PER_TURN
+from sandbox.telemetry.tracing import DEFAULT_SPAN_QUEUE
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +241,13 @@ def test_tracing_off_imports_nothing_of_opentelemetry() -> None:
             },
             "OTEL_EXPORTER_OTLP_PROTOCOL: unknown protocol 'x' (have: grpc, http/protobuf)",
         ),
+        (
+            {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_MAX_QUEUE_SIZE": "100"},
+            "OTEL_BSP_* variables: max_export_batch_size must be less than or equal to "
+            "max_queue_size.",
+        ),
     ],
-    ids=["unknown-exporter", "unknown-protocol"],
+    ids=["unknown-exporter", "unknown-protocol", "queue-smaller-than-batch"],
 )
 def test_bad_otel_configuration_is_a_clear_error(env: dict[str, str], message: str) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -297,3 +304,44 @@ def test_a_malformed_traceparent_starts_a_new_trace(
     assert execution.context.trace_id != 0
     # And the server still serves.
     assert server.client.execute("print(2)").stdout == "2\n"
+
+
+def test_spans_of_many_calls_are_all_made_and_end_inside_the_execution(
+    server: InProcessServer, exporter: InMemorySpanExporter
+) -> None:
+    # More calls answered at once than the server makes spans per turn of its event loop: the
+    # spans come over several turns, every one of them, and the execution's span ends last.
+    calls = 5 * SPANS_PER_TURN + 3
+    script = f"import tools\nfor i in range({calls}):\n    tools.many(x=i)\nprint('done')"
+    result = server.client.execute(script, echo_manifest("many"))
+    assert (result.status, result.stdout, len(result.calls)) == ("ok", "done\n", calls)
+
+    spans = _finished(exporter, calls + 3)  # execution, stubs, acquire, the calls
+    execution = next(s for s in spans if s.name == "ptc.execution")
+    tool_spans = [s for s in spans if s.name == "execute_tool many"]
+    assert sorted(dict(s.attributes or {})["ptc.tool.seq"] for s in tool_spans) == list(
+        range(1, calls + 1)
+    )
+    assert {_parent(s) for s in tool_spans} == {execution.context.span_id}
+    assert dict(execution.attributes or {})["ptc.usage.tool_calls"] == calls
+    assert execution.end_time is not None
+    assert max(s.end_time or 0 for s in tool_spans) <= execution.end_time
+    # The execution's span is exported only once its last child is made.
+    assert spans.index(execution) > max(spans.index(s) for s in tool_spans)
+
+
+@pytest.mark.parametrize(
+    ("env", "queue"), [({}, DEFAULT_SPAN_QUEUE), ({"OTEL_BSP_MAX_QUEUE_SIZE": "1000"}, 1000)]
+)
+def test_span_queue_holds_the_spans_of_concurrent_executions(
+    env: dict[str, str], queue: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK reads OTEL_BSP_* from the process environment itself.
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    provider = tracing._build_provider({"OTEL_TRACES_EXPORTER": "console", **env})
+    try:
+        processors = provider._active_span_processor._span_processors
+        assert [p._batch_processor._max_queue_size for p in processors] == [queue]
+    finally:
+        provider.shutdown()
