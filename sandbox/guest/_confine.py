@@ -24,10 +24,10 @@ import threading
 
 __all__ = [
     "CloneIntoPidNamespace",
+    "SeccompFilter",
     "drop_capabilities",
     "empty_bounding_set",
     "forbid_user_namespaces",
-    "install_seccomp",
     "last_capability",
     "make_device_nodes_readonly",
     "mount_proc",
@@ -206,33 +206,43 @@ def empty_bounding_set(last_cap: int) -> None:
         _prctl(PR_CAPBSET_DROP, cap)
 
 
+class _SeccompProgram(ctypes.Structure):
+    """`struct sock_fprog`."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+# capset(2)'s arguments for "no capabilities at all", made once in the zygote: a child touches
+# as little of the inherited heap as it can (every page it writes to is copied on write).
+_CAP_HEADER = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+_CAP_NONE = (ctypes.c_uint32 * 6)()  # two all-zero __user_cap_data_struct
+
+
 def drop_capabilities() -> None:
     """Empties the ambient, inheritable, permitted and effective sets (the bounding set is
     already empty: `empty_bounding_set`)."""
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # two all-zero __user_cap_data_struct
-    _check(_libc.capset(header, data), "capset")
+    _check(_libc.capset(_CAP_HEADER, _CAP_NONE), "capset")
 
 
-def install_seccomp(program: bytes) -> None:
-    """no_new_privs, then the BPF program (an array of `struct sock_filter`, as libseccomp
-    exports it) for this process and everything it starts."""
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if not program:
-        return
-    if len(program) % 8:
-        raise OSError(0, "seccomp: the program is not a whole number of instructions")
-    buffer = ctypes.create_string_buffer(program, len(program))
+class SeccompFilter:
+    """A BPF program (an array of `struct sock_filter`, as libseccomp exports it), laid out for
+    the kernel once (in the zygote), installed by each child with one call."""
 
-    class _Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    def __init__(self, program: bytes) -> None:
+        if len(program) % 8:
+            raise OSError(0, "seccomp: the program is not a whole number of instructions")
+        self.empty = not program
+        self._buffer = ctypes.create_string_buffer(program, len(program))
+        self._program = _SeccompProgram(len(program) // 8, ctypes.addressof(self._buffer))
+        self._address = ctypes.addressof(self._program)
 
-    prog = _Prog(len(program) // 8, ctypes.addressof(buffer))
-    _check(
-        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
-        "seccomp",
-    )
+    def install(self) -> None:
+        """no_new_privs, then the filter, for this process and everything it starts."""
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if self.empty:
+            return
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._address, 0, 0), "seccomp")
 
 
 class _CloneArgs(ctypes.Structure):

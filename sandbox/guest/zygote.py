@@ -102,7 +102,7 @@ def _wait_for_cgroup() -> None:
         os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
 
 
-def _sandbox_init(program: bytes, reaper: bool, new_session: bool = True) -> None:
+def _sandbox_init(seccomp: _confine.SeccompFilter, reaper: bool, new_session: bool = True) -> None:
     """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
     if reaper:  # dies with its reaper (whose own death the host causes); else the host's pidfd
         _confine.set_death_signal(signal.SIGKILL)
@@ -113,7 +113,7 @@ def _sandbox_init(program: bytes, reaper: bool, new_session: bool = True) -> Non
     _confine.mount_proc()
     os.close(STATUS_FD)
     _confine.drop_capabilities()
-    _confine.install_seccomp(program)
+    seccomp.install()
     sys.argv = ["/ptc/bootstrap.py", str(CHANNEL_FD)]  # as a bootstrap started directly sees it
     bootstrap.main()
 
@@ -164,7 +164,7 @@ def _set_up_failed(exc: BaseException) -> None:
         os._exit(EXIT_SETUP_FAILED)
 
 
-def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+def _child(request: dict[str, object], fds: list[int], seccomp: _confine.SeccompFilter) -> None:
     """A first child: forks the sandbox's pid 1 into a new pid namespace, then reports it and
     exits, or stays as its reaper."""
     try:
@@ -172,7 +172,7 @@ def _child(request: dict[str, object], fds: list[int], program: bytes) -> None:
         reaper = request.get("exit_status") == "reaper"
         pid = os.fork()
         if pid == 0:
-            _sandbox_init(program, reaper)
+            _sandbox_init(seccomp, reaper)
             os._exit(0)  # bootstrap.main() never returns
         if not reaper:
             os.write(STATUS_FD, f"{pid}\n".encode())  # the host takes it from here
@@ -202,25 +202,29 @@ def _kill_children() -> None:
         time.sleep(0.001)
 
 
-def _direct_child(request: dict[str, object], fds: list[int], program: bytes) -> None:
+def _direct_child(
+    request: dict[str, object], fds: list[int], seccomp: _confine.SeccompFilter
+) -> None:
     """The sandbox's pid 1 itself, born in its own pid namespace (one fork, no first child)."""
     try:
         _enter_sandbox(request, fds, pid_namespace=False)
-        _sandbox_init(program, reaper=False, new_session=False)
+        _sandbox_init(seccomp, reaper=False, new_session=False)
     except BaseException as exc:
         _set_up_failed(exc)
     os._exit(0)  # bootstrap.main() never returns
 
 
-def _serve(control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace) -> None:
+def _serve(
+    control: socket.socket, seccomp: _confine.SeccompFilter, cloner: _confine.CloneIntoPidNamespace
+) -> None:
     with contextlib.suppress(OSError):  # the control socket broke under a reply: host gone
-        _serve_requests(control, program, cloner)
+        _serve_requests(control, seccomp, cloner)
     # The host is gone (or gave up waiting for a retired zygote): so are its sandboxes.
     _kill_children()
 
 
 def _serve_requests(
-    control: socket.socket, program: bytes, cloner: _confine.CloneIntoPidNamespace
+    control: socket.socket, seccomp: _confine.SeccompFilter, cloner: _confine.CloneIntoPidNamespace
 ) -> None:
     """Returns when the host has closed the control socket, or a retired zygote has no child
     left; raises OSError when the socket breaks."""
@@ -255,7 +259,7 @@ def _serve_requests(
             continue
         if pid == 0:
             control.close()
-            (_direct_child if direct else _child)(request, fds, program)
+            (_direct_child if direct else _child)(request, fds, seccomp)
         for fd in fds:
             os.close(fd)
         # "init": the pid is the sandbox's pid 1 (else its first child, which reports it).
@@ -298,7 +302,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children leave the frozen heap alone: no copy-on-write from the collector
     _reply(control, {"t": "ready", "pid": os.getpid()})
-    _serve(control, program, cloner)
+    _serve(control, _confine.SeccompFilter(program), cloner)
 
 
 if __name__ == "__main__":

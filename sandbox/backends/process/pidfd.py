@@ -9,7 +9,6 @@ the structure is fixed by the kernel's ABI (`include/uapi/linux/pidfd.h`, versio
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import struct
@@ -57,9 +56,19 @@ def exit_status_supported() -> bool:
 def is_namespace_init(pid: int) -> bool:
     """Whether ``pid`` is pid 1 of a pid namespace below ours: a sandbox's pid 1, not a
     process that took over the number of one that already exited."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("NSpid:"):
-                ids = line.split()[1:]
-                return len(ids) >= 2 and ids[-1] == "1"
-    return False
+    # os.open/os.read, not a text file: once per sandbox start, on the host's path.
+    try:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        status = os.read(fd, 8192)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    start = status.find(b"\nNSpid:")
+    if start < 0:
+        return False
+    ids = status[start + 7 : status.find(b"\n", start + 1)].split()
+    return len(ids) >= 2 and ids[-1] == b"1"
