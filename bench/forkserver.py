@@ -11,7 +11,10 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    subprocess, so "10x what the current code reaches" is measured, not remembered;
 3. the bare fork+unshare floor: a parent that has imported the guest runtime's modules forks a
    child that unshares mount, uts, ipc and network namespaces and prints, at concurrency 4;
-4. a bare ``bwrap --unshare-all python3 -I -S -c 'print(1)'`` per execution, at concurrency 4.
+4. a bare ``bwrap --unshare-all python3 -I -S -c 'print(1)'`` per execution, at concurrency 4;
+5. where a Docker engine and the runtime image are there (``PTC_DOCKER_HOST``), the Docker
+   backend's sustained rate at concurrency 4 (``--docker-per-block`` executions a block: it keeps
+   a single-use container per execution, so the engine's container start is its floor).
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its two processes) and cgroup charge; what replacing the zygote costs.
@@ -132,6 +135,20 @@ async def engine_rate(
     elapsed, cpu = time.perf_counter() - t, busy_cpu_s() - cpu
     own = own_cpu_s(backend) - own + sandbox_cpu
     return total / elapsed, cpu / total, own / total
+
+
+async def plain_rate(engine: Engine, total: int, concurrency: int) -> float:
+    """Executions/s of print(1) through ``engine`` (its default backend)."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with slots:
+            result = await engine.execute(ExecutionRequest("print(1)"))
+            assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(total)))
+    return total / (time.perf_counter() - started)
 
 
 def floor_rate(total: int, concurrency: int) -> float:
@@ -264,12 +281,30 @@ async def rotation_cost(report: Report, backend: ProcessBackend, rounds: int = 5
     report.figure(f"the same per execution, every {limit} forks", cpu / limit * 1e6, "us")
 
 
-async def main(report: Report, rounds: int, per_block: int, legacy_rev: str | None) -> None:
+async def docker_engine() -> Engine | None:
+    """An engine on the Docker backend, or None (said why) where none can run containers."""
+    from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+    backend = DockerBackend(DockerBackendConfig(pool_size=4))
+    engine = Engine(EngineConfig(backends={"docker": backend}, default_backend="docker"))
+    await engine.start()
+    if backend.unavailable_reason:
+        print(f"the Docker backend's rate is not measured: {backend.unavailable_reason}")
+        await engine.close()
+        return None
+    await backend.pool.wait_ready(timeout=120)
+    return engine
+
+
+async def main(
+    report: Report, rounds: int, per_block: int, legacy_rev: str | None, docker_per_block: int
+) -> None:
     backend = ProcessBackend(ProcessBackendConfig())
     engine = Engine(EngineConfig(backends={"process": backend}))
     legacy = Legacy(legacy_rev, per_block) if legacy_rev else None
     cpu_per: dict[str, list[float]] = {}
     await engine.start()
+    docker = await docker_engine() if docker_per_block else None
     try:
         await backend.pool.wait_ready()
         report.print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
@@ -299,6 +334,12 @@ async def main(report: Report, rounds: int, per_block: int, legacy_rev: str | No
 
         cases["bare fork+unshare c=4"] = floor
         cases["bare bwrap python3 -c c=4"] = bwrap
+        if docker is not None:
+
+            async def containers(engine: Engine = docker) -> float:
+                return await plain_rate(engine, docker_per_block, 4)
+
+            cases["Docker backend c=4"] = containers
         report.section(
             f"1. sustained executions/s of print(1), {rounds} interleaved blocks of {per_block}"
         )
@@ -317,6 +358,9 @@ async def main(report: Report, rounds: int, per_block: int, legacy_rev: str | No
             for c in (4, 32):
                 ratio = med[f"ours c={c}"] / med[f"before the fork server c={c}"]
                 report.figure(f"ours / before the fork server, c={c}", ratio, "x", note=">= 10")
+        if docker is not None:
+            ratio = med["ours c=4"] / med["Docker backend c=4"]
+            report.figure("ours / Docker backend, c=4", ratio, "x")
         report.section("2. warm print(1) latency")
         await latency(report, engine, backend, 30)
         report.section("3. an idle pooled sandbox")
@@ -327,6 +371,8 @@ async def main(report: Report, rounds: int, per_block: int, legacy_rev: str | No
         await rotation_cost(report, backend)
     finally:
         await engine.close()
+        if docker is not None:
+            await docker.close()
         if legacy is not None:
             legacy.close()
 
@@ -337,6 +383,20 @@ if __name__ == "__main__":
     parser.add_argument(
         "--legacy-rev", default="6285339^", help="the code before the fork server ('' to skip)"
     )
+    parser.add_argument(
+        "--docker-per-block",
+        type=int,
+        default=24,
+        help="Docker backend executions per block (0 to skip)",
+    )
     args = parser.parse_args()
     with Report("forkserver", args) as report:
-        asyncio.run(main(report, args.rounds, args.per_block, args.legacy_rev or None))
+        asyncio.run(
+            main(
+                report,
+                args.rounds,
+                args.per_block,
+                args.legacy_rev or None,
+                args.docker_per_block,
+            )
+        )
