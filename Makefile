@@ -31,6 +31,7 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.stubs
 	$(PY) -m bench.sandbox
 	$(PY) -m bench.forkserver
+	$(PY) -m bench.forkserver_cost
 	$(PY) -m bench.grpc
 	$(PY) -m bench.tokens
 	$(PY) -m bench.audit
