@@ -431,12 +431,11 @@ class _Session:
                 f"the script reported a write that failed with {errno_name}",
                 evidence=Evidence.GUEST,
             )
-        refused_task = errno_name == "EAGAIN" or (
-            kind == "RuntimeError" and error.get("message") == "can't start new thread"
-        )
-        if refused_task and not self.handle.has_cgroup_pids:
+        thread_refused = kind == "RuntimeError" and error.get("message") == "can't start new thread"
+        if thread_refused and not self.handle.has_cgroup_pids:
             # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's
-            # tasks) refused a fork or a thread: no host counter saw it.
+            # tasks) refused a thread: no host counter saw it. A refused fork is not claimed:
+            # its BlockingIOError (EAGAIN) is what non-blocking I/O raises too.
             if self._script_raised(error):
                 return None
             return Violation(
@@ -445,7 +444,7 @@ class _Session:
                 None,
                 "count",
                 "refused",
-                "the script reported a process or thread creation refused at the limit",
+                "the script reported a thread start refused at the limit",
                 evidence=Evidence.GUEST,
             )
         if errno_name == "EMFILE":

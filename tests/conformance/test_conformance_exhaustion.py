@@ -264,3 +264,27 @@ for name in ("RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_FSIZE"):
         "RLIMIT_FSIZE ValueError",
     ]
     clean.assert_healthy()
+
+
+REFUSAL_LOOKALIKES = {
+    # The script raises a refused thread's error itself: no kernel refused anything.
+    "raised-thread-error": (
+        "raise RuntimeError(\"can't start new thread\")",
+        ("RuntimeError", "can't start new thread", 1),
+    ),
+    # Non-blocking I/O raises what a refused fork raises (EAGAIN): not a processes violation.
+    "non-blocking-read": (
+        "import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)",
+        ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", 4),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSAL_LOOKALIKES))
+def test_refusal_lookalikes_are_no_violation(clean: Harness, name: str) -> None:
+    script, (kind, message, line) = REFUSAL_LOOKALIKES[name]
+    result = clean.run(script, limits={"processes": 16})
+    assert (result.status, result.violations) == ("error", [])
+    assert result.error is not None
+    assert (result.error.type, result.error.message, result.error.line) == (kind, message, line)
+    clean.assert_healthy()
