@@ -101,16 +101,21 @@ def busy_cpu_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def own_cpu_s(backend: ProcessBackend) -> float:
-    """CPU seconds of this process (every thread: the host side) and of the zygote itself
-    (its forks); sandboxes' own CPU comes from their cgroups, in each result."""
-    times = os.times()
-    total = times.user + times.system
+def zygote_cpu_s(backend: ProcessBackend) -> float:
+    """CPU seconds of the backend's zygotes alive now (their forks and requests)."""
+    total = 0.0
     for pid in backend.zygote.pids() if backend.zygote is not None else []:
         with contextlib.suppress(psutil.Error):
             cpu = psutil.Process(pid).cpu_times()
             total += cpu.user + cpu.system
     return total
+
+
+def own_cpu_s(backend: ProcessBackend) -> float:
+    """CPU seconds of this process (every thread: the host side) and of the zygote itself
+    (its forks); sandboxes' own CPU comes from their cgroups, in each result."""
+    times = os.times()
+    return times.user + times.system + zygote_cpu_s(backend)
 
 
 async def engine_rate(

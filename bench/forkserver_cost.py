@@ -25,9 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
-from bench.forkserver import busy_cpu_s
+from bench.forkserver import busy_cpu_s, zygote_cpu_s
 from bench.harness import Report, bench_parser
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
@@ -48,15 +46,6 @@ def thread_cpu_s() -> dict[int, float]:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             out[int(task.name)] = (int(fields[11]) + int(fields[12])) / TICKS
     return out
-
-
-def zygote_cpu_s(backend: ProcessBackend) -> float:
-    total = 0.0
-    for pid in backend.zygote.pids() if backend.zygote is not None else []:
-        with contextlib.suppress(psutil.Error):
-            cpu = psutil.Process(pid).cpu_times()
-            total += cpu.user + cpu.system
-    return total
 
 
 async def block(

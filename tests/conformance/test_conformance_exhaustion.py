@@ -269,7 +269,7 @@ for name in ("RLIMIT_CPU", "RLIMIT_NOFILE", "RLIMIT_FSIZE"):
 REFUSAL_LOOKALIKES = {
     # The script raises a refused thread's error itself: no kernel refused anything.
     "raised-thread-error": (
-        "raise RuntimeError(\"can't start new thread\")",
+        'raise RuntimeError("can\'t start new thread")',
         ("RuntimeError", "can't start new thread", 1),
     ),
     # Non-blocking I/O raises what a refused fork raises (EAGAIN): not a processes violation.
