@@ -76,6 +76,11 @@ class Server:
     def close(self) -> None:
         self.backend.gate("go").set()
         self.call(self.server.stop(grace_s=2.0))
+        self.close_loop()
+
+    def close_loop(self) -> None:
+        """Stops and closes the loop (its self-pipe sockets with it), whether or not the
+        server was stopped already."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
@@ -293,7 +298,7 @@ def test_a_draining_server_does_not_wait_for_another_servers_slot(
             assert holder.result(30).status == "ok"
     finally:
         if stopped:
-            b.loop.call_soon_threadsafe(b.loop.stop)
+            b.close_loop()
         else:
             b.close()
         a.close()
