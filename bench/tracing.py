@@ -76,6 +76,9 @@ class EncodingExporter(SpanExporter):
         self.spans += len(spans)
         return SpanExportResult.SUCCESS
 
+    def shutdown(self) -> None:
+        return None
+
 
 class Counter(SpanProcessor):
     """Counts the spans ended, to compare with the spans exported (the batch processor drops
@@ -86,9 +89,6 @@ class Counter(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         self.ended += 1
-
-    def shutdown(self) -> None:
-        return None
 
 
 def on(provider: TracerProvider) -> None:

@@ -234,22 +234,21 @@ class CallTracer:
         assert parent is not None
         return cls(tracer, parent, _DEFERRED.get())
 
-    # `start` and `end` run on the channel thread for every call, so they take no lock: each
-    # touches only its own call's entries, with single dict and list operations (atomic in
-    # CPython). `finish` swaps the containers out under the lock; a call that ends after that
-    # lands in the old ones and gets no span, as any answer after the execution's end.
     def start(self, record: CallRecord) -> None:
-        self._arrived[record.seq] = time.time_ns()
+        arrived = time.time_ns()
+        with self._lock:
+            self._arrived[record.seq] = arrived
 
     def end(self, record: CallRecord, value: Any = None) -> None:
         ended = time.time_ns()
-        if self._finished:  # an answer after the execution ended: its span is closed
-            return
-        span = self._spans.pop(record.seq, None)
-        arrived = self._arrived.pop(record.seq, ended)
-        if span is None:
-            self._done.append((record, arrived, ended, value))
-            return
+        with self._lock:
+            if self._finished:  # an answer after the execution ended: its span is closed
+                return
+            span = self._spans.pop(record.seq, None)
+            arrived = self._arrived.pop(record.seq, ended)
+            if span is None:
+                self._done.append((record, arrived, ended, value))
+                return
         self._close(span, record, value, ended)
 
     def _open(self, tool: str, seq: int, key: str, arguments: Any, arrived: int) -> Span:
