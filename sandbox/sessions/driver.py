@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sandbox.backends.base import Job, Outcome, SandboxHandle
+from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
 from sandbox.backends.session import FRAME_OVERHEAD, _Session, job_frame
 from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
@@ -120,6 +120,7 @@ class _Cell(_Session):
         self.interrupted = False
         self.lost: str | None = None
         self.cpu_base = 0.0
+        self.usage_base = ResourceUsage()
 
     def deliver(self, message: GuestMessage | ProtocolViolation) -> None:
         if isinstance(message, ProtocolViolation) and self.lost is None:
@@ -180,7 +181,8 @@ class _Cell(_Session):
 
     async def run_cell(self) -> CellOutcome:
         handle, limits = self.handle, self.job.limits
-        self.cpu_base = handle.usage().cpu_time_s
+        self.usage_base = handle.usage()
+        self.cpu_base = self.usage_base.cpu_time_s
         started = time.monotonic()
         self.broker.start_clock()
         handle.stdout.attach(self.stdout, self.on_output)
@@ -251,7 +253,7 @@ class _Cell(_Session):
                 self.lost = f"exited: the sandbox ended with exit code {exit_code}"
         elif self.lost is not None and resources.oom_killed:
             self.lost = "memory: the sandbox ran out of memory and was killed"
-        cell_usage = replace(resources, cpu_time_s=max(0.0, resources.cpu_time_s - self.cpu_base))
+        cell_usage = cell_share(self.usage_base, resources)
         killed_for = self.killed_for
         if killed_for == "session_cpu_time":
             self.killed_for = None  # reported below as the session's own limit
@@ -287,3 +289,21 @@ class _Cell(_Session):
             omitted_outputs=self.outputs.omitted,
         )
         return CellOutcome(outcome, None if alive else self.lost)
+
+
+def cell_share(before: ResourceUsage, after: ResourceUsage) -> ResourceUsage:
+    """The cell's own part of the session cgroup's counters, which count from the sandbox's
+    start: a refusal an earlier cell met is not this cell's violation. Peaks and the OOM
+    event stay the sandbox's (memory and processes are limits of the whole session)."""
+    pids_hits = max(0, after.pids_limit_hits - before.pids_limit_hits)
+    if after.pids_limit_hits or before.pids_limit_hits:
+        pids_hit = pids_hits > 0
+    else:  # a flag without a count: only its change is this cell's
+        pids_hit = after.pids_limit_hit and not before.pids_limit_hit
+    return replace(
+        after,
+        cpu_time_s=max(0.0, after.cpu_time_s - before.cpu_time_s),
+        memory_limit_hits=max(0, after.memory_limit_hits - before.memory_limit_hits),
+        pids_limit_hits=pids_hits,
+        pids_limit_hit=pids_hit,
+    )
