@@ -11,6 +11,7 @@ import json
 import pytest
 
 from sandbox.errors import FailedPrecondition, InvalidArgument
+from sandbox.result import ExecutionResult
 
 from .conftest import SessionServer
 
@@ -19,7 +20,7 @@ LOOKUP = json.dumps([{"name": "lookup", "parameters": _PARAMS}])
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6:\n    pass"
 
 
-def tripped(result):  # type: ignore[no-untyped-def]
+def tripped(result: ExecutionResult) -> list[tuple[str, str]]:
     return [(v.limit, v.action) for v in result.violations]
 
 
@@ -95,7 +96,8 @@ def test_the_total_cpu_budget_ends_the_session(srv: SessionServer) -> None:
     assert [b.status for b in burns[:2]] == ["ok", "ok"]
     assert tripped(burns[2]) == [("cpu_time", "killed")]
     assert burns[2].violations[0].limit_value == 1.5
-    assert 1.5 <= burns[2].violations[0].observed < 2.5
+    observed = burns[2].violations[0].observed
+    assert observed is not None and 1.5 <= observed < 2.5
     budget = "cpu_time: the session used its total CPU budget of 1.5 s"
     assert burns[2].session_lost == budget
     assert str(lost.value) == f"session_lost: session '{session.id}' is lost: {budget}"
