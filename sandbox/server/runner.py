@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sandbox.audit.base import AuditStore
 from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, StartedInfo, limits_fields
-from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
@@ -85,6 +85,11 @@ class Runner:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
         if self.refusing is not None:
+            if session is not None:  # it ends with this server: no other server can take it
+                raise FailedPrecondition(
+                    f"session_lost: session {session.id!r} is ending: the server that holds it"
+                    " is shutting down"
+                )
             raise Unavailable(self.refusing)
         manifest = self.engine.manifest(request)  # cached: `Engine.prepare` parses it no more
         for index, tool in enumerate(manifest.tools):

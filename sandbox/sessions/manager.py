@@ -214,8 +214,26 @@ class SessionManager:
             raise InvalidArgument("session_id: is empty")
         session = self._sessions.get(session_id) or self._ended.get(session_id)
         if session is None or session.tenant != tenant:
-            raise NotFound(f"session_id: no session {session_id!r}")
+            raise self._unknown(tenant, session_id)
         return session
+
+    def _unknown(self, tenant: str, session_id: str) -> NotFound:
+        """NOT_FOUND for an id this server does not hold; where the audit store recorded the
+        session (an earlier server's, ended by its stop or restart), the message says how it
+        ended, so a client learns why its session is gone rather than that it never was."""
+        record = None
+        if self.store is not None:
+            with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
+                record = self.store.get(tenant, session_id)
+        if record is None or record.admission.labels.get("ptc.kind") != "session":
+            return NotFound(f"session_id: no session {session_id!r}")
+        if record.result is None:
+            how = f"{record.status}: the server that held it stopped before ending it"
+        elif record.result.error is not None:
+            how = record.result.error.message
+        else:
+            how = record.status
+        return NotFound(f"session_lost: session {session_id!r} is gone: {how}")
 
     def usable(self, tenant: str, session_id: str) -> Session:
         """The tenant's open session, or the error that says why it is not."""

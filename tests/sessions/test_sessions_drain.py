@@ -3,16 +3,19 @@ records of sessions and their executions, and the session record says how it end
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from sandbox.audit import open_store
-from sandbox.errors import Unavailable
+from sandbox.errors import FailedPrecondition, NotFound, Unavailable
 
 from .conftest import SessionServer
 
@@ -81,3 +84,72 @@ def test_server_stop_ends_sessions_with_a_reason(tmp_path: Path, backend: str) -
     assert [json.loads(line)["execution_id"] for line in listed.stdout.splitlines()] == [
         done.execution_id
     ]
+
+
+def _stop_loop(srv: SessionServer) -> None:
+    for client in (srv.a, srv.b, srv.nosess):
+        client.close()
+    srv.loop.call_soon_threadsafe(srv.loop.stop)
+    srv._thread.join(10)
+    srv.loop.close()
+
+
+@pytest.mark.parametrize(
+    "backend", ["process", pytest.param("docker", marks=pytest.mark.requires_docker)]
+)
+def test_draining_and_restarted_servers_say_why_a_session_is_gone(
+    tmp_path: Path, backend: str
+) -> None:
+    """While a server drains, a session's next cell is refused with FAILED_PRECONDITION (the
+    session cannot move to another server, so UNAVAILABLE's "retry elsewhere" would mislead);
+    a server started on the same audit store answers the old id with NOT_FOUND and how the
+    session ended, from its record."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    srv = SessionServer(tmp_path / "one", backend)
+    try:
+        session = srv.a.session(backend=backend)
+        session.create()
+        assert session.execute("x = 1\nx").value == "1"
+        pool = ThreadPoolExecutor(1)
+        slow = pool.submit(
+            srv.a.execute, "import time\ntime.sleep(2)\nprint('done')", backend=backend
+        )
+        deadline = time.monotonic() + 30
+        while not srv.server.runner._runs and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stopping = asyncio.run_coroutine_threadsafe(srv.server.stop(grace_s=10.0), srv.loop)
+        while srv.server.runner.refusing is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(FailedPrecondition) as draining:
+            session.execute("x")
+        assert str(draining.value) == (
+            f"session_lost: session {session.id!r} is ending: the server that holds it is"
+            " shutting down"
+        )
+        # The in-flight execution finishes within the grace.
+        assert slow.result(30).stdout == "done\n"
+        pool.shutdown()
+        stopping.result(30)
+    finally:
+        if srv.server.runner.refusing is None:
+            srv.call(srv.server.stop(grace_s=1.0))
+        _stop_loop(srv)
+
+    again = SessionServer(tmp_path / "two", backend, audit_db=srv.audit_db)
+    try:
+        with pytest.raises(NotFound) as gone:
+            again.a.run("x", backend=backend, session_id=session.id)
+        assert str(gone.value) == (
+            f"session_lost: session {session.id!r} is gone: closed: server stopping: sessions"
+            " end with the server"
+        )
+        with pytest.raises(NotFound) as foreign:  # another tenant learns nothing of it
+            again.b.run("x", backend=backend, session_id=session.id)
+        assert str(foreign.value) == f"session_id: no session {session.id!r}"
+        with pytest.raises(NotFound) as never:
+            again.a.run("x", backend=backend, session_id="s-0000")
+        assert str(never.value) == "session_id: no session 's-0000'"
+        again.assert_healthy()
+    finally:
+        again.close()
