@@ -4,8 +4,10 @@ violation; a missing runtime or one built for another Python is refused before a
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from runtime_support import EngineHarness, world_traversable_dir
 
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import InvalidArgument, NotFound
+from sandbox.runtimes.store import MOUNT_POINT
 
 NUMPY_SCRIPT = """
 import numpy as np
@@ -44,6 +47,31 @@ def test_preload_is_per_runtime(harness: EngineHarness) -> None:
     assert (preloaded.status, preloaded.stdout) == ("ok", "True 1 1\n")
     plain = harness.run(script, runtime="pure")
     assert (plain.status, plain.stdout) == ("ok", "False 1 1\n")
+
+
+def _guest_stdlib_path(harness: EngineHarness) -> list[str]:
+    """The guest interpreter's own sys.path under -I -S: its standard library, nothing else."""
+    done = subprocess.run(
+        [harness.backend.python, "-I", "-S", "-c", "import sys; print(sys.path)"],
+        capture_output=True, text=True, timeout=30, check=True, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    return list(ast.literal_eval(done.stdout))
+
+
+@pytest.mark.parametrize("runtime", ["np", "pure", None])
+def test_a_runtime_sandbox_sees_no_host_path(harness: EngineHarness, runtime: str | None) -> None:
+    # The fork server imported numpy before forking (np): that left no path of its own behind.
+    # The sandbox sees its guest directory, the standard library and its runtime's site, in that
+    # order, and nothing of the host (no venv, no user site, no working directory, no runtimes
+    # root).
+    script = "import json, sys; print(json.dumps(sys.path))"
+    result = harness.run(script, runtime=runtime)
+    assert result.status == "ok", result.to_json()
+    site = [] if runtime is None else [f"{MOUNT_POINT}/site"]
+    # The fork server and the bootstrap each put the guest directory first: "/ptc" twice.
+    path = json.loads(result.stdout)
+    assert path[:2] == ["/ptc", "/ptc"]
+    assert path[2:] == [*_guest_stdlib_path(harness), *site]
 
 
 def test_one_fork_server_per_runtime(harness: EngineHarness) -> None:
@@ -130,9 +158,16 @@ def test_numpy_over_the_memory_limit_is_a_memory_violation(harness: EngineHarnes
     assert harness.leftovers() == []
 
 
+def _started_total(harness: EngineHarness) -> int:
+    """Sandboxes ever started, by the default pool and every runtime's own."""
+    runtimes = harness.backend.runtimes
+    envs = runtimes.envs.values() if runtimes is not None else ()
+    return int(harness.backend.pool.started_total) + sum(e.pool.started_total for e in envs)
+
+
 def test_missing_runtime_is_refused_before_any_sandbox(harness: EngineHarness) -> None:
     harness.settle()
-    started = harness.backend.pool.started_total
+    started = _started_total(harness)
     with pytest.raises(NotFound) as caught:
         harness.run("print(1)", runtime="nope")
     assert caught.value.message.startswith("runtime: no runtime named 'nope' in ")
@@ -140,7 +175,7 @@ def test_missing_runtime_is_refused_before_any_sandbox(harness: EngineHarness) -
     with pytest.raises(InvalidArgument) as bad:
         harness.run("print(1)", runtime="../np")
     assert bad.value.message.startswith("runtime: '../np' is not a valid runtime name")
-    assert harness.backend.pool.started_total == started
+    assert _started_total(harness) == started
     runtimes = harness.backend.runtimes
     assert runtimes is not None and "nope" not in runtimes.envs
     harness.assert_healthy()
@@ -154,6 +189,8 @@ def test_runtime_for_another_python_is_refused(harness: EngineHarness, runtimes_
         (other / "old" / "runtime.json").write_text(json.dumps({**meta, "python": "3.99"}))
         runtimes = harness.backend.runtimes
         assert runtimes is not None
+        harness.settle()
+        started = _started_total(harness)
         store, runtimes.store = runtimes.store, type(runtimes.store)(other)
         try:
             request = ExecutionRequest(script="print(1)", runtime="old")
@@ -165,6 +202,9 @@ def test_runtime_for_another_python_is_refused(harness: EngineHarness, runtimes_
             "runtime: 'old' was built for Python 3.99, but the sandbox runs Python 3.11; "
             "rebuild it (`ptc runtime rm old` then `ptc runtime build old ...`)"
         )
+        # Refused before any sandbox was taken: none started, no fork server for it.
+        assert _started_total(harness) == started
+        assert "old" not in runtimes.envs
     finally:
         shutil.rmtree(other, ignore_errors=True)
     harness.assert_healthy()
