@@ -7,10 +7,11 @@ without touching the session's state."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from sandbox.errors import FailedPrecondition, InvalidArgument
+from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.result import ExecutionResult
 
 from .conftest import SessionServer
@@ -119,4 +120,23 @@ def test_bad_input_files_leave_the_session_as_it_was(srv: SessionServer) -> None
         "input file '../x': the file name has a '..' component (no '..', '.' or '//')"
     )
     assert (after.status, after.value) == ("ok", "42")
+    srv.assert_healthy()
+
+
+def test_the_lifetime_ends_the_session_under_a_running_cell(srv: SessionServer) -> None:
+    with srv.a.session(backend=srv.backend, max_lifetime=2) as session:
+        started = time.monotonic()
+        sleeper = session.execute(
+            "import time\ntime.sleep(8)\nprint('woke')", limits={"wall_time_ms": 20_000}
+        )
+        took = time.monotonic() - started
+        with pytest.raises(NotFound) as expired:
+            session.execute("1")
+    reason = "lifetime: reached its maximum lifetime of 2 s"
+    # Killed by the session's end, not by a limit of its own: no violation, the reason says why.
+    assert (sleeper.status, sleeper.exit_code, sleeper.stdout) == ("error", -9, "")
+    assert sleeper.violations == []
+    assert sleeper.session_lost == reason
+    assert took < 8
+    assert str(expired.value) == f"session_lost: session {session.id!r} is expired: {reason}"
     srv.assert_healthy()
