@@ -25,6 +25,7 @@ from smolagents import CodeAgent
 from test_mcp_server import SCRIPT
 from test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
 
+from sandbox._proto import sandbox_pb2 as pb
 from sandbox.integrations import ClientRunner
 from sandbox.integrations.smolagents import SandboxExecutor
 
@@ -100,3 +101,27 @@ def test_smolagents_executor_over_a_client_runner(address: str) -> None:
     assert answer == "Quito, humidity 40"  # final_answer came back through the stream
     assert CALLS == ["Oslo", "Rome", "Quito", "Quito"]  # the tool ran here, in this process
     assert "warmest: Quito" in str(model.seen[1])
+
+
+def test_ptc_mcp_session_over_a_server_keeps_state_and_closes_it(address: str) -> None:
+    params = StdioServerParameters(
+        command=PYTHON,
+        args=["-m", "sandbox.cli", "mcp", "--server", address, "--session"],
+        cwd=str(ROOT),
+    )
+
+    async def work() -> list[str]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            out = []
+            for code in ("import math\nr = 2", "print(round(math.pi * r * r, 2))"):
+                out.append(_text(await session.call_tool("execute_python", {"code": code})))
+            return out
+
+    first, second = asyncio.run(asyncio.wait_for(work(), 100))
+    assert "status: ok" in first
+    assert "12.57" in second and "status: ok" in second
+    # The conversation's session lived on the server and ended with the conversation.
+    with ClientRunner.connect(address) as runner:
+        sessions = runner.client.list_sessions(include_ended=True)
+    assert [(s.state, len(s.execution_ids)) for s in sessions] == [(pb.SESSION_STATE_CLOSED, 2)]
