@@ -11,7 +11,11 @@ out of theirs. CLI tests run `ptc` in subprocesses.
 temporary entries that do not belong to the warm pool's idle sandboxes. Tests assert it is empty.
 
 Tests marked `requires_docker` (anywhere under tests/) are skipped, with the reason, when no Docker
-engine answers or the runtime image is missing or stale: `docker_unavailable_reason()`.
+engine answers or the runtime image is missing or stale: `docker_unavailable_reason()`. Tests
+marked `requires_gvisor` (the Docker backend under runsc) are skipped, with the reason, when the
+engine has no runsc registered either: `gvisor_unavailable_reason()`; with
+``PTC_REQUIRE_GVISOR=1`` (set by scripts/test.sh, so CI never loses the gVisor tier quietly) they
+fail instead.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() els
 POOL_SIZE = 2
 # What the process backend's runtime dir holds for as long as the backend lives.
 RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES))
+REQUIRE_GVISOR = "PTC_REQUIRE_GVISOR"
 
 
 def _mounts() -> set[str]:
@@ -91,13 +96,53 @@ def docker_unavailable_reason() -> str | None:
     return None
 
 
+@functools.cache
+def gvisor_unavailable_reason() -> str | None:
+    """Why the Docker backend cannot run containers under runsc here, or None."""
+    from sandbox.backends.docker import engine_client
+
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        client = engine_client.connect(engine_client.engine_address())
+    except Unavailable as exc:
+        return exc.message
+    try:
+        engine_client.check_runtime(client, "runsc")
+    except Unavailable as exc:
+        return exc.message
+    finally:
+        client.close()
+    return None
+
+
+def gvisor_required() -> bool:
+    """True when gVisor tests must run (``PTC_REQUIRE_GVISOR=1``): unavailable, they fail."""
+    return os.environ.get(REQUIRE_GVISOR, "") not in ("", "0")
+
+
 @pytest.hookimpl(trylast=True)  # after other conftests have marked their Docker tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("requires_gvisor") is not None and gvisor_required():
+            continue  # not skipped: pytest_runtest_setup fails it when gVisor is unavailable
         if item.get_closest_marker("requires_docker") is not None:
             reason = docker_unavailable_reason()
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=f"requires_docker: {reason}"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start a runsc backend
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("requires_gvisor") is None:
+        return
+    reason = gvisor_unavailable_reason()
+    if reason is None:
+        return
+    if gvisor_required():
+        pytest.fail(f"{REQUIRE_GVISOR}=1 but gVisor is unavailable: {reason}", pytrace=False)
+    pytest.skip(f"requires_gvisor: {reason}")
 
 
 class EngineHarness:

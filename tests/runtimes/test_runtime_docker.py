@@ -36,17 +36,6 @@ def _docker_module() -> Any:
     return module
 
 
-def _gvisor_reason() -> str | None:
-    module = importlib.util.spec_from_file_location(
-        "ptc_tests_conformance_conftest", ROOT / "tests" / "conformance" / "conftest.py"
-    )
-    assert module is not None and module.loader is not None
-    loaded = importlib.util.module_from_spec(module)
-    module.loader.exec_module(loaded)
-    reason: str | None = loaded.gvisor_unavailable_reason()
-    return reason
-
-
 @pytest.fixture(scope="module")
 def images(runtimes_dir: Path, runtimes_env: dict[str, str]) -> Iterator[str]:
     from sandbox.backends.docker import engine_client
@@ -63,15 +52,12 @@ def images(runtimes_dir: Path, runtimes_env: dict[str, str]) -> Iterator[str]:
         client.close()
 
 
-@pytest.fixture(scope="module", params=["runc", "runsc"])
+@pytest.fixture(
+    scope="module",
+    params=["runc", pytest.param("runsc", marks=pytest.mark.requires_gvisor)],
+)
 def docker(request: pytest.FixtureRequest, runtimes_dir: Path, images: str) -> Iterator[Any]:
-    if request.param == "runsc":
-        reason = _gvisor_reason()
-        if reason is not None:
-            pytest.skip(f"requires gVisor: {reason}")
-        config = {"name": "gvisor", "oci_runtime": "runsc"}
-    else:
-        config = {}
+    config = {"name": "gvisor", "oci_runtime": "runsc"} if request.param == "runsc" else {}
     harness = _docker_module().DockerHarness(pool_size=1, runtimes_dir=str(runtimes_dir), **config)
     yield harness
     harness.close()
@@ -138,10 +124,8 @@ def test_runtime_without_image_is_refused(docker: Any, runtimes_dir: Path) -> No
     docker.assert_healthy()
 
 
+@pytest.mark.requires_gvisor
 def test_cli_runs_numpy_under_gvisor(runtimes_env: dict[str, str], images: str) -> None:
-    reason = _gvisor_reason()
-    if reason is not None:
-        pytest.skip(f"requires gVisor: {reason}")
     done = subprocess.run(
         [PYTHON, "-m", "sandbox.cli", "run", "-", "--backend", "gvisor", "--runtime", "np",
          "--json"],
