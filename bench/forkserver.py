@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -278,8 +277,8 @@ async def rotation_cost(report: Report, backend: ProcessBackend, rounds: int = 5
         t = time.perf_counter()
         await asyncio.to_thread(zygote.replace)
         times.append((time.perf_counter() - t, busy_cpu_s() - cpu))
-    wall = statistics.median(x[0] for x in times)
-    cpu = statistics.median(x[1] for x in times)
+    wall = percentile([x[0] for x in times], 0.5)
+    cpu = percentile([x[1] for x in times], 0.5)
     limit = backend.config.zygote_max_forks
     report.figure("replacing the zygote, wall", wall * 1e3, "ms")
     report.figure("replacing the zygote, machine CPU", cpu * 1e3, "ms")
@@ -302,7 +301,12 @@ async def docker_engine() -> Engine | None:
 
 
 async def main(
-    report: Report, rounds: int, per_block: int, legacy_rev: str | None, docker_per_block: int
+    report: Report,
+    rounds: int,
+    warmup: int,
+    per_block: int,
+    legacy_rev: str | None,
+    docker_per_block: int,
 ) -> None:
     backend = ProcessBackend(ProcessBackendConfig())
     engine = Engine(EngineConfig(backends={"process": backend}))
@@ -348,13 +352,15 @@ async def main(
         report.section(
             f"1. sustained executions/s of print(1), {rounds} interleaved blocks of {per_block}"
         )
-        rates = await interleave(cases, rounds, warmup=0, before=backend.pool.wait_ready)
-        med = {name: statistics.median(values) for name, values in rates.items()}
+        rates = await interleave(cases, rounds, warmup=warmup, before=backend.pool.wait_ready)
+        med = {name: percentile(values, 0.5) for name, values in rates.items()}
         for name, value in med.items():
             report.figure(name, value, "executions/s", fmt=".1f")
             report.data(f"{name} samples", rates[name])
         for name, values in cpu_per.items():
-            report.figure(f"{name} per execution", statistics.median(values) * 1e3, "ms")
+            # Every block ran each case once, the warm-up blocks first: theirs are not counted.
+            timed = values[warmup:]
+            report.figure(f"{name} per execution", percentile(timed, 0.5) * 1e3, "ms")
         floor_c4 = med["bare fork+unshare c=4"]
         report.figure(
             "ours c=4 / fork+unshare floor", med["ours c=4"] / floor_c4, "x", note=">= 0.6"
@@ -400,6 +406,7 @@ if __name__ == "__main__":
             main(
                 report,
                 args.rounds,
+                args.warmup,
                 args.per_block,
                 args.legacy_rev or None,
                 args.docker_per_block,

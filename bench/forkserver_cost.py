@@ -1,7 +1,10 @@
 """Where the CPU of one forked sandbox goes: the breakdown behind `bench.forkserver`'s figures.
 
-Run: ``python -m bench.forkserver_cost [--rounds N] [--per-block N]`` as root. Runs ``print(1)``
-through the embedded `Engine` (process backend) at concurrency 4 and prints, per execution:
+Run: ``python -m bench.forkserver_cost [--rounds N] [--warmup N] [--per-block N]`` as root. Runs
+``print(1)`` through the embedded `Engine` (process backend) at concurrency 4, in blocks of
+``--per-block`` executions after ``--warmup`` discarded blocks (the harness's `interleave`, with
+one case: there is no second configuration to rotate with), and prints each figure's median over
+the blocks (the harness's nearest-rank `percentile`), per execution:
 
 - the machine's CPU (from /proc/stat: everything, other load included);
 - our host process's CPU, user and system, and split by thread: the event loop, the threads
@@ -20,13 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import threading
 import time
 from pathlib import Path
 
 from bench.forkserver import busy_cpu_s, zygote_cpu_s
-from bench.harness import Report, bench_parser
+from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 
@@ -92,34 +94,42 @@ async def block(
         "sandboxes (their cgroups)": sandbox_cpu * per,
         "rest (kernel threads, other load)": (machine - host - zygote - sandbox_cpu) * per,
         "acquires without an idle sandbox (%)": (pool.misses - misses) / total * 100,
-        "execution wall p50 (ms)": statistics.median(waits) * 1e3,
+        "execution wall p50 (ms)": percentile(waits, 0.5) * 1e3,
     }
 
 
-async def main(report: Report, rounds: int, per_block: int) -> None:
+async def main(report: Report, rounds: int, warmup: int, per_block: int) -> None:
     backend = ProcessBackend(ProcessBackendConfig())
     engine = Engine(EngineConfig(backends={"process": backend}))
     await engine.start()
     try:
-        await backend.pool.wait_ready()
-        await block(engine, backend, per_block // 4, 4)  # warm-up, not counted
-        samples: dict[str, list[float]] = {}
-        for _ in range(rounds):
-            await backend.pool.wait_ready()
-            for name, value in (await block(engine, backend, per_block, 4)).items():
-                samples.setdefault(name, []).append(value)
+        breakdowns: list[dict[str, float]] = []
+
+        async def one_block() -> float:
+            breakdown = await block(engine, backend, per_block, 4)
+            breakdowns.append(breakdown)
+            return breakdown["executions/s"]
+
+        rates = await interleave(
+            {"print(1) c=4": one_block}, rounds, warmup=warmup, before=backend.pool.wait_ready
+        )
+        # One case, one run per block: the harness ran the warm-up blocks first and kept the
+        # rates of the rest, which are the breakdowns after the warm-up's.
+        timed = breakdowns[warmup:]
+        assert [b["executions/s"] for b in timed] == rates["print(1) c=4"]
         report.section(f"print(1) at concurrency 4: medians of {rounds} blocks of {per_block}")
-        for name, values in samples.items():
+        for name in timed[0]:
+            values = [b[name] for b in timed]
             unit = "" if name in UNITLESS else "ms per execution"
-            report.figure(name, statistics.median(values), unit, fmt=".2f")
+            report.figure(name, percentile(values, 0.5), unit, fmt=".2f")
             report.data(f"{name} samples", values)
     finally:
         await engine.close()
 
 
 if __name__ == "__main__":
-    parser = bench_parser(__doc__, rounds=3, warmup=0)
+    parser = bench_parser(__doc__, rounds=3, warmup=1)
     parser.add_argument("--per-block", type=int, default=600, help="executions per block")
     args = parser.parse_args()
     with Report("forkserver_cost", args) as report:
-        asyncio.run(main(report, args.rounds, args.per_block))
+        asyncio.run(main(report, args.rounds, args.warmup, args.per_block))

@@ -43,13 +43,14 @@ import argparse
 import datetime as dt
 import inspect
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -69,12 +70,19 @@ AsyncCase = Callable[[], Awaitable[Any]]
 SyncCase = Callable[[], Any]
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (0.5 is the median of an odd count, 0.95 the p95)."""
-    if not values:
-        raise ValueError("no samples")
+def percentile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile: the smallest sample with at least ``q`` of all samples
+    at or below it, so always a sample, never an interpolation. 0.5 is the median of an odd
+    count and the lower of the two middle samples of an even one; 0.95 of 20 samples is the
+    19th smallest; 0 is the minimum and 1 the maximum."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    if not ordered:
+        raise ValueError("no samples")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"a quantile is between 0 and 1, not {q}")
+    # The rank is ceil(q * n); the tolerance keeps 0.1 * 30 (3.0000000000000004) at rank 3.
+    rank = math.ceil(q * len(ordered) - 1e-9)
+    return ordered[max(rank, 1) - 1]
 
 
 def _order(names: list[str], block: int) -> list[str]:
