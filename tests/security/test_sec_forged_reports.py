@@ -5,7 +5,9 @@ A violation is evidence, never a claim: a script that raises the errors a limit 
 truncation markers, kills itself with the signals the rlimits send, or forges the guest's `end`
 frame on the tool channel gets status `error` (or `ok`, where it exits cleanly) and no
 violation; the engine runs the next script fine. The channel's fd is ``sys.argv[1]`` inside
-the sandbox.
+the sandbox. The exceptions are the refusals only the guest can see, made up where the report
+names no `raise` of the script (a forged frame, `exec`, `generator.throw`): those are pinned as
+what they are documented to be, a violation marked `guest` with nothing observed.
 """
 
 from __future__ import annotations
@@ -146,4 +148,34 @@ def test_forged_end_frame_at_the_raise_line_is_no_violation(clean: EngineHarness
     assert script.splitlines()[7].strip().startswith("raise OSError")
     result = clean.run(script)
     assert (result.status, result.exit_code, result.violations) == ("error", 1, [])
+    clean.assert_healthy()
+
+
+# A refusal the script makes up without a `raise` of its own at the reported line: the error is
+# raised by code the script made at run time (`exec`) or thrown into a frame of its own that is
+# not a `raise` (`generator.throw`, reported at the `yield`). The host cannot tell these from a
+# real EMFILE: RLIMIT_NOFILE has no kernel counter, the descriptors of a real refusal are closed
+# before the report, and the reported line is the script's, not a `raise`. So they come back as
+# the documented limit of guest evidence: an `open_files` violation marked `guest`, with nothing
+# observed, which a consumer must weigh as the script's word (README "Evidence", SECURITY.md).
+# This pins that outcome: if it changes, the documentation must change with it.
+UNCHECKABLE_EMFILE = {
+    "exec": "exec(\"raise OSError(24, 'Too many open files')\")",
+    "generator-throw": (
+        "def gen():\n    yield\n\ng = gen()\nnext(g)\ng.throw(OSError(24, 'Too many open files'))\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNCHECKABLE_EMFILE))
+def test_made_up_emfile_the_raise_line_check_cannot_see_is_guest_evidence(
+    clean: EngineHarness, name: str
+) -> None:
+    result = clean.run(UNCHECKABLE_EMFILE[name], limits={"open_files": 64})
+    assert result.status == "limit_exceeded"
+    assert [
+        (v.limit, v.limit_value, v.observed, v.action, v.evidence) for v in result.violations
+    ] == [("open_files", 64, None, "refused", "guest")]
+    assert result.error is not None
+    assert (result.error.type, result.exit_code) == ("OSError", 1)
     clean.assert_healthy()
