@@ -1,5 +1,6 @@
 """A guest's report of a `MemoryError` weighed against what the host accounted: the memory
-branches of the session's claimed-violation check (`sandbox/backends/session.py`).
+branches of the session's claimed-violation check (`sandbox/backends/session.py`), and its
+sibling for a refused thread start where no pids cgroup counts the script.
 
 The real backends cannot be made to show every branch on one machine (a memory cgroup that is
 there but unread, or absent, is the degraded process backend's world), so these run through the
@@ -121,4 +122,14 @@ def test_an_oom_kill_is_reported_once_from_the_kernels_event() -> None:
     )
     assert [(v.limit, v.observed, v.action, v.evidence) for v in result.violations] == [
         ("memory", LIMIT, "killed", "kernel")
+    ]
+
+
+def test_thread_start_refused_without_a_pids_cgroup_is_the_guests_word() -> None:
+    # The fake sandbox has no pids cgroup (like the degraded process backend, or gVisor, where
+    # RLIMIT_NPROC refuses): the script's report of a refused thread is the only witness.
+    result = run('fail("RuntimeError", "can\'t start new thread")')
+    assert result.status == "limit_exceeded"
+    assert [(v.limit, v.observed, v.unit, v.action, v.evidence) for v in result.violations] == [
+        ("processes", None, "count", "refused", "guest")
     ]
