@@ -100,3 +100,34 @@ def test_output_as_large_as_the_limits_allow_reaches_the_client(server: tuple[st
         assert result.stdout == "\ufffd" * (12 * MiB)
         assert result.usage.stdout_bytes == 12 * MiB
         assert client.execute("print('still ok')").stdout == "still ok\n"
+
+
+def test_megabyte_echoes_through_the_stream_come_back_as_a_result(
+    server: tuple[str, Path],
+) -> None:
+    """The same bound through ExecuteStream (`Client.run`, the client in the loop): the stream's
+    final result frame carries the violation and every call, within gRPC's message limit."""
+    address, _ = server
+    streamed: list[bytes] = []
+    with Client(address) as client:
+        result = client.run(MEGABYTE_ECHOES, ECHO, on_output=lambda c: streamed.append(c.data))
+        assert (result.status, result.stdout) == ("limit_exceeded", "4 60\n")
+        assert b"".join(streamed) == b"4 60\n"  # the output came as it was written, too
+        [violation] = result.violations
+        assert (violation.limit, violation.limit_value, violation.action, violation.evidence) == (
+            "call_log_bytes",
+            8 * MiB,
+            "refused",
+            "host",
+        )
+        # What the log would have held: 64 calls' arguments of a megabyte each, and more.
+        assert violation.observed is not None and violation.observed > 64 * 1_000_000
+        assert "60 calls refused" in violation.detail
+        assert len(result.calls) == 64
+        assert [c.status for c in result.calls] == ["ok"] * 4 + ["refused"] * 60
+        assert [c.seq for c in result.calls] == list(range(1, 65))
+        assert result.usage.tool_calls == 64
+        record = client.get_execution(result.execution_id)
+        assert len(record.result.calls) == 64
+        assert record.ByteSize() < 9 * MiB
+        assert client.run("print('still ok')").stdout == "still ok\n"
