@@ -67,6 +67,8 @@ RUN set -eu; \
     /opt/ptc/bin/python -c 'import mcp, docker, sandbox.integrations.mcp_server'; \
     mkdir -p /var/lib/ptc
 
+# `ptc` on PATH, for `docker exec <container> ptc health` (a probe) and the rest of the CLI.
+ENV PATH=/opt/ptc/bin:$PATH
 WORKDIR /var/lib/ptc
 EXPOSE 50051
 ENTRYPOINT ["/usr/local/bin/ptc-server-entrypoint"]
