@@ -10,7 +10,9 @@ not signed over), signs a new checkpoint and publishes it three ways:
   atomically) and ``checkpoints.jsonl`` (every checkpoint, appended), which an operator ships
   off the host, since a checkpoint only detects truncation from where the store's attacker
   cannot reach it;
-- hooks: callables given each `Checkpoint`, e.g. to export the tree size as a metric.
+- hooks: callables given each `Checkpoint`; with metrics on, the server adds
+  `sandbox.telemetry.metrics.audit_checkpoint`, which sets the gauges
+  ``ptc_audit_checkpoint_tree_size{tenant}`` and ``ptc_audit_checkpoint_timestamp_seconds``.
 
 Cost: building a tree reads every entry hash of the tenant and hashes it twice: about 10 us per
 entry on SQLite, 0.12x of what `verify` of the same chain takes (`python -m bench.checkpoints`:

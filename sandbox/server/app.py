@@ -325,9 +325,14 @@ def _checkpoint_publisher(config: ServerConfig, store: AuditStore) -> Checkpoint
         raise InvalidArgument(
             "audit checkpoints need an audit store (--audit-db PATH|URL), not one in memory"
         )
-    return CheckpointPublisher(
+    publisher = CheckpointPublisher(
         store,
         load_private_key(config.checkpoint_key),
         directory=config.checkpoint_dir,
         origin=config.instance_id,
     )
+    if config.metrics_listen:  # the third way of publishing: ptc_audit_checkpoint_* gauges
+        from sandbox.telemetry import metrics
+
+        publisher.add_hook(metrics.audit_checkpoint)
+    return publisher

@@ -15,6 +15,8 @@ or a script.
     ptc_sandboxes{backend,state}                           gauge: idle (warm) and busy sandboxes
     ptc_active_sessions                                    gauge: open sessions (issue 13)
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
+    ptc_audit_checkpoint_tree_size{tenant}                 gauge: tree size of its latest checkpoint
+    ptc_audit_checkpoint_timestamp_seconds{tenant}         gauge: when that checkpoint was signed
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sandbox.audit.checkpoints import Checkpoint
     from sandbox.backends.base import Backend
     from sandbox.result import ExecutionResult
     from stubs_gen import Manifest
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Metrics",
     "active_sessions",
+    "audit_checkpoint",
     "audit_write",
     "enable",
     "execution_finished",
@@ -100,6 +104,20 @@ class Metrics:
             "Time to write to the audit store.",
             ["operation"],
             buckets=FAST_BUCKETS,
+            registry=r,
+        )
+        # Set by the checkpoint publisher's hook (`audit_checkpoint`): an alert on the tree size
+        # of a busy tenant not growing, or on the timestamp ageing, sees publication stop.
+        self.checkpoint_tree_size = Gauge(
+            "ptc_audit_checkpoint_tree_size",
+            "Audit entries of the tenant that its latest signed checkpoint covers.",
+            ["tenant"],
+            registry=r,
+        )
+        self.checkpoint_timestamp = Gauge(
+            "ptc_audit_checkpoint_timestamp_seconds",
+            "When the tenant's latest signed audit checkpoint was signed (Unix time).",
+            ["tenant"],
             registry=r,
         )
         self._busy: collections.Counter[str] = collections.Counter()
@@ -248,6 +266,14 @@ def sandbox_started(pool: object, seconds: float) -> None:
 def audit_write(operation: str, seconds: float) -> None:
     if _state.metrics is not None:
         _state.metrics.audit_write.labels(operation).observe(seconds)
+
+
+def audit_checkpoint(checkpoint: Checkpoint) -> None:
+    """A `CheckpointPublisher` hook: the tenant's latest checkpoint, its size and time."""
+    if _state.metrics is not None:
+        m = _state.metrics
+        m.checkpoint_tree_size.labels(checkpoint.tenant).set(checkpoint.tree_size)
+        m.checkpoint_timestamp.labels(checkpoint.tenant).set(checkpoint.timestamp_ms / 1000)
 
 
 def active_sessions(count: int) -> None:

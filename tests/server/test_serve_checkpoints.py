@@ -1,6 +1,7 @@
 """Audit checkpoints from a real `ptc serve`: it signs a checkpoint per tenant every interval and
-at shutdown (log line and files), `ptc audit verify --checkpoint` accepts them, and detects the
-truncation of the newest records and the head that the chain alone cannot see."""
+at shutdown (log line, files, and Prometheus gauges when metrics are on), `ptc audit verify
+--checkpoint` accepts them, and detects the truncation of the newest records and the head that
+the chain alone cannot see."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from sandbox.audit.checkpoints import generate_key, read_checkpoints
 from sandbox.client import Client
+from sandbox.tenants import hash_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+KEYS = {t: f"ptc-test-key-checkpoint-{t}-0123456789" for t in ("alpha", "beta")}
+TENANTS = "".join(
+    f'[[tenant]]\nid = "{t}"\nkeys = ["{hash_key(k)}"]\nbackends = ["process"]\n\n'
+    for t, k in KEYS.items()
+)
 
 
 def _ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -144,3 +154,78 @@ def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
     assert negative.stderr.strip().endswith(
         "checkpoint interval -1.0: must be a positive number of seconds"
     )
+
+
+def _checkpoint_gauges(metrics_address: str) -> dict[str, dict[str, float]]:
+    """{metric name: {tenant: value}} of the ptc_audit_checkpoint_* gauges, as scraped."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as response:
+        exposition = response.read().decode()
+    return {
+        family.name: {sample.labels["tenant"]: sample.value for sample in family.samples}
+        for family in text_string_to_metric_families(exposition)
+        if family.name.startswith("ptc_audit_checkpoint_")
+    }
+
+
+def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) -> None:
+    """The third way of publishing: with --metrics-listen, /metrics carries each tenant's latest
+    checkpoint, its tree size (the tenant's entries in the store: two per execution) and the
+    time it was signed, equal to the signed checkpoint's own."""
+    db, out, key = tmp_path / "audit.db", tmp_path / "checkpoints", tmp_path / "ck.key"
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    generate_key(key)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
+         "--audit-db", str(db), "--tenants", str(tenants), "--metrics-listen", "127.0.0.1:0",
+         "--checkpoint-interval", "0.2", "--checkpoint-dir", str(out), "--checkpoint-key",
+         str(key)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        assert first.startswith("metrics on 127.0.0.1:"), first + second + proc.stderr.read()
+        assert second.startswith("listening on "), second + proc.stderr.read()
+        metrics_address, address = first.split()[-1], second.split()[-1]
+        # Declared, and empty until a checkpoint is signed.
+        assert _checkpoint_gauges(metrics_address) == {
+            "ptc_audit_checkpoint_tree_size": {},
+            "ptc_audit_checkpoint_timestamp_seconds": {},
+        }
+        for tenant, runs in (("alpha", 1), ("beta", 2)):
+            with Client(address, api_key=KEYS[tenant]) as client:
+                for i in range(runs):
+                    assert client.execute(f"print({i})").stdout == f"{i}\n"
+        _wait_for_size(out / "alpha.checkpoint.json", 2)
+        _wait_for_size(out / "beta.checkpoint.json", 4)
+        # The file is written before the hooks run: wait for the gauge to follow.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            gauges = _checkpoint_gauges(metrics_address)
+            if gauges["ptc_audit_checkpoint_tree_size"] == {"alpha": 2, "beta": 4}:
+                break
+            time.sleep(0.05)
+        conn = sqlite3.connect(db)
+        try:
+            entries = dict(conn.execute("SELECT tenant, COUNT(*) FROM entries GROUP BY tenant"))
+        finally:
+            conn.close()
+        signed = {
+            t: read_checkpoints(str(out / f"{t}.checkpoint.json"))[0] for t in ("alpha", "beta")
+        }
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "hook" not in stderr, stderr
+    assert entries == {"alpha": 2, "beta": 4}
+    assert gauges == {
+        "ptc_audit_checkpoint_tree_size": entries,
+        "ptc_audit_checkpoint_timestamp_seconds": {
+            t: c.timestamp_ms / 1000 for t, c in signed.items()
+        },
+    }
