@@ -377,3 +377,78 @@ def test_a_release_on_one_server_wakes_a_waiter_on_another(pg_url: str, tmp_path
 
     assert asyncio.run(scenario()) == ["first releases", "second admitted"]
     assert leases(pg_url) == []
+
+
+def test_a_run_longer_than_the_lease_ttl_keeps_its_slot(pg_url: str, tmp_path: Path) -> None:
+    """The heartbeat renews a running lease every ttl / 3: a run holding tenant q's only slot on
+    one server for 3.5 times the lease TTL keeps it. Throughout, its lease is live by the
+    database's clock, a request on another server waits in the fleet's queue (it polls, and would
+    take an expired slot), and one more request is refused; the waiter gets the slot only when
+    the run ends."""
+    ttl_s, hold_s = 1.0, 3.5
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    registry = load_tenancy(tenants)
+    tenant = registry.tenant("q")
+    assert tenant is not None
+
+    def live_leases() -> list[tuple[str, str, float]]:
+        """(instance, state, seconds left by the database's clock), oldest first."""
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT instance, state, expires_at - EXTRACT(EPOCH FROM clock_timestamp()) "
+                "FROM quota_leases ORDER BY queued_seq"
+            ).fetchall()
+        return [(str(i), str(s), float(left)) for i, s, left in rows]
+
+    async def scenario() -> tuple[list[tuple[float, list[tuple[str, str, float]]]], list[str]]:
+        kwargs: dict[str, Any] = {"burst": lambda t: 100, "lease_ttl_s": ttl_s}
+        first = GlobalQuotas(registry, pg_url, instance="renew-a", **kwargs)
+        second = GlobalQuotas(registry, pg_url, instance="renew-b", **kwargs)
+        await first.start()
+        await second.start()
+        samples: list[tuple[float, list[tuple[str, str, float]]]] = []
+        events: list[str] = []
+        try:
+            held = first.admit(tenant)
+            await held.__aenter__()
+            admitted_at = time.monotonic()
+
+            async def wait_for_slot() -> None:
+                async with second.admit(tenant):
+                    events.append("waiter admitted")
+
+            waiter = asyncio.create_task(wait_for_slot())
+            while [s for _, s, _ in await asyncio.to_thread(live_leases)] != [
+                "running",
+                "queued",
+            ]:
+                await asyncio.sleep(0.02)
+            while (elapsed := time.monotonic() - admitted_at) < hold_s:
+                samples.append((elapsed, await asyncio.to_thread(live_leases)))
+                try:
+                    async with second.admit(tenant):
+                        events.append("admitted beside the run")
+                except ResourceExhausted as exc:
+                    events.append(str(exc))
+                assert not waiter.done(), f"the waiter took the slot {elapsed:.1f} s into the run"
+                await asyncio.sleep(0.1)
+            events.append("run ends")
+            await held.__aexit__(None, None, None)
+            await asyncio.wait_for(waiter, 10)
+        finally:
+            await first.close()
+            await second.close()
+        return samples, events
+
+    samples, events = asyncio.run(scenario())
+    assert samples[-1][0] > hold_s - 0.5, samples[-1]  # the samples cover the whole hold
+    for elapsed, rows in samples:
+        assert [(i, s) for i, s, _ in rows] == [("renew-a", "running"), ("renew-b", "queued")]
+        assert all(0 < left <= ttl_s for _, _, left in rows), (elapsed, rows)
+    refused = (
+        "tenant q: 1 executions running across the fleet (the maximum) and 1 waiting "
+        "(the queue is full)"
+    )
+    assert events == [refused] * len(samples) + ["run ends", "waiter admitted"]
+    assert leases(pg_url) == []
