@@ -98,6 +98,10 @@ class SandboxHandle(Protocol):
     # not, the guest's rlimits do (RLIMIT_NPROC, RLIMIT_AS), and refusals are the guest's word.
     has_cgroup_pids: bool
     has_cgroup_memory: bool
+    # Whether the script's kernel delivers to it the signals it sends itself even where it is
+    # its pid namespace's init (gVisor's does; Linux drops an init's default-action signals).
+    # Where it does, a SIGXFSZ death is the kernel's word only when a full tmpfs corroborates it.
+    own_signals_delivered: bool
 
     @property
     def alive(self) -> bool:

@@ -70,6 +70,7 @@ class FakeSandbox:
     has_cgroup_cpu = False
     has_cgroup_pids = False
     has_cgroup_memory = False
+    own_signals_delivered = False
 
     def __init__(self, backend: FakeBackend, name: str) -> None:
         self._backend = backend

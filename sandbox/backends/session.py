@@ -298,12 +298,15 @@ class _Session:
         # A signal is the kernel's word only where the counters agree: a script can send
         # SIGXCPU or SIGXFSZ to itself. RLIMIT_CPU is looser than the whole-sandbox budget, so
         # a real SIGXCPU comes with the cgroup's usage past the limit; a real SIGXFSZ with a
-        # full tmpfs (it is as large as the file size limit).
+        # full tmpfs (it is as large as the file size limit). Where the tmpfs cannot be
+        # measured, SIGXFSZ is trusted only if the kernel spares the script its own signals.
         cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) and (
             not resources.accounted or resources.cpu_time_s * 1000 >= limits.cpu_time_ms
         )
         fsize_signal = exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) and (
-            not resources.tmpfs or any(t.full for t in resources.tmpfs)
+            any(t.full for t in resources.tmpfs)
+            if resources.tmpfs
+            else not self.handle.own_signals_delivered
         )
         if self.killed_for == "cpu_time" or cpu_signal:
             out.append(

@@ -85,6 +85,9 @@ class DockerSandbox:
         # Under gVisor the pids cgroup counts gVisor's own threads as well (see
         # `spec.host_pids_limit`): gVisor's kernel counts the script's tasks (RLIMIT_NPROC).
         self.has_cgroup_pids = settings.oci_runtime != "runsc"
+        # gVisor's kernel kills its pid 1 with a signal the script sent itself, and the host
+        # cannot measure gVisor's tmpfs: a SIGXFSZ exit there is uncorroborated.
+        self.own_signals_delivered = settings.oci_runtime == "runsc"
         self.isolation = isolation_layers(settings, self.cgroup is not None)
         self._counters = CgroupCounters()
         self._sampled = False

@@ -113,6 +113,8 @@ class ProcessSandbox:
         self.has_cgroup_cpu = self.cgroup is not None
         self.has_cgroup_pids = self.cgroup is not None
         self.has_cgroup_memory = self.cgroup is not None
+        # Linux: the host measures the sandbox's tmpfs, which corroborates a SIGXFSZ first.
+        self.own_signals_delivered = False
         self._disposed = False
         self._fds_closed = False
         self.namespace_fds: list[int] = []  # see hold_namespaces

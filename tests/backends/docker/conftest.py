@@ -30,7 +30,8 @@ POOL_SIZE = 2
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if {"docker_harness", "dclean", "docker_client"} & set(getattr(item, "fixturenames", ())):
+        fixtures = {"docker_harness", "dclean", "docker_client", "oci_harness", "oclean"}
+        if fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.requires_docker)  # tests/conftest.py skips them
 
 
@@ -107,9 +108,9 @@ class DockerHarness:
         self.client.close()
 
 
-@pytest.fixture(scope="module")
-def docker_harness() -> Iterator[DockerHarness]:
-    h = DockerHarness()
+def _checked_harness(**config: Any) -> Iterator[DockerHarness]:
+    """A harness; after its engine closed, no container or channel directory of it is left."""
+    h = DockerHarness(**config)
     yield h
     owner_dir = h.backend._owner_dir
     client = engine_client.connect(h.backend.address)
@@ -122,6 +123,24 @@ def docker_harness() -> Iterator[DockerHarness]:
         assert all(c.labels.get(LABEL_OWNER) != h.owner for c in managed)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def docker_harness() -> Iterator[DockerHarness]:
+    yield from _checked_harness()
+
+
+@pytest.fixture(
+    scope="module",
+    params=["runc", pytest.param("runsc", marks=pytest.mark.requires_gvisor)],
+)
+def oci_harness(request: pytest.FixtureRequest) -> Iterator[DockerHarness]:
+    """The Docker backend under each OCI runtime: runc, then runsc (gVisor, as backend
+    ``gvisor``); `harness.backend.name` says which, for the rows where they differ."""
+    if request.param == "runsc":
+        yield from _checked_harness(name="gvisor", oci_runtime="runsc")
+    else:
+        yield from _checked_harness()
 
 
 @pytest.fixture
@@ -137,3 +156,10 @@ def dclean(docker_harness: DockerHarness) -> Iterator[DockerHarness]:
     """The shared harness, checked for leftover containers and directories after the test."""
     yield docker_harness
     assert docker_harness.leftovers() == []
+
+
+@pytest.fixture
+def oclean(oci_harness: DockerHarness) -> Iterator[DockerHarness]:
+    """`oci_harness`, checked for leftover containers and directories after the test."""
+    yield oci_harness
+    assert oci_harness.leftovers() == []
