@@ -8,13 +8,25 @@ passed, and removed on any failure, so nothing half-built is ever visible:
 1. ``pip download`` resolves the requirements to binary wheels for the guest's Python;
 2. each wheel's sha256 is recorded in ``requirements.lock`` (``name==version --hash=...``);
 3. ``pip install --require-hashes --no-index`` installs exactly that set into ``site/``;
-4. the guest interpreter compiles the tree (the sandbox cannot write bytecode into it) and
-   imports each ``preload`` module in a network namespace with nothing in it;
+4. the guest interpreter compiles the tree (the sandbox cannot write bytecode into it), then
+   imports every top-level module of every locked package (one interpreter per package), then
+   each ``preload`` module, each time in bubblewrap with a network namespace of its own (nothing
+   in it but loopback) and the host's file system read-only;
 5. the tree's size is checked against the cap, made readable by any uid, and published.
+
+The import check of step 4 is what catches a package that needs the network at import: it
+would fail in every sandbox, so the build refuses it, naming the package and the module. A
+package's top-level modules are read from its ``RECORD`` (a top-level ``.py`` or extension
+module, or a directory holding one), so the check covers what the wheel installed, not what
+its metadata claims. A top-level module that cannot import offline for another reason (a
+dependency the runtime lacks) is refused the same way: the sandbox could not import it
+either. Without bubblewrap the check cannot take the network away, so the build refuses to
+start (`Unavailable`) rather than check with the host's network or not at all.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -28,7 +40,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.runtimes.store import METADATA, SITE, Runtime, RuntimeStore, validate_name
 
 __all__ = ["DEFAULT_MAX_BYTES", "build_runtime", "guest_python_version"]
@@ -84,11 +96,20 @@ def build_runtime(
         raise InvalidArgument(f"wheelhouse: {wheelhouse} is not a directory")
     if max_bytes <= 0:
         raise InvalidArgument(f"max_bytes: must be positive, got {max_bytes}")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise Unavailable(
+            f"runtime: {name!r}: bubblewrap (bwrap) is not installed, and the build imports "
+            "every package without network in it; install it (Debian: apt-get install "
+            "bubblewrap); nothing was built"
+        )
     version = guest_python_version(python)
     store.root.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=store.root))
     try:
-        runtime = _build(store, name, text, build, python, version, wheelhouse, preload, max_bytes)
+        runtime = _build(
+            store, name, text, build, python, version, wheelhouse, preload, max_bytes, bwrap
+        )
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
         raise
@@ -105,6 +126,7 @@ def _build(
     wheelhouse: Path | str | None,
     preload: Sequence[str],
     max_bytes: int,
+    bwrap: str,
 ) -> Runtime:
     requirements = build / "requirements.in"
     requirements.write_text(requirements_text, encoding="utf-8")
@@ -133,8 +155,21 @@ def _build(
     shutil.rmtree(wheels)
     site.mkdir(exist_ok=True)  # an empty requirements file still makes a (bare) runtime
     _run_guest(name, python, ["-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
+    for package, modules in _top_level_modules(site).items():
+        failed = _import_offline(name, bwrap, python, site, modules, f"package {package}")
+        if failed:
+            module, detail = failed[0]
+            raise InvalidArgument(
+                f"requirements: runtime {name!r}: package {package} (module {module}) does not "
+                f"import without network: {detail}; nothing was kept"
+            )
     if preload:
-        _check_preload(name, python, site, preload)
+        failed = _import_offline(name, bwrap, python, site, list(preload), "preload")
+        if failed:
+            raise InvalidArgument(
+                f"preload: runtime {name!r}: importing {', '.join(preload)} without network "
+                f"failed: {failed[0][1]}"
+            )
     size = _tree_bytes(build)
     if size > max_bytes:
         raise _too_large(name, size, max_bytes, "installed")
@@ -201,33 +236,89 @@ def _run_guest(name: str, python: str, args: list[str], what: str) -> None:
         raise InvalidArgument(f"runtime: {name!r}: {what} failed: {detail}")
 
 
-def _check_preload(name: str, python: str, site: Path, preload: Sequence[str]) -> None:
-    """Imports every preload module as the fork server will: isolated, no network."""
-    code = f"import sys; sys.path.append({str(site)!r})\n" + "".join(
-        f"import {module}\n" for module in preload
-    )
-    bwrap = shutil.which("bwrap")
-    argv = [python, "-I", "-S", "-c", code]
-    if bwrap is not None:
-        # Any network access at import is a failure here, as it would be in the sandbox.
-        argv = [
-            bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev",
-            "--proc", "/proc", "--die-with-parent", "--", *argv,
-        ]  # fmt: skip
-    proc = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        check=False,
-    )
-    if proc.returncode != 0:
-        detail = " | ".join(proc.stderr.strip().splitlines()[-4:])
-        raise InvalidArgument(
-            f"preload: runtime {name!r}: importing {', '.join(preload)} without network "
-            f"failed: {detail}"
+# Imports each module named in argv[2] (JSON) with argv[1] on sys.path and prints, last, a
+# line marked with _MARK listing the failures. os._exit: a module's thread cannot hold it up.
+_MARK = "ptc-import-check:"
+_IMPORT_CHECK = """
+import json, os, sys
+sys.path.append(sys.argv[1])
+failed = []
+for module in json.loads(sys.argv[2]):
+    try:
+        __import__(module)
+    except BaseException as exc:
+        failed.append([module, "%s: %s" % (type(exc).__name__, exc)])
+sys.stdout.write("\\nptc-import-check:" + json.dumps(failed) + "\\n")
+sys.stdout.flush()
+os._exit(0)
+"""
+IMPORT_TIMEOUT_S = 300
+
+
+def _import_offline(
+    name: str, bwrap: str, python: str, site: Path, modules: list[str], what: str
+) -> list[tuple[str, str]]:
+    """Imports ``modules`` as a sandbox would, isolated and without network; the (module,
+    error) pairs that failed. An interpreter that dies before reporting is an error itself."""
+    argv = [
+        bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev",
+        "--proc", "/proc", "--die-with-parent", "--",
+        python, "-I", "-S", "-c", _IMPORT_CHECK,
+        str(site), json.dumps(modules),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_TIMEOUT_S,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            check=False,
         )
+    except subprocess.TimeoutExpired as exc:
+        raise InvalidArgument(
+            f"requirements: runtime {name!r}: {what}: importing {', '.join(modules)} without "
+            f"network took longer than {IMPORT_TIMEOUT_S} s; nothing was kept"
+        ) from exc
+    report = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
+    if proc.returncode == 0 and report:
+        return [(str(m), str(e)) for m, e in json.loads(report[-1][len(_MARK) :])]
+    detail = " | ".join(proc.stderr.strip().splitlines()[-4:]) or f"exit status {proc.returncode}"
+    if proc.stderr.startswith("bwrap:"):
+        raise Unavailable(
+            f"runtime: {name!r}: bubblewrap cannot run here, and the build imports every "
+            f"package without network in it: {detail}; nothing was built"
+        )
+    raise InvalidArgument(
+        f"requirements: runtime {name!r}: {what}: importing {', '.join(modules)} without "
+        f"network ended the interpreter: {detail}; nothing was kept"
+    )
+
+
+def _top_level_modules(site: Path) -> dict[str, list[str]]:
+    """``"name version"`` of each installed distribution -> its top-level importable names,
+    from its RECORD: a top-level ``.py`` file or extension module, or a top-level directory
+    holding one (a package, or a namespace package)."""
+    found: dict[str, list[str]] = {}
+    for info in sorted(site.glob("*.dist-info")):
+        fields = dict(
+            line.split(": ", 1)
+            for line in (info / "METADATA").read_text(encoding="utf-8").splitlines()
+            if ": " in line and not line.startswith(" ")
+        )
+        names: set[str] = set()
+        with (info / "RECORD").open(encoding="utf-8", newline="") as record:
+            for row in csv.reader(record):
+                path = row[0] if row else ""
+                first, _, rest = path.partition("/")
+                if not path.endswith((".py", ".so")) or first.endswith((".dist-info", ".data")):
+                    continue
+                module = first if rest else first.split(".", 1)[0]
+                if module.isidentifier() and module != "__pycache__":
+                    names.add(module)
+        if names:
+            found[f"{fields.get('Name', info.name)} {fields.get('Version', '?')}"] = sorted(names)
+    return found
 
 
 def _tree_bytes(root: Path) -> int:

@@ -3,11 +3,15 @@ with a clear error and nothing half-built left behind."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import re
 import shutil
 import stat
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,4 +161,102 @@ def test_a_preload_that_does_not_import_is_refused(scratch: Path, tmp_path: Path
         "ptc runtime: preload: runtime 'nopre': importing numpy without network failed: "
     ), done.stderr
     assert "ModuleNotFoundError: No module named 'numpy'" in done.stderr
+    assert _entries(scratch) == []
+
+
+def _wheel(wheelhouse: Path, project: str, version: str, modules: dict[str, str]) -> Path:
+    """A pure-Python wheel, written here (no build backend, no network): top-level ``modules``
+    (file name -> source) and its dist-info, with a RECORD pip accepts."""
+    dist = f"{project.replace('-', '_')}-{version}"
+    files = {
+        **modules,
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n",
+        f"{dist}.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: ptc-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for path, text in files.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    wheelhouse.mkdir(exist_ok=True)
+    wheel = wheelhouse / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+        archive.writestr(f"{dist}.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+# TEST-NET-1 (RFC 5737): never routed. Offline the connect fails at once (no route); with the
+# host's network it would wait for the timeout instead.
+NETWORK_AT_IMPORT = (
+    "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=5).close()\nANSWER = 42\n"
+)
+
+
+def test_a_package_that_needs_the_network_at_import_is_refused(
+    scratch: Path, tmp_path: Path
+) -> None:
+    wheelhouse = tmp_path / "wheels"
+    # Only a second top-level module of the package opens the socket: every one is checked.
+    _wheel(
+        wheelhouse,
+        "ptc-netimport",
+        "0.1",
+        {"ptc_quiet.py": "ANSWER = 1\n", "ptc_phone_home/__init__.py": NETWORK_AT_IMPORT},
+    )
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("ptc-netimport==0.1\n")
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "net",
+        "-r", str(requirements), "--wheelhouse", str(wheelhouse),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "ptc runtime: requirements: runtime 'net': package ptc-netimport 0.1 (module "
+        "ptc_phone_home) does not import without network: OSError: [Errno 101] Network is "
+        "unreachable; nothing was kept\n"
+    )
+    assert _entries(scratch) == []
+
+
+def test_a_package_that_imports_offline_is_built(scratch: Path, tmp_path: Path) -> None:
+    # Just under: the same package opening no connection at import builds and is locked.
+    wheelhouse = tmp_path / "wheels"
+    quiet = "import socket\nANSWER = 42\n"
+    _wheel(wheelhouse, "ptc-netimport", "0.1", {"ptc_phone_home/__init__.py": quiet})
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("ptc-netimport==0.1\n")
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "quiet",
+        "-r", str(requirements), "--wheelhouse", str(wheelhouse),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(" bytes: ptc-netimport==0.1\n"), done.stdout
+    assert _entries(scratch) == ["quiet"]
+
+
+def test_without_bubblewrap_the_build_is_refused(scratch: Path, tmp_path: Path) -> None:
+    # No bwrap on PATH: the build cannot take the network away from the import check, so it
+    # refuses before downloading anything rather than check with the network, or not at all.
+    wheelhouse = tmp_path / "wheels"
+    _wheel(wheelhouse, "ptc-netimport", "0.1", {"ptc_phone_home/__init__.py": "ANSWER = 1\n"})
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("ptc-netimport==0.1\n")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = ptc(
+        "runtime", "--dir", str(scratch), "build", "nobwrap",
+        "-r", str(requirements), "--wheelhouse", str(wheelhouse),
+        env={**os.environ, "PATH": str(empty)},
+    )  # fmt: skip
+    assert done.returncode == 12, done.stderr
+    assert done.stderr == (
+        "ptc runtime: unavailable: runtime: 'nobwrap': bubblewrap (bwrap) is not installed, and "
+        "the build imports every package without network in it; install it (Debian: apt-get "
+        "install bubblewrap); nothing was built\n"
+    )
     assert _entries(scratch) == []
