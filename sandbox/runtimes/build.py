@@ -14,6 +14,9 @@ passed, and removed on any failure, so nothing half-built is ever visible:
    in it but loopback) and the host's file system read-only;
 5. the tree's size is checked against the cap, made readable by any uid, and published.
 
+Before it starts, a build deletes what killed builds and removals left behind in the root
+(``.build-*``, ``.rm-*``), leaving those a live process still holds (`RuntimeStore`).
+
 The import check of step 4 is what catches a package that needs the network at import: it
 would fail in every sandbox, so the build refuses it, naming the package and the module. A
 package's top-level modules are read from its ``RECORD`` (a top-level ``.py`` or extension
@@ -34,7 +37,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -104,8 +106,8 @@ def build_runtime(
             "bubblewrap); nothing was built"
         )
     version = guest_python_version(python)
-    store.root.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=store.root))
+    store.remove_leftovers()
+    build, held = store.new_build_dir(name)
     try:
         runtime = _build(
             store, name, text, build, python, version, wheelhouse, preload, max_bytes, bwrap
@@ -113,6 +115,8 @@ def build_runtime(
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
     return runtime
 
 

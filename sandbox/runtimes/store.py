@@ -7,15 +7,28 @@ default runtime (no name, or ``default``) is the bare standard library and has n
 
 Names are 1-64 of ``[a-z0-9._-]`` starting with a letter or digit, so a name can never leave
 the root (no ``/``, no ``..``) nor hide a build in progress (``.build-*``).
+
+Work in progress lives in hidden directories: a build in ``.build-<name>-<random>/``, a removal
+in ``.rm-<name>-<pid>/``. The process doing the work holds an exclusive `flock` on the directory
+for as long as it works, so the kernel releases it when that process ends, however it ends; a
+hidden directory nobody holds is the leftover of a killed build or removal, and
+`RuntimeStore.remove_leftovers` deletes it (``build_runtime`` calls it first). Creating and
+locking a build directory happens under the root's own lock (a flock on the root), so a concurrent
+clean-up can never take a directory in the instant between its creation and its lock.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +49,7 @@ SITE = "site"
 # Where a runtime's tree appears inside a sandbox (read-only); its packages are in site/.
 MOUNT_POINT = "/ptc-runtime"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_LEFTOVER = re.compile(r"\.(build|rm)-.+")
 
 
 def validate_name(name: str) -> str:
@@ -138,10 +152,60 @@ class RuntimeStore:
         path = self.path(name)
         if not (path / METADATA).is_file():
             self.get(name)  # raises NotFound with the list
-        # Renamed first so that a sandbox starting now finds it gone, not half-deleted.
-        doomed = self.root / f".rm-{name}-{os.getpid()}"
-        os.rename(path, doomed)
-        shutil.rmtree(doomed)
+        # Held before the rename, so that no clean-up takes the .rm- directory for a leftover;
+        # renamed first so that a sandbox starting now finds it gone, not half-deleted.
+        try:
+            held = _hold(path, block=True)
+        except FileNotFoundError:
+            self.get(name)  # removed by another meanwhile: NotFound
+            raise
+        try:
+            doomed = self.root / f".rm-{name}-{os.getpid()}"
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+        finally:
+            os.close(held)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The root's own lock (a flock on the root directory: no file of its own)."""
+        fd = _hold(self.root, block=True)
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def new_build_dir(self, name: str) -> tuple[Path, int]:
+        """A fresh ``.build-<name>-<random>/`` and the fd that holds it (close it when done)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            path = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=self.root))
+            return path, _hold(path, block=False)
+
+    def remove_leftovers(self) -> tuple[Path, ...]:
+        """Deletes the ``.build-*`` and ``.rm-*`` directories that no live process holds (the
+        leftovers of killed builds and removals); the paths deleted."""
+        if not self.root.is_dir():
+            return ()
+        taken: builtins.list[tuple[Path, int]] = []  # `list` here is the method below
+        with self._locked():
+            for entry in sorted(self.root.iterdir()):
+                if not _LEFTOVER.fullmatch(entry.name):
+                    continue
+                try:
+                    taken.append((entry, _hold(entry, block=False)))
+                except BlockingIOError:
+                    continue  # a build or removal at work
+                except OSError:
+                    continue  # not a directory (or gone): not ours to judge
+        # Deleted outside the root's lock (a large tree takes a while), still held: another
+        # clean-up skips them, and one killed half-way leaves them unheld for the next.
+        for path, fd in taken:
+            try:
+                shutil.rmtree(path)
+            finally:
+                os.close(fd)
+        return tuple(path for path, _fd in taken)
 
     def check_for(self, name: str, python_version: str) -> Runtime:
         """The runtime, when it was built for ``python_version`` ("3.11") and its tree is
@@ -160,6 +224,19 @@ class RuntimeStore:
                 "uid cannot see the runtime; make the runtimes directory world-traversable"
             )
         return runtime
+
+
+def _hold(path: Path, *, block: bool) -> int:
+    """An fd on directory ``path`` with an exclusive flock: the directory is in use until the
+    fd is closed or its process ends. `BlockingIOError` when another holds it and not
+    ``block``."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def untraversable(path: Path) -> Path | None:

@@ -9,14 +9,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
-from runtime_support import PYTHON, ptc, world_traversable_dir
+from runtime_support import PYTHON, ROOT, ptc, world_traversable_dir
 
 
 @pytest.fixture
@@ -260,3 +264,80 @@ def test_without_bubblewrap_the_build_is_refused(scratch: Path, tmp_path: Path) 
         "install bubblewrap); nothing was built\n"
     )
     assert _entries(scratch) == []
+
+
+def _wait_for(what: str, predicate: Any, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_leftovers_of_killed_builds_are_removed_and_live_builds_kept(
+    scratch: Path, tmp_path: Path
+) -> None:
+    wheelhouse = tmp_path / "wheels"
+    # Its import check takes two minutes: the build is caught (and killed) in the middle.
+    _wheel(wheelhouse, "ptc-slow", "0.1", {"ptc_slow.py": "import time\ntime.sleep(120)\n"})
+    _wheel(wheelhouse, "ptc-quick", "0.1", {"ptc_quick.py": "ANSWER = 1\n"})
+    (tmp_path / "slow.txt").write_text("ptc-slow==0.1\n")
+    (tmp_path / "quick.txt").write_text("ptc-quick==0.1\n")
+
+    def build(name: str, req: str) -> list[str]:
+        return [
+            PYTHON, "-m", "sandbox.cli", "runtime", "--dir", str(scratch), "build", name,
+            "-r", str(tmp_path / req), "--wheelhouse", str(wheelhouse),
+        ]  # fmt: skip
+
+    slow = subprocess.Popen(
+        build("slow", "slow.txt"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    helpers: list[psutil.Process] = []
+    try:
+        builder = psutil.Process(slow.pid)
+        helpers = _wait_for(
+            "the slow build's import check",
+            lambda: [
+                p for p in builder.children(recursive=True)
+                if "ptc-import-check" in " ".join(p.cmdline())
+            ],
+        )  # fmt: skip
+        helpers = builder.children(recursive=True)
+        (in_progress,) = scratch.glob(".build-slow-*")
+        # What a build and a removal killed earlier left behind: nobody holds them.
+        for leftover in (".build-old-0a1b2c3d", ".rm-gone-4242"):
+            (scratch / leftover / "site").mkdir(parents=True)
+            (scratch / leftover / "site" / "mod.py").write_text("x = 1\n")
+
+        # A second build at the same time removes the leftovers, not the build at work.
+        quick = subprocess.run(
+            build("quick", "quick.txt"), cwd=ROOT, capture_output=True, text=True, timeout=110
+        )
+        assert quick.returncode == 0, quick.stderr
+        assert _entries(scratch) == [in_progress.name, "quick"]
+        assert (in_progress / "site" / "ptc_slow.py").is_file()
+
+        # Killed (the builder alone, as the OOM killer would): its directory stays behind...
+        slow.send_signal(signal.SIGKILL)
+        assert slow.wait(timeout=30) == -signal.SIGKILL
+        _, alive = psutil.wait_procs(helpers, timeout=30)
+        assert alive == [], alive  # bwrap --die-with-parent took the import check with it
+        assert _entries(scratch) == [in_progress.name, "quick"]
+        # ...until the next build, which finds nobody holding it.
+        again = subprocess.run(
+            build("again", "quick.txt"), cwd=ROOT, capture_output=True, text=True, timeout=110
+        )
+        assert again.returncode == 0, again.stderr
+        assert _entries(scratch) == ["again", "quick"]
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.wait(timeout=30)
+        for helper in helpers:
+            if helper.is_running():
+                helper.kill()
+        assert slow.stderr is not None
+        slow.stderr.close()
