@@ -59,6 +59,7 @@ class Recorder:
                 admitted_at=time.time(),
                 expected_calls=tuple(request.expected_calls),
                 replay_of=request.replay_of,
+                runtime=prepared.runtime or "",
             )
         )
         metrics.audit_write("admit", time.monotonic() - started)

@@ -457,7 +457,7 @@ class GetExecutionRequest(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ...) -> None: ...
 
 class ExecutionRecord(_message.Message):
-    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of")
+    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of", "runtime")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -474,6 +474,7 @@ class ExecutionRecord(_message.Message):
     RECORD_HASH_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_OF_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     result: ExecutionResult
     tenant: str
     script: str
@@ -483,7 +484,8 @@ class ExecutionRecord(_message.Message):
     record_hash: str
     labels: _containers.ScalarMap[str, str]
     replay_of: str
-    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ...) -> None: ...
+    runtime: str
+    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token", "session_id")

@@ -132,6 +132,8 @@ def _replay_fields(admission: Admission) -> dict[str, Any]:
         ]
     if admission.replay_of:
         out["replay_of"] = admission.replay_of
+    if admission.runtime:  # absent for the standard library: older records hash as they did
+        out["runtime"] = admission.runtime
     return out
 
 
@@ -151,6 +153,7 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         if "expected_calls" not in data
         else tuple(ExpectedCalls(e["tool"], e["min"], e["max"]) for e in data["expected_calls"]),
         replay_of=str(data.get("replay_of", "")),
+        runtime=str(data.get("runtime", "")),
     )
 
 

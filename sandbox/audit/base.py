@@ -38,6 +38,9 @@ class Admission:
     expected_calls: tuple[ExpectedCalls, ...] | None = None
     # The execution this one replays ("" for an ordinary execution); set only by the replay.
     replay_of: str = ""
+    # The runtime it ran in (`sandbox.runtimes`); "" for the standard library, and in records
+    # written before runtimes were recorded. Part of what ran, so part of what a replay runs.
+    runtime: str = ""
 
 
 @dataclass(frozen=True)

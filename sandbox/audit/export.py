@@ -41,6 +41,7 @@ def record_to_json(record: AuditRecord) -> dict[str, Any]:
         if admission.expected_calls is None
         else [dataclasses.asdict(e) for e in admission.expected_calls],
         "replay_of": admission.replay_of,
+        "runtime": admission.runtime,
     }
 
 

@@ -81,7 +81,10 @@ async def _embedded(args: argparse.Namespace, manifest: str | None, limits: Limi
         store.mark_interrupted()  # replays this command left running when it was killed
         record = find_record(store, args.execution_id, args.tenant)
         backend = args.backend or record.admission.backend
-        backends = _backends(ExecutionRequest(script="", backend=backend), args.allow_degraded)
+        backends = _backends(
+            ExecutionRequest(script="", backend=backend, runtime=record.admission.runtime or None),
+            args.allow_degraded,
+        )
         async with Engine(EngineConfig(backends=backends, default_backend=backend)) as engine:
             return await replay(
                 engine,

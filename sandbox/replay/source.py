@@ -1,10 +1,11 @@
 """What a record must hold to be replayed, and the request that replays it.
 
 A replay needs the script, the manifest as given, the effective limits in the proto's units,
-the backend, the script policy, the expected call counts, and a result whose call log answers
-the tool calls. Records written before expected calls were recorded, records that kept only the
-manifest's hash, and records with no result (still running, or interrupted) cannot be replayed:
-`recording_from` raises `FailedPrecondition` naming everything that is missing.
+the backend, the runtime, the script policy, the expected call counts, and a result whose call
+log answers the tool calls. Records written before expected calls were recorded, records that
+kept only the manifest's hash, and records with no result (still running, or interrupted)
+cannot be replayed: `recording_from` raises `FailedPrecondition` naming everything that is
+missing. A record written before runtimes were recorded replays on the standard library.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Recording:
     limits: Limits  # the recorded effective limits, as a request
     expected_calls: tuple[ExpectedCalls, ...]
     result: ExecutionResult
+    runtime: str = ""  # "": the standard library
 
     def request(
         self,
@@ -56,6 +58,7 @@ class Recording:
             policy=policy,
             expected_calls=self.expected_calls,
             replay_of=self.execution_id,
+            runtime=self.runtime or None,
         )
 
 
@@ -96,4 +99,5 @@ def recording_from(record: AuditRecord) -> Recording:
         limits=limits,
         expected_calls=tuple(admission.expected_calls or ()),
         result=record.result,
+        runtime=admission.runtime,
     )

@@ -115,6 +115,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
         record_hash=record.record_hash,
         labels=dict(admission.labels),
         replay_of=admission.replay_of,
+        runtime=admission.runtime,
     )
 
 

@@ -19,7 +19,7 @@ from sandbox.replay.source import recording_from
 from sandbox.replay.wire import report_to_proto
 from sandbox.server.runner import Prepared, Runner
 from sandbox.tenants.base import Tenant
-from sandbox.tenants.policy import check_backend, effective_limits
+from sandbox.tenants.policy import check_backend, check_runtime, effective_limits
 from sandbox.wire import BACKENDS, limits_from_proto
 
 __all__ = ["serve_replay"]
@@ -42,6 +42,7 @@ async def serve_replay(
         backend=BACKENDS.get(message.backend),
     )
     check_backend(tenant, request.backend or runner.engine.config.default_backend)
+    check_runtime(tenant, request.runtime)  # the tenant may have lost it since
     execution = runner.engine.prepare(request, limits=effective_limits(tenant, request.limits))
     dispatch = ReplayDispatch(recording.result.calls)
     cancel = asyncio.Event()

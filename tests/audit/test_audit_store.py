@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 
@@ -10,7 +11,7 @@ from audit_support import admission, result
 from conftest import AuditDb
 
 from sandbox.audit import AuditQuery
-from sandbox.audit._codec import OUTPUT_CAP_BYTES
+from sandbox.audit._codec import OUTPUT_CAP_BYTES, admission_to_json
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.result import ExecutionStatus
 
@@ -232,3 +233,19 @@ def test_retention_prunes_a_prefix_and_the_chain_still_verifies(audit_db: AuditD
     report = store.verify()
     assert not report.ok
     assert any("checkpoint" in p for p in report.problems)
+
+
+def test_the_runtime_is_kept_and_absent_for_the_standard_library(audit_db: AuditDb) -> None:
+    store = audit_db.open()
+    plain = admission("acme")
+    numpy = dataclasses.replace(admission("acme"), runtime="np")
+    for adm in (plain, numpy):
+        store.admit(adm)
+        store.complete(adm.execution_id, result(adm.execution_id))
+    got = [store.get("acme", a.execution_id) for a in (plain, numpy)]
+    assert [r.admission.runtime for r in got if r is not None] == ["", "np"]
+    # A record of the standard library is written exactly as before runtimes were recorded,
+    # so the hashes of records already in a chain do not change meaning.
+    assert "runtime" not in admission_to_json(plain, 1.0)
+    assert admission_to_json(numpy, 1.0)["runtime"] == "np"
+    assert store.verify().ok

@@ -156,3 +156,34 @@ def test_a_session_cell_cannot_name_a_runtime(address: str) -> None:
         cell = session.execute("print(2)")
         assert (cell.status, cell.stdout) == ("ok", "2\n")
     _assert_healthy(address)
+
+
+def test_the_runtime_is_recorded_and_replayed_through_the_server(address: str) -> None:
+    with Client(address, ACME) as client:
+        ran = client.execute(SCRIPT, runtime="np")
+        record = client.get_execution(ran.execution_id)
+        plain = client.get_execution(client.execute("print(1)").execution_id)
+        report = client.replay(ran.execution_id)
+        replayed = client.get_execution(report.result.execution_id)
+    assert (record.runtime, plain.runtime) == ("np", "")
+    # Without the runtime the replay would fail at `import numpy`: it ran in the same one.
+    assert report.identical, report.differences
+    assert (report.result.status, report.result.stdout) == ("ok", "32\n")
+    assert "runtime:np" in report.result.isolation
+    assert (replayed.runtime, replayed.replay_of) == ("np", ran.execution_id)
+
+
+def test_cli_replay_embedded_runs_in_the_recorded_runtime(
+    runtimes_env: dict[str, str], tmp_path: Path
+) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    db = str(tmp_path / "audit.db")
+    done = ptc("run", str(script), "--runtime", "np", "--json", "--audit-db", db, env=runtimes_env)
+    assert done.returncode == 0, done.stderr
+    execution_id = json.loads(done.stdout)["execution_id"]
+    replayed = ptc("replay", execution_id, "--audit-db", db, "--json", env=runtimes_env)
+    assert replayed.returncode == 0, replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert (report["identical"], report["result"]["stdout"]) == (True, "32\n")
+    assert report["result"]["isolation"][-1] == "runtime:np"
