@@ -12,7 +12,10 @@ not signed over), signs a new checkpoint and publishes it three ways:
   cannot reach it;
 - hooks: callables given each `Checkpoint`; with metrics on, the server adds
   `sandbox.telemetry.metrics.audit_checkpoint`, which sets the gauges
-  ``ptc_audit_checkpoint_tree_size{tenant}`` and ``ptc_audit_checkpoint_timestamp_seconds``.
+  ``ptc_audit_checkpoint_tree_size{tenant}`` and ``ptc_audit_checkpoint_timestamp_seconds``;
+  refusal hooks are given the tenant of each refusal, which with metrics on counts
+  ``ptc_audit_checkpoint_refusals_total{tenant}`` (the alert: the store lost what a checkpoint
+  covers).
 
 Cost: building a tree reads every entry hash of the tenant and hashes it twice: about 10 us per
 entry on SQLite, 0.12x of what `verify` of the same chain takes (`python -m bench.checkpoints`:
@@ -47,6 +50,7 @@ HISTORY_FILE = "checkpoints.jsonl"
 _SAFE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 Hook = Callable[[Checkpoint], None]
+RefusalHook = Callable[[str], None]  # the tenant whose tree could not be signed
 
 
 def checkpoint_file_name(tenant: str) -> str:
@@ -70,6 +74,7 @@ class CheckpointPublisher:
         self.directory = Path(directory) if directory is not None else None
         self.origin = origin or store.instance
         self.hooks: list[Hook] = []
+        self.refusal_hooks: list[RefusalHook] = []
         self.published = 0
         self.refused = 0  # trees that did not extend the last checkpoint
         self._last: dict[str, Checkpoint] = {}
@@ -81,6 +86,20 @@ class CheckpointPublisher:
 
     def add_hook(self, hook: Hook) -> None:
         self.hooks.append(hook)
+
+    def add_refusal_hook(self, hook: RefusalHook) -> None:
+        """``hook(tenant)`` for each round that refused to sign the tenant's tree: the store
+        lost entries a checkpoint covers (or has a gap), the one event worth an alert."""
+        self.refusal_hooks.append(hook)
+
+    def _refuse(self, tenant: str, message: str, *args: object) -> None:
+        self.refused += 1
+        log.error(message, tenant, *args)
+        for hook in self.refusal_hooks:
+            try:
+                hook(tenant)
+            except Exception:  # a hook must not stop the other tenants' checkpoints
+                log.exception("audit checkpoint: a refusal hook failed")
 
     def latest(self, tenant: str) -> Checkpoint | None:
         """The last checkpoint published for the tenant (also by an earlier run, from its file)."""
@@ -104,11 +123,10 @@ class CheckpointPublisher:
         for tenant in self.store.tenants():
             tree = tenant_tree(self.store.chain_hashes(tenant), tenant)
             if tree.gap_after is not None:
-                self.refused += 1
-                log.error(
+                self._refuse(
+                    tenant,
                     "audit checkpoint: tenant %s: entry %d is missing from the chain: deleted; "
                     "not signing",
-                    tenant,
                     tree.gap_after + 1,
                 )
                 continue
@@ -126,11 +144,10 @@ class CheckpointPublisher:
                     consistency_proof(tree.leaves, last.tree_size),
                 )
             ):
-                self.refused += 1
-                log.error(
+                self._refuse(
+                    tenant,
                     "audit checkpoint: tenant %s: the store's tree (size %d) does not extend the "
                     "checkpoint at size %d: entries were removed or rewritten; not signing",
-                    tenant,
                     tree.size,
                     last.tree_size,
                 )

@@ -335,4 +335,5 @@ def _checkpoint_publisher(config: ServerConfig, store: AuditStore) -> Checkpoint
         from sandbox.telemetry import metrics
 
         publisher.add_hook(metrics.audit_checkpoint)
+        publisher.add_refusal_hook(metrics.audit_checkpoint_refused)
     return publisher

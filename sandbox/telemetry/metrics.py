@@ -17,6 +17,7 @@ or a script.
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
     ptc_audit_checkpoint_tree_size{tenant}                 gauge: tree size of its latest checkpoint
     ptc_audit_checkpoint_timestamp_seconds{tenant}         gauge: when that checkpoint was signed
+    ptc_audit_checkpoint_refusals_total{tenant}            counter: rounds that would not sign
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "Metrics",
     "active_sessions",
     "audit_checkpoint",
+    "audit_checkpoint_refused",
     "audit_write",
     "enable",
     "execution_finished",
@@ -117,6 +119,15 @@ class Metrics:
         self.checkpoint_timestamp = Gauge(
             "ptc_audit_checkpoint_timestamp_seconds",
             "When the tenant's latest signed audit checkpoint was signed (Unix time).",
+            ["tenant"],
+            registry=r,
+        )
+        # Each round that refused to sign a tenant's tree (entries a checkpoint covers are gone
+        # or rewritten): nonzero means the store was tampered with or truncated.
+        self.checkpoint_refusals = Counter(
+            "ptc_audit_checkpoint_refusals",
+            "Checkpoint rounds that refused to sign the tenant's tree: entries that an earlier "
+            "checkpoint covers were removed or rewritten.",
             ["tenant"],
             registry=r,
         )
@@ -274,6 +285,12 @@ def audit_checkpoint(checkpoint: Checkpoint) -> None:
         m = _state.metrics
         m.checkpoint_tree_size.labels(checkpoint.tenant).set(checkpoint.tree_size)
         m.checkpoint_timestamp.labels(checkpoint.tenant).set(checkpoint.timestamp_ms / 1000)
+
+
+def audit_checkpoint_refused(tenant: str) -> None:
+    """A `CheckpointPublisher` refusal hook: one more round that would not sign the tenant."""
+    if _state.metrics is not None:
+        _state.metrics.checkpoint_refusals.labels(tenant).inc()
 
 
 def active_sessions(count: int) -> None:

@@ -156,15 +156,25 @@ def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
     )
 
 
-def _checkpoint_gauges(metrics_address: str) -> dict[str, dict[str, float]]:
-    """{metric name: {tenant: value}} of the ptc_audit_checkpoint_* gauges, as scraped."""
+def _checkpoint_metrics(metrics_address: str, kind: str) -> dict[str, dict[str, float]]:
+    """{sample name: {tenant: value}} of the ptc_audit_checkpoint_* metrics of one kind
+    ("gauge" or "counter"; a counter's `_created` samples left out), as scraped."""
     with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as response:
         exposition = response.read().decode()
-    return {
-        family.name: {sample.labels["tenant"]: sample.value for sample in family.samples}
-        for family in text_string_to_metric_families(exposition)
-        if family.name.startswith("ptc_audit_checkpoint_")
-    }
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        if (
+            family.name.startswith("ptc_audit_checkpoint_")
+            and family.type == kind
+            and not family.name.endswith("_created")  # a counter's creation time, as a gauge
+        ):
+            name = family.name + ("_total" if kind == "counter" else "")
+            out[name] = {s.labels["tenant"]: s.value for s in family.samples if s.name == name}
+    return out
+
+
+def _checkpoint_gauges(metrics_address: str) -> dict[str, dict[str, float]]:
+    return _checkpoint_metrics(metrics_address, "gauge")
 
 
 def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) -> None:
@@ -214,6 +224,28 @@ def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) 
         signed = {
             t: read_checkpoints(str(out / f"{t}.checkpoint.json"))[0] for t in ("alpha", "beta")
         }
+        refusals = "ptc_audit_checkpoint_refusals_total"
+        assert _checkpoint_metrics(metrics_address, "counter") == {refusals: {}}
+        # Truncate beta's newest record and move its head back, under the running server: the
+        # next rounds refuse to sign beta (and count it); alpha is untouched.
+        conn = sqlite3.connect(db, isolation_level=None)
+        try:
+            conn.execute("DELETE FROM entries WHERE tenant = 'beta' AND seq > 2")
+            (head,) = conn.execute(
+                "SELECT entry_hash FROM entries WHERE tenant = 'beta' AND seq = 2"
+            ).fetchone()
+            conn.execute(
+                "UPDATE chain_heads SET seq = 2, head_hash = ? WHERE tenant = 'beta'", (head,)
+            )
+        finally:
+            conn.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            counted = _checkpoint_metrics(metrics_address, "counter")[refusals]
+            if counted.get("beta", 0) >= 2:
+                break
+            time.sleep(0.05)
+        after_truncation = _checkpoint_gauges(metrics_address)
     finally:
         proc.terminate()
         code = proc.wait(timeout=60)
@@ -229,3 +261,6 @@ def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) 
             t: c.timestamp_ms / 1000 for t, c in signed.items()
         },
     }
+    assert set(counted) == {"beta"} and counted["beta"] >= 2  # one per round, beta only
+    assert after_truncation == gauges  # nothing signed over the truncated store
+    assert "audit checkpoint: tenant beta: the store's tree (size 2) does not extend the " in stderr
