@@ -516,7 +516,7 @@ class ListExecutionsResponse(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[ExecutionRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("manifest", "limits", "backend", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "labels")
+    __slots__ = ("manifest", "limits", "backend", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "labels", "runtime")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -531,6 +531,7 @@ class CreateSessionRequest(_message.Message):
     MAX_LIFETIME_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     manifest: ToolManifest
     limits: Limits
     backend: Backend
@@ -538,10 +539,11 @@ class CreateSessionRequest(_message.Message):
     max_lifetime_ms: int
     max_executions: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    runtime: str
+    def __init__(self, manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ("session_id", "state", "end_reason", "backend", "limits", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "execution_ids", "running_execution_id", "created_at", "last_used_at", "ended_at", "isolation")
+    __slots__ = ("session_id", "state", "end_reason", "backend", "limits", "idle_timeout_ms", "max_lifetime_ms", "max_executions", "execution_ids", "running_execution_id", "created_at", "last_used_at", "ended_at", "isolation", "runtime")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     END_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +558,7 @@ class SessionInfo(_message.Message):
     LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     state: SessionState
     end_reason: str
@@ -570,7 +573,8 @@ class SessionInfo(_message.Message):
     last_used_at: _timestamp_pb2.Timestamp
     ended_at: _timestamp_pb2.Timestamp
     isolation: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., end_reason: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., execution_ids: _Optional[_Iterable[str]] = ..., running_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[_Iterable[str]] = ...) -> None: ...
+    runtime: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., end_reason: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., idle_timeout_ms: _Optional[int] = ..., max_lifetime_ms: _Optional[int] = ..., max_executions: _Optional[int] = ..., execution_ids: _Optional[_Iterable[str]] = ..., running_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[_Iterable[str]] = ..., runtime: _Optional[str] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)

@@ -442,10 +442,12 @@ class AsyncClient:
         max_executions: int | None = None,
         labels: Mapping[str, str] | None = None,
         session_id: str | None = None,
+        runtime: str | None = None,
     ) -> AsyncSession:
         """A session (`sandbox.client.sessions`): ``async with client.session(...) as s``.
-        Times in seconds; ``limits`` are the whole session's (``cpu_time`` its total CPU).
-        With ``session_id`` it attaches to an existing session instead of creating one."""
+        Times in seconds; ``limits`` are the whole session's (``cpu_time`` its total CPU);
+        every cell runs in ``runtime`` (`ptc runtime list`). With ``session_id`` it attaches
+        to an existing session instead of creating one."""
         return AsyncSession(
             self,
             tools=tools,
@@ -456,6 +458,7 @@ class AsyncClient:
             max_executions=max_executions,
             labels=labels,
             session_id=session_id,
+            runtime=runtime,
         )
 
     async def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:

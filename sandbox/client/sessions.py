@@ -53,8 +53,10 @@ class AsyncSession:
         max_executions: int | None = None,
         labels: Mapping[str, str] | None = None,
         session_id: str | None = None,
+        runtime: str | None = None,
     ) -> None:
         self._client = client
+        self._runtime = runtime
         self._tools = tools
         self._limits = limits
         self._backend = backend
@@ -89,6 +91,8 @@ class AsyncSession:
             request.limits.CopyFrom(limits_to_proto(limits))
         if self._backend is not None:
             request.backend = BACKEND_ENUM[self._backend]
+        if self._runtime is not None:
+            request.runtime = self._runtime
         for field, value in (
             ("idle_timeout_ms", _ms(self._idle_timeout)),
             ("max_lifetime_ms", _ms(self._max_lifetime)),

@@ -229,6 +229,7 @@ class Client:
         max_executions: int | None = None,
         labels: Mapping[str, str] | None = None,
         session_id: str | None = None,
+        runtime: str | None = None,
     ) -> SyncSession:
         """A session: ``with client.session(...) as s: s.execute(...)`` (see `AsyncClient`)."""
         return SyncSession(
@@ -242,6 +243,7 @@ class Client:
                 max_executions=max_executions,
                 labels=labels,
                 session_id=session_id,
+                runtime=runtime,
             ),
         )
 

@@ -65,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     create.add_argument("--idle-timeout", type=float, metavar="S", help="seconds idle")
     create.add_argument("--max-lifetime", type=float, metavar="S", help="seconds in all")
     create.add_argument("--max-executions", type=int, metavar="N")
+    create.add_argument(
+        "--runtime", metavar="NAME", help="the runtime every cell runs in (`ptc runtime list`)"
+    )
     create.add_argument("--json", action="store_true", help="print the session as JSON")
     create.set_defaults(handler=_create)
     for name, handler, text in (
@@ -97,6 +100,7 @@ def _create(args: argparse.Namespace) -> int:
             idle_timeout=args.idle_timeout,
             max_lifetime=args.max_lifetime,
             max_executions=args.max_executions,
+            runtime=args.runtime,
         )
         info = session.create()
     if args.json:

@@ -103,11 +103,6 @@ class Runner:
         self.host.check(manifest)
         check_backend(tenant, request.backend or self.engine.config.default_backend)
         check_runtime(tenant, request.runtime)
-        if session is not None and request.runtime not in (None, "", "default"):
-            raise InvalidArgument(
-                "runtime: a session's cells run on the standard library (sessions in a runtime "
-                "are not supported yet); leave runtime empty with session_id"
-            )
         limits, adjustments = effective_limits(tenant, request.limits)
         if session is not None:
             limits = self.sessions.session_limits(session, limits)

@@ -9,12 +9,13 @@ tenant's ceilings and are clamped (or refused, under the tenant's ``refuse`` pol
 from __future__ import annotations
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, Unavailable
 from sandbox.server.convert import limits_from_proto, limits_to_proto
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
 from sandbox.tenants.base import Tenant
-from sandbox.tenants.policy import check_backend, check_tool_modes, effective_limits
+from sandbox.tenants.policy import check_backend, check_runtime, check_tool_modes, effective_limits
 from sandbox.wire import BACKEND_ENUM, BACKENDS, timestamp
 
 __all__ = ["close_session", "create_session", "get_session", "list_sessions", "session_to_proto"]
@@ -65,6 +66,8 @@ async def create_session(
             )
     check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
     runner.host.check(manifest)
+    check_runtime(tenant, request.runtime)
+    runtime = engine_check_runtime(runner.engine.backend(backend), request.runtime)
     limits, _adjustments = effective_limits(tenant, limits_from_proto(request.limits))
     settings = SessionSettings(
         limits=limits,
@@ -81,6 +84,7 @@ async def create_session(
         settings=settings,
         labels=dict(request.labels),
         max_sessions=tenant.max_sessions,
+        runtime=runtime,
     )
     return session_to_proto(session)
 
@@ -123,6 +127,7 @@ def session_to_proto(session: Session) -> pb.SessionInfo:
         max_executions=settings.max_executions,
         execution_ids=list(session.executions),
         running_execution_id=session.running or "",
+        runtime=session.runtime or "",
         created_at=timestamp(session.created_at),
         last_used_at=timestamp(session.last_used_at),
         isolation=session.sandbox.isolation,

@@ -107,6 +107,7 @@ class Session:
     settings: SessionSettings
     labels: Mapping[str, str]
     sandbox: SessionSandbox
+    runtime: str | None = None  # every cell runs in it; None: the standard library
     created_at: float = field(default_factory=time.time)
     last_used_at: float = field(default_factory=time.time)
     ended_at: float | None = None
@@ -169,6 +170,7 @@ class SessionManager:
         settings: SessionSettings,
         labels: Mapping[str, str] | None = None,
         max_sessions: int | None = None,
+        runtime: str | None = None,
     ) -> Session:
         if self._closing:
             raise FailedPrecondition("sessions: the server is stopping; no new sessions")
@@ -182,7 +184,11 @@ class SessionManager:
             )
         self._creating[tenant] = self._creating.get(tenant, 0) + 1
         try:
-            handle = await self.engine.backend(backend).acquire(settings.limits)
+            pool = self.engine.backend(backend)
+            if runtime is None:
+                handle = await pool.acquire(settings.limits)
+            else:
+                handle = await pool.acquire(settings.limits, runtime=runtime)  # type: ignore[call-arg]
             try:
                 await handle.apply_limits(settings.limits)
             except BaseException:
@@ -202,6 +208,7 @@ class SessionManager:
             settings=settings,
             labels=dict(labels or {}),
             sandbox=SessionSandbox(handle, settings.limits.cpu_time_ms),
+            runtime=runtime,
         )
         self._sessions[session.id] = session
         metrics.active_sessions(len(self._sessions))
@@ -256,18 +263,27 @@ class SessionManager:
     def request_for(
         self, session: Session, request: ExecutionRequest, *, manifest_given: bool
     ) -> ExecutionRequest:
-        """The request as it runs in ``session``: the session's backend and manifest (unless
-        the request brings a new one, which replaces the session's `tools`), its label."""
+        """The request as it runs in ``session``: the session's backend, runtime and manifest
+        (unless the request brings a new one, which replaces the session's `tools`), its
+        label. A cell cannot move the session to another backend or runtime."""
         if request.backend not in (None, "", session.backend):
             raise InvalidArgument(
                 f"backend: session {session.id!r} runs on {session.backend!r}, "
                 f"not {request.backend!r}"
+            )
+        runtime = None if request.runtime in (None, "", "default") else request.runtime
+        if runtime is not None and runtime != session.runtime:
+            runs_in = f"runtime {session.runtime!r}" if session.runtime else "the standard library"
+            raise InvalidArgument(
+                f"runtime: session {session.id!r} runs in {runs_in}, not {runtime!r}; a "
+                "session's runtime is chosen at CreateSession"
             )
         manifest: object = request.manifest if manifest_given else session.manifest
         return replace(
             request,
             manifest=manifest,  # type: ignore[arg-type]
             backend=session.backend,
+            runtime=session.runtime,
             labels={**request.labels, SESSION_LABEL: session.id},
         )
 
@@ -416,6 +432,7 @@ class SessionManager:
                     "ptc.max_executions": str(settings.max_executions),
                 },
                 admitted_at=session.created_at,
+                runtime=session.runtime or "",
             )
         )
 

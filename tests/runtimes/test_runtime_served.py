@@ -145,16 +145,38 @@ def test_cli_run_embedded_with_runtime(runtimes_env: dict[str, str], tmp_path: P
     )
 
 
-def test_a_session_cell_cannot_name_a_runtime(address: str) -> None:
-    with Client(address, ACME) as client, client.session() as session:
-        with pytest.raises(InvalidArgument) as caught:
-            client.run("print(1)", runtime="np", session_id=session.id)
-        assert caught.value.message == (
-            "runtime: a session's cells run on the standard library (sessions in a runtime are "
-            "not supported yet); leave runtime empty with session_id"
+def test_a_session_in_a_runtime_keeps_numpy_state_across_cells(address: str) -> None:
+    with Client(address, ACME) as client:
+        with client.session(runtime="np") as session:
+            first = session.execute("import numpy as np\na = np.arange(4)")
+            second = session.execute("a = a * 10\nint(a.sum())")
+            with pytest.raises(InvalidArgument) as moved:
+                client.run("print(1)", runtime="pure", session_id=session.id)
+            info = client.list_sessions()
+            record = client.get_execution(second.execution_id)
+        assert (first.status, second.status, second.value) == ("ok", "ok", "60")
+        assert "runtime:np" in second.isolation
+        assert [(s.session_id, s.runtime) for s in info] == [(session.id, "np")]
+        assert record.runtime == "np"  # each cell's record names the runtime it ran in
+        assert moved.value.message == (
+            f"runtime: session {session.id!r} runs in runtime 'np', not 'pure'; a session's "
+            "runtime is chosen at CreateSession"
         )
-        cell = session.execute("print(2)")
+        with client.session() as plain:
+            with pytest.raises(InvalidArgument) as caught:
+                client.run("print(1)", runtime="np", session_id=plain.id)
+            cell = plain.execute("print(2)")
+        assert caught.value.message == (
+            f"runtime: session {plain.id!r} runs in the standard library, not 'np'; a "
+            "session's runtime is chosen at CreateSession"
+        )
         assert (cell.status, cell.stdout) == ("ok", "2\n")
+    with Client(address, BETA) as client, pytest.raises(PermissionDenied) as denied:
+        client.session(runtime="np").create()
+    assert (
+        denied.value.message
+        == "runtime: tenant 'beta' may not use 'np' (allowed: only the default)"
+    )
     _assert_healthy(address)
 
 
@@ -187,3 +209,24 @@ def test_cli_replay_embedded_runs_in_the_recorded_runtime(
     report = json.loads(replayed.stdout)
     assert (report["identical"], report["result"]["stdout"]) == (True, "32\n")
     assert report["result"]["isolation"][-1] == "runtime:np"
+
+
+def test_cli_session_in_a_runtime(address: str, runtimes_env: dict[str, str]) -> None:
+    env = {**runtimes_env, "PTC_API_KEY": ACME}
+    created = ptc("session", "create", "--server", address, "--runtime", "np", "--json", env=env)
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["runtime"] == "np"
+    session_id = info["session_id"]
+    try:
+        ran = subprocess.run(
+            [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, "--session",
+             session_id, "--json"],
+            input=SCRIPT, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+            env=env,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout)["stdout"] == "32\n"
+    finally:
+        closed = ptc("session", "close", session_id, "--server", address, env=env)
+    assert closed.returncode == 0, closed.stderr
