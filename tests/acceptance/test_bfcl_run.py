@@ -172,7 +172,7 @@ class DockerEngine:
     def containers(self) -> list[Any]:
         """Our containers (pooled or not), as the engine lists them."""
         label = f"{LABEL_OWNER}={self.owner}"
-        return self.client.containers.list(all=True, filters={"label": label})
+        return self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
 
     def leftovers(self) -> list[str]:
         """Containers and channel directories that no idle pooled sandbox owns."""

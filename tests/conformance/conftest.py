@@ -87,7 +87,7 @@ def _docker_harness(oci_runtime: str = "runc") -> Iterator[Any]:
     harness.close()
     try:
         owned = {"label": f"{module.LABEL_OWNER}={harness.owner}"}
-        left = client.containers.list(all=True, filters=owned)
+        left = client.containers.list(all=True, filters=owned, ignore_removed=True)
         assert left == [], f"containers survived Engine.close(): {[c.name for c in left]}"
         assert not owner_dir.exists(), "the channel directory survived Engine.close()"
     finally:

@@ -47,7 +47,9 @@ def _containers_of(pid: int) -> list[str]:
     try:
         return [
             c.name
-            for c in client.containers.list(all=True, filters={"label": LABEL_OWNER})
+            for c in client.containers.list(
+                all=True, filters={"label": LABEL_OWNER}, ignore_removed=True
+            )
             if c.labels[LABEL_OWNER].split(":")[1] == str(pid)
         ]
     finally:

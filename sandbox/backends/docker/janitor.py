@@ -88,7 +88,9 @@ def clean_leftovers(client: DockerClient, runtime_root: Path) -> int:
     """Removes dead owners' containers and channel directories; returns containers removed."""
     hostname = socket.gethostname()
     try:
-        leftovers = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
+        leftovers = client.containers.list(
+            all=True, filters={"label": LABEL_MANAGED}, ignore_removed=True
+        )
     except _ENGINE_ERRORS as exc:
         log.warning("docker janitor: listing containers failed: %s", exc)
         leftovers = []
@@ -111,7 +113,7 @@ def remove_owned(client: DockerClient, owner: OwnerToken, backend: str | None = 
     if backend is not None:  # only this backend's: the server may run a runc and a runsc one
         labels.append(f"{LABEL_BACKEND}={backend}")
     try:
-        mine = client.containers.list(all=True, filters={"label": labels})
+        mine = client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
     except _ENGINE_ERRORS as exc:
         log.warning("docker backend: listing own containers failed: %s", exc)
         return 0

@@ -72,7 +72,7 @@ class DockerHarness:
 
     def our_containers(self) -> list[Any]:
         return self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_OWNER}={self.owner}"}
+            all=True, filters={"label": f"{LABEL_OWNER}={self.owner}"}, ignore_removed=True
         )
 
     def settle(self) -> None:
@@ -116,10 +116,14 @@ def _checked_harness(**config: Any) -> Iterator[DockerHarness]:
     client = engine_client.connect(h.backend.address)
     h.close()
     try:
-        left = client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={h.owner}"})
+        left = client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={h.owner}"}, ignore_removed=True
+        )
         assert left == [], f"containers survived Engine.close(): {[c.name for c in left]}"
         assert not owner_dir.exists(), "the channel directory survived Engine.close()"
-        managed = client.containers.list(all=True, filters={"label": LABEL_MANAGED})
+        managed = client.containers.list(
+            all=True, filters={"label": LABEL_MANAGED}, ignore_removed=True
+        )
         assert all(c.labels.get(LABEL_OWNER) != h.owner for c in managed)
     finally:
         client.close()

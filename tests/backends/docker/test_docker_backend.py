@@ -88,7 +88,10 @@ def test_janitor_removes_what_a_dead_server_left(docker_client: Any, tmp_path: P
         removed = clean_leftovers(docker_client, tmp_path)
         assert removed >= 2  # ours, and any other dead server's on this engine
         remaining = {
-            c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_MANAGED})
+            c.id
+            for c in docker_client.containers.list(
+                all=True, filters={"label": LABEL_MANAGED}, ignore_removed=True
+            )
         }
         assert made[0].id not in remaining and made[1].id not in remaining
         assert made[2].id in remaining
