@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+from ptc_serve import ptc_serve
 from smolagents import CodeAgent
 from test_mcp_server import SCRIPT
 from test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
@@ -34,26 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", "memory"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    try:
-        yield line.split()[-1]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve("--pool-size", "2", "--audit-db", "memory") as serving:
+        yield serving.address
     assert leftover_children() == []
 
 

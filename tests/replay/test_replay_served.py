@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ptc_serve import ptc_serve
 
 from sandbox.audit import Admission, open_store
 from sandbox.client import Client
@@ -68,28 +69,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("replay-serve")
     (where / "tenants.toml").write_text(TENANTS)
     audit_db = where / "audit.db"
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", str(audit_db), "--tenants", str(where / "tenants.toml")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    harness = Served(line.split()[-1], audit_db)
-    try:
-        yield harness
-    finally:
-        harness.close()
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve(
+        "--pool-size", "2", "--audit-db", str(audit_db), "--tenants", str(where / "tenants.toml")
+    ) as serving:
+        harness = Served(serving.address, audit_db)
+        try:
+            yield harness
+        finally:
+            harness.close()
     verify = subprocess.run(
         [PYTHON, "-m", "sandbox.cli", "audit", "verify", "--db", str(audit_db)],
         cwd=ROOT,

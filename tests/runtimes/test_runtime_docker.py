@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ptc_serve import ptc_serve
 from runtime_support import PYTHON, ROOT, ptc
 
 from sandbox.engine import ExecutionRequest
@@ -147,28 +148,13 @@ def test_a_session_in_a_runtime_on_docker(runtimes_env: dict[str, str], images: 
     numpy state lives from one cell to the next."""
     from sandbox.client import Client
 
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", "memory", "--docker"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=runtimes_env,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        with (
-            Client(line.split()[-1]) as client,
-            client.session(backend="docker", runtime="np") as session,
-        ):
-            first = session.execute("import numpy as np\na = np.ones(3)")
-            second = session.execute("a += 1\na.tolist()")
-    finally:
-        proc.terminate()
-        code = proc.wait(timeout=60)
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert code == 0, stderr
+    with (
+        ptc_serve("--pool-size", "1", "--audit-db", "memory", "--docker", env=runtimes_env) as s,
+        Client(s.address) as client,
+        client.session(backend="docker", runtime="np") as session,
+    ):
+        first = session.execute("import numpy as np\na = np.ones(3)")
+        second = session.execute("a += 1\na.tolist()")
     assert (first.status, second.status, second.value) == ("ok", "ok", "[2.0, 2.0, 2.0]")
     assert second.isolation[-1] == "runtime:np"
     assert "oci-runtime:runc" in second.isolation

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ptc_serve import ptc_serve
 from runtime_support import PYTHON, ROOT, ptc
 
 from sandbox.client import Client
@@ -37,27 +38,10 @@ def address(
 ) -> Iterator[str]:
     tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", "memory", "--tenants", str(tenants)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=runtimes_env,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    try:
-        yield line.split()[-1]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", "memory", "--tenants", str(tenants), env=runtimes_env
+    ) as serving:
+        yield serving.address
 
 
 def _assert_healthy(address: str) -> None:

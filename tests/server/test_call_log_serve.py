@@ -7,17 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ptc_serve import ptc_serve
 
 from sandbox.client import Client
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 MiB = 1 << 20
 ECHO = json.dumps(
     [{"name": "echo", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}]
@@ -38,23 +35,8 @@ print(ok, refused)
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     db = tmp_path / "audit.db"
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", str(db)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    try:
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        yield line.split()[-1], db
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve("--pool-size", "1", "--audit-db", str(db)) as serving:
+        yield serving.address, db
 
 
 def _store_bytes(db: Path) -> int:

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from ptc_serve import ptc_serve
 
 from sandbox.audit.checkpoints import generate_key, read_checkpoints
 from sandbox.client import Client
@@ -54,31 +55,17 @@ def test_serve_publishes_checkpoints_that_detect_truncation(tmp_path: Path) -> N
     db, out, key = tmp_path / "audit.db", tmp_path / "checkpoints", tmp_path / "ck.key"
     key_id = generate_key(key)
     env = {**os.environ, "PTC_CHECKPOINT_KEY": key.read_text()}  # the key from the environment
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", str(db), "--instance-id", "ptc-a", "--checkpoint-interval", "0.2",
-         "--checkpoint-dir", str(out)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        latest = out / "default.checkpoint.json"
-        with Client(line.split()[-1]) as client:
-            assert client.execute("print(1)").stdout == "1\n"
-            _wait_for_size(latest, 2)
-            assert client.execute("print(2)").stdout == "2\n"
-            _wait_for_size(latest, 4)
-            assert client.execute("print(3)").stdout == "3\n"
-    finally:
-        proc.terminate()
-        code = proc.wait(timeout=60)
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert code == 0, stderr
-    assert "Traceback" not in stderr, stderr
+    latest = out / "default.checkpoint.json"
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", str(db), "--instance-id", "ptc-a",
+        "--checkpoint-interval", "0.2", "--checkpoint-dir", str(out), env=env,
+    ) as serving, Client(serving.address) as client:  # fmt: skip
+        assert client.execute("print(1)").stdout == "1\n"
+        _wait_for_size(latest, 2)
+        assert client.execute("print(2)").stdout == "2\n"
+        _wait_for_size(latest, 4)
+        assert client.execute("print(3)").stdout == "3\n"
+    stderr = serving.stderr
     # The shutdown checkpoint covers the last execution even if no interval came after it.
     (final,) = read_checkpoints(str(latest))
     assert (final.tenant, final.tree_size, final.origin, final.key_id) == (
@@ -185,19 +172,13 @@ def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) 
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
     generate_key(key)
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", str(db), "--tenants", str(tenants), "--metrics-listen", "127.0.0.1:0",
-         "--checkpoint-interval", "0.2", "--checkpoint-dir", str(out), "--checkpoint-key",
-         str(key)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        first, second = proc.stdout.readline(), proc.stdout.readline()
-        assert first.startswith("metrics on 127.0.0.1:"), first + second + proc.stderr.read()
-        assert second.startswith("listening on "), second + proc.stderr.read()
-        metrics_address, address = first.split()[-1], second.split()[-1]
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", str(db), "--tenants", str(tenants),
+        "--metrics-listen", "127.0.0.1:0", "--checkpoint-interval", "0.2", "--checkpoint-dir",
+        str(out), "--checkpoint-key", str(key),
+    ) as serving:  # fmt: skip
+        assert serving.metrics_address is not None
+        metrics_address, address = serving.metrics_address, serving.address
         # Declared, and empty until a checkpoint is signed.
         assert _checkpoint_gauges(metrics_address) == {
             "ptc_audit_checkpoint_tree_size": {},
@@ -246,14 +227,8 @@ def test_serve_exports_each_tenants_latest_checkpoint_as_gauges(tmp_path: Path) 
                 break
             time.sleep(0.05)
         after_truncation = _checkpoint_gauges(metrics_address)
-    finally:
-        proc.terminate()
-        code = proc.wait(timeout=60)
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert code == 0, stderr
-    assert "Traceback" not in stderr and "hook" not in stderr, stderr
+    stderr = serving.stderr
+    assert "hook" not in stderr, stderr
     assert entries == {"alpha": 2, "beta": 4}
     assert gauges == {
         "ptc_audit_checkpoint_tree_size": entries,

@@ -6,13 +6,11 @@ the exact message, and the server keeps serving; at exit the server leaves no co
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from ptc_serve import ptc_serve
 
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.spec import LABEL_OWNER
@@ -22,8 +20,6 @@ from sandbox.tenants import hash_key
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_gvisor]
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 ACME = "ptc-test-key-gvisor-acme-0123456789"
 BETA = "ptc-test-key-gvisor-beta-0123456789"
 TENANTS = f"""
@@ -65,25 +61,11 @@ class Served(NamedTuple):
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", "memory", "--tenants", str(tenants), "--gvisor"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    try:
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        yield Served(line.split()[-1], proc.pid)
-    finally:
-        proc.terminate()
-        code = proc.wait(timeout=60)
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert code == 0, stderr
-        assert "Traceback" not in stderr, stderr
-        assert _containers_of(proc.pid) == []
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", "memory", "--tenants", str(tenants), "--gvisor"
+    ) as serving:
+        yield Served(serving.address, serving.pid)
+    assert _containers_of(serving.pid) == []
 
 
 def test_a_tenant_allowed_gvisor_runs_under_runsc(served: Served) -> None:

@@ -1,0 +1,63 @@
+"""A real `ptc serve` subprocess on an ephemeral loopback port, for the tests that drive the
+server as users do: started, its addresses read from the lines it prints first, and stopped
+with SIGTERM however the test ends. A clean stop is part of every such test: exit code 0 and no
+traceback on stderr (checked only when the test's own body passed, so its failure is the one
+reported)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Serving", "ptc_serve"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+
+
+@dataclass
+class Serving:
+    address: str  # the gRPC listener, host:port
+    pid: int
+    metrics_address: str | None = None  # with --metrics-listen
+    stderr: str = ""  # all the server wrote there, once it has stopped
+
+
+@contextlib.contextmanager
+def ptc_serve(
+    *args: str, env: Mapping[str, str] | None = None, stop_timeout_s: float = 60.0
+) -> Iterator[Serving]:
+    """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else dict(env),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    serving = Serving("", proc.pid)
+    try:
+        line = proc.stdout.readline()
+        if line.startswith("metrics on "):
+            serving.metrics_address = line.split()[-1]
+            line = proc.stdout.readline()
+        if not line.startswith("listening on "):
+            proc.kill()
+            raise AssertionError(f"ptc serve did not start: {line!r} {proc.stderr.read()}")
+        serving.address = line.split()[-1]
+        yield serving
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        code = proc.wait(timeout=stop_timeout_s)
+        serving.stderr = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0, serving.stderr
+    assert "Traceback" not in serving.stderr, serving.stderr
