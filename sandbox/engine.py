@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sandbox.backends.base import Backend, Job
+from sandbox.backends.base import Backend, Job, SandboxHandle
 from sandbox.backends.session import run_session
 from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
@@ -59,6 +59,8 @@ __all__ = [
     "ExecutionRequest",
     "PreparedExecution",
     "StartedInfo",
+    "acquire_sandbox",
+    "check_runtime",
     "limits_fields",
 ]
 
@@ -290,10 +292,7 @@ class Engine:
         stubs = self.stubs(prepared.manifest)
         if session is None:
             with step_span("ptc.sandbox.acquire"):
-                if prepared.runtime is None:
-                    handle = await backend.acquire(effective)
-                else:
-                    handle = await backend.acquire(effective, runtime=prepared.runtime)  # type: ignore[call-arg]
+                handle = await acquire_sandbox(backend, effective, prepared.runtime)
             result.isolation = list(handle.isolation)
             probe = LiveProbe(handle)
         else:
@@ -424,6 +423,16 @@ def _check_script(script: str, policy: str) -> ScriptError | None:
     if policy == "restricted":
         return check_restricted(script)
     return None
+
+
+async def acquire_sandbox(
+    backend: Backend, limits: ResolvedLimits, runtime: str | None
+) -> SandboxHandle:
+    """A fresh sandbox from ``backend``, in ``runtime`` when one is named (a runtime
+    `check_runtime` let through: only backends that take runtimes get one)."""
+    if runtime is None:
+        return await backend.acquire(limits)
+    return await backend.acquire(limits, runtime=runtime)  # type: ignore[call-arg]
 
 
 def check_runtime(backend: Backend, runtime: str | None) -> str | None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import Engine, ExecutionRequest, limits_fields
+from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fields
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -55,6 +55,7 @@ from sandbox.errors import (
 )
 from sandbox.limits import ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.driver import SessionSandbox
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
@@ -184,11 +185,7 @@ class SessionManager:
             )
         self._creating[tenant] = self._creating.get(tenant, 0) + 1
         try:
-            pool = self.engine.backend(backend)
-            if runtime is None:
-                handle = await pool.acquire(settings.limits)
-            else:
-                handle = await pool.acquire(settings.limits, runtime=runtime)  # type: ignore[call-arg]
+            handle = await acquire_sandbox(self.engine.backend(backend), settings.limits, runtime)
             try:
                 await handle.apply_limits(settings.limits)
             except BaseException:
@@ -271,7 +268,7 @@ class SessionManager:
                 f"backend: session {session.id!r} runs on {session.backend!r}, "
                 f"not {request.backend!r}"
             )
-        runtime = None if request.runtime in (None, "", "default") else request.runtime
+        runtime = None if request.runtime in (None, "", DEFAULT_RUNTIME) else request.runtime
         if runtime is not None and runtime != session.runtime:
             runs_in = f"runtime {session.runtime!r}" if session.runtime else "the standard library"
             raise InvalidArgument(

@@ -17,11 +17,11 @@ def _text(result: Any) -> str:
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
 
-def test_ptc_mcp_session_keeps_state_across_calls() -> None:
+def assert_state_kept_across_two_calls(params: StdioServerParameters) -> None:
+    """Two execute calls of one MCP conversation with ``ptc mcp ... --session``: the second
+    sees what the first defined."""
+
     async def run() -> list[str]:
-        params = StdioServerParameters(
-            command=PYTHON, args=["-m", "sandbox.cli", "mcp", "--session"]
-        )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             out = []
@@ -32,6 +32,12 @@ def test_ptc_mcp_session_keeps_state_across_calls() -> None:
     first, second = asyncio.run(asyncio.wait_for(run(), 100))
     assert "status: ok" in first
     assert "12.57" in second and "status: ok" in second
+
+
+def test_ptc_mcp_session_keeps_state_across_calls() -> None:
+    assert_state_kept_across_two_calls(
+        StdioServerParameters(command=PYTHON, args=["-m", "sandbox.cli", "mcp", "--session"])
+    )
     assert leftover_children() == []
 
 

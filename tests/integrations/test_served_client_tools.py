@@ -23,6 +23,7 @@ from mcp import types as mcp_types
 from ptc_serve import ptc_serve
 from smolagents import CodeAgent
 from test_mcp_server import SCRIPT
+from test_mcp_session import assert_state_kept_across_two_calls
 from test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
 
 from sandbox._proto import sandbox_pb2 as pb
@@ -86,23 +87,13 @@ def test_smolagents_executor_over_a_client_runner(address: str) -> None:
 
 
 def test_ptc_mcp_session_over_a_server_keeps_state_and_closes_it(address: str) -> None:
-    params = StdioServerParameters(
-        command=PYTHON,
-        args=["-m", "sandbox.cli", "mcp", "--server", address, "--session"],
-        cwd=str(ROOT),
+    assert_state_kept_across_two_calls(
+        StdioServerParameters(
+            command=PYTHON,
+            args=["-m", "sandbox.cli", "mcp", "--server", address, "--session"],
+            cwd=str(ROOT),
+        )
     )
-
-    async def work() -> list[str]:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            out = []
-            for code in ("import math\nr = 2", "print(round(math.pi * r * r, 2))"):
-                out.append(_text(await session.call_tool("execute_python", {"code": code})))
-            return out
-
-    first, second = asyncio.run(asyncio.wait_for(work(), 100))
-    assert "status: ok" in first
-    assert "12.57" in second and "status: ok" in second
     # The conversation's session lived on the server and ended with the conversation.
     with ClientRunner.connect(address) as runner:
         sessions = runner.client.list_sessions(include_ended=True)
