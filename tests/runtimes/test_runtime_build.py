@@ -276,6 +276,15 @@ def _wait_for(what: str, predicate: Any, timeout_s: float = 60) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _cmdline(process: psutil.Process) -> str:
+    """Its command line, or "" for one that ended meanwhile (the build's short-lived pip and
+    compile children end while the test looks; a zombie has no command line left)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def test_leftovers_of_killed_builds_are_removed_and_live_builds_kept(
     scratch: Path, tmp_path: Path
 ) -> None:
@@ -302,7 +311,7 @@ def test_leftovers_of_killed_builds_are_removed_and_live_builds_kept(
             "the slow build's import check",
             lambda: [
                 p for p in builder.children(recursive=True)
-                if "ptc-import-check" in " ".join(p.cmdline())
+                if "ptc-import-check" in _cmdline(p)
             ],
         )  # fmt: skip
         helpers = builder.children(recursive=True)
