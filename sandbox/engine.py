@@ -158,6 +158,7 @@ class Engine:
         if manifest is None:
             try:
                 manifest = load_manifest(raw)
+                manifest.prepare_validators()
             except ManifestError as exc:
                 raise InvalidManifest(f"manifest: {exc}") from exc
             if len(self._manifests) >= CACHE_SIZE:

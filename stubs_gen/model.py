@@ -71,6 +71,16 @@ class Manifest:
         """Python name -> original tool name."""
         return {tool.python_name: tool.name for tool in self.tools}
 
+    def prepare_validators(self) -> None:
+        """Builds every tool's validator now (importing ``jsonschema`` on first use), so that
+        the cost falls on preparing the request, not on the script's first tool call, whose
+        wall time is the script's limit."""
+        from stubs_gen.validate import ArgumentValidator
+
+        for tool in self.tools:
+            if tool.name not in self._validators:
+                self._validators[tool.name] = ArgumentValidator(tool.input_schema)
+
     def validate(self, tool_name: str, arguments: dict[str, Any]) -> list[str]:
         """Problems with a call's arguments; ``[]`` when the call is valid."""
         validator = self._validators.get(tool_name)
