@@ -1,10 +1,10 @@
-"""The limit table, the proto `Limits`, the README and the violation order agree.
+"""The limit table, the proto `Limits`, docs/limits.md and the violation order agree.
 
 Every limit in `sandbox.limits.LIMIT_SPECS` has: a proto `Limits` field of the same name as its
 canonical field, carrying its unit (``_ms`` for times, ``_bytes`` for sizes, none for counts),
 optional (unset means inherit) and commented with the limit's name; a row in `Limits` and
 `ResolvedLimits`, the defaults and the ceilings; a row in the module docstring's table and in
-the README's limits table; and a place in `VIOLATION_ORDER`, which the README's Limits section
+the limits table of docs/limits.md; and a place in `VIOLATION_ORDER`, which that page's Limits section
 lists in the same order. Nothing is in one and missing from another.
 """
 
@@ -24,15 +24,15 @@ from sandbox.result import VIOLATION_ORDER
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO = ROOT / "proto" / "ptc" / "sandbox" / "v1" / "sandbox.proto"
-README = ROOT / "README.md"
+LIMITS_DOC = ROOT / "docs" / "limits.md"
 NAMES = [spec.name for spec in LIMIT_SPECS]
 # Violations beyond resources: not limits a request sets, but listed in the order.
 CHECKS = {"expected_calls", "protocol"}
 SUFFIX = {"s": "_ms", "bytes": "_bytes"}
 
 
-def _readme_section(title: str) -> str:
-    text = README.read_text()
+def _doc_section(title: str) -> str:
+    text = LIMITS_DOC.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n#", start + 1)  # up to the next heading of any level
     return text[start : end if end >= 0 else len(text)]
@@ -107,7 +107,7 @@ def test_module_docstring_table_has_every_limit() -> None:
 
 
 def test_readme_limits_table_has_a_row_per_limit() -> None:
-    section = _readme_section("Limits")
+    section = _doc_section("Limits")
     named: list[str] = []
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -122,9 +122,9 @@ def test_violation_order_has_every_limit_and_check_once() -> None:
 
 
 def test_readme_lists_the_violation_order() -> None:
-    section = _readme_section("Limits")
+    section = _doc_section("Limits")
     # "... in a fixed order, ...: `protocol, wall_time, ...`" (one code span, or one per name).
     match = re.search(r"in a fixed order[^:]*:\s*((?:`[\w,\s]+`,?\s*)+)", section)
-    assert match is not None, "the README's Limits section does not list the violation order"
+    assert match is not None, "docs/limits.md's Limits section does not list the violation order"
     documented = re.findall(r"\w+", match.group(1))
     assert tuple(documented) == VIOLATION_ORDER
