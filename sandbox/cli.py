@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+# Before anything imports gRPC: see sandbox/backends/process/__init__.py.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import argparse
 import sys
 from collections.abc import Sequence

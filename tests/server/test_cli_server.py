@@ -169,6 +169,24 @@ def _assert_streams(argv: list[str], key: str | None = None) -> None:
     assert "── status: ok" in stderr
 
 
+def test_import_client_changes_nothing_in_the_callers_environment() -> None:
+    code = (
+        "import json, os; before = dict(os.environ); import sandbox.client; "
+        "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    done = subprocess.run(
+        [PYTHON, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {}
+
+
 def test_import_client_loads_no_server_side_module() -> None:
     code = "import json, sys, sandbox.client; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run(
