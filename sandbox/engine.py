@@ -18,6 +18,10 @@ the call counts missed their expectation); error when the script exited non-zero
 
 from __future__ import annotations
 
+# First: the process backend's package turns gRPC's fork handlers off before a program that
+# runs sandboxes starts gRPC (sandbox/backends/process/__init__.py says why).
+import sandbox.backends.process  # noqa: F401  # isort: skip
+
 import ast
 import asyncio
 import hashlib
