@@ -20,7 +20,8 @@ one call per line with literal arguments:
 ``wait("gate")``                waits until the test sets ``backend.gate("gate")``
 ``usage(cpu_time_s=.., ...)``   what `usage()` reports from then on (fields of ResourceUsage)
 ``exit(3)``                     ends with that exit code (the bootstrap's report says so)
-``fail("Type", "message")``     ends like an uncaught exception on that line (exit code 1)
+``fail("Type", "message")``     ends like an uncaught exception on that line (exit code 1);
+                                keywords add fields to the report (``errno="EAGAIN"``)
 ==============================  ==============================================================
 
 Anything else ends the fake guest with a ``FakeScriptError`` naming the line. A script that
@@ -190,7 +191,9 @@ class FakeSandbox:
         elif name == "exit":
             raise _End(int(args[0]) if args else 0)
         elif name == "fail":
-            raise _End(1, {"type": str(args[0]), "message": str(args[1]) if len(args) > 1 else ""})
+            # Further fields of the report (errno, refused_by) as keyword arguments.
+            report = {"type": str(args[0]), "message": str(args[1]) if len(args) > 1 else ""}
+            raise _End(1, {**kwargs, **report})
         else:
             raise TypeError(f"unknown fake instruction {name!r}")
 

@@ -15,7 +15,8 @@ wall_time       the host's deadline; the host's clock                host
 cpu_time        cgroup CPU usage (watchdog) or SIGXCPU; the usage    kernel
 memory          OOM kill, or failcnt with a reported MemoryError;    kernel (guest with no
                 the cgroup's peak                                    memory cgroup)
-processes       pids.events max; pids.peak where the kernel has it   kernel
+processes       pids.events max; pids.peak where the kernel has it   kernel (guest where only
+                                                                     RLIMIT_NPROC counts)
 file_size       SIGXFSZ, or a full /tmp or /dev/shm with a reported  kernel, host (guest where
                 EFBIG/ENOSPC; the tmpfs usage (fstatvfs)             the host cannot measure)
 open_files      only the guest's report of EMFILE (no kernel         guest
@@ -435,19 +436,27 @@ class _Session:
                 evidence=Evidence.GUEST,
             )
         thread_refused = kind == "RuntimeError" and error.get("message") == "can't start new thread"
-        if thread_refused and not self.handle.has_cgroup_pids:
+        # A refused fork raises BlockingIOError (EAGAIN), which non-blocking I/O raises too:
+        # only one the guest saw come out of a process start under the job's RLIMIT_NPROC
+        # (`refused_by`, see the bootstrap's `_process_start_refused`) is claimed.
+        fork_refused = (
+            kind == "BlockingIOError"
+            and errno_name == "EAGAIN"
+            and error.get("refused_by") == "RLIMIT_NPROC"
+        )
+        if (thread_refused or fork_refused) and not self.handle.has_cgroup_pids:
             # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's
-            # tasks) refused a thread: no host counter saw it. A refused fork is not claimed:
-            # its BlockingIOError (EAGAIN) is what non-blocking I/O raises too.
+            # tasks) refused it: no host counter saw it.
             if self._script_raised(error):
                 return None
+            what = "thread" if thread_refused else "process"
             return Violation(
                 "processes",
                 limits.processes,
                 None,
                 "count",
                 "refused",
-                "the script reported a thread start refused at the limit",
+                f"the script reported a {what} start refused at the limit",
                 evidence=Evidence.GUEST,
             )
         if errno_name == "EMFILE":

@@ -96,6 +96,44 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
         if name == "cpu_s":
             hard = soft + 1  # SIGXCPU at soft, SIGKILL one second later
         resource.setrlimit(which, (soft, hard))
+    if "nproc" in limits:
+        _PROCESS_STARTS["nproc"] = int(limits["nproc"])
+        sys.addaudithook(_note_process_start)
+
+
+# Where no pids cgroup counts the script (gVisor, the degraded process backend) RLIMIT_NPROC
+# refuses a fork with EAGAIN, which is also what non-blocking I/O raises. To tell them apart the
+# report marks an EAGAIN as a refused process start only when it came out of the very call that
+# announced one (CPython's audit events, raised just before the fork). This is the guest's word
+# like every report: it keeps honest scripts' non-blocking I/O from reading as a refusal.
+_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn"})
+_PROCESS_STARTS: dict[str, object] = {}
+
+
+def _note_process_start(event: str, args: tuple[object, ...]) -> None:
+    if event in _PROCESS_EVENTS or event == "subprocess.Popen":
+        caller = sys._getframe(1)  # the Python frame that made the call
+        _PROCESS_STARTS["frame"] = caller
+        # subprocess.Popen announces itself a few instructions before its fork, in its own
+        # (standard library) frame: the frame alone identifies it.
+        _PROCESS_STARTS["lasti"] = caller.f_lasti if event in _PROCESS_EVENTS else None
+
+
+def _process_start_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is EAGAIN from the latest announced process start, under the job's own
+    RLIMIT_NPROC (a script that lowered it refused itself)."""
+    if not isinstance(exc, OSError) or exc.errno != errno.EAGAIN:
+        return False
+    nproc = _PROCESS_STARTS.get("nproc")
+    if nproc is None or resource.getrlimit(resource.RLIMIT_NPROC)[0] != nproc:
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    lasti = _PROCESS_STARTS.get("lasti")
+    return tb.tb_frame is _PROCESS_STARTS.get("frame") and lasti in (None, tb.tb_lasti)
 
 
 def _script_line(tb: types.TracebackType | None) -> int:
@@ -122,6 +160,8 @@ def _error_report(exc: BaseException, line: int | None = None) -> dict[str, obje
     }
     if isinstance(exc, OSError) and exc.errno is not None:
         report["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
+    if _process_start_refused(exc):
+        report["refused_by"] = "RLIMIT_NPROC"
     return report
 
 

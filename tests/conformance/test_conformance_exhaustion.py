@@ -89,6 +89,37 @@ while True:
     clean.assert_healthy()
 
 
+# Forks until one is refused, each child asleep so that all count at once; the refusal is not
+# caught. 16 processes, of which the guest and its channel thread take two (and under gVisor,
+# whose RLIMIT_NPROC counts tasks, the script's threads too): a dozen or so sleeping children.
+FORK_UNTIL_REFUSED = """
+import os, time
+while True:
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+"""
+
+
+def test_refused_fork_is_reported(clean: Harness) -> None:
+    result = clean.run(FORK_UNTIL_REFUSED, limits={"processes": 16})
+    assert result.status == "limit_exceeded", result.to_json()
+    assert tripped(result) == [("processes", 16, "refused")]
+    violation = result.violations[0]
+    if clean.name == "gvisor":
+        # Only gVisor's kernel (RLIMIT_NPROC) refused, and only the guest saw it come out of
+        # `os.fork`: the guest's word, nothing observed (the host's pids cgroup, a backstop
+        # that also holds gVisor's own threads, was not reached).
+        assert (violation.evidence, violation.observed) == ("guest", None)
+        assert violation.detail == "the script reported a process start refused at the limit"
+    else:
+        assert violation.evidence == "kernel"  # the pids cgroup's own count of refusals
+    assert result.error is not None
+    assert (result.error.type, result.error.line) == ("BlockingIOError", 4)
+    assert result.error.message == "[Errno 11] Resource temporarily unavailable"
+    clean.assert_healthy()
+
+
 def test_memory_bomb_in_one_process(clean: Harness) -> None:
     result = clean.run(
         "hoard = []\nwhile True:\n    hoard.append(bytearray(8 * 1024 * 1024))",
@@ -289,6 +320,18 @@ REFUSAL_LOOKALIKES = {
     "non-blocking-read": (
         "import socket\na, b = socket.socketpair()\na.setblocking(False)\na.recv(1)",
         ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", 4),
+    ),
+    # A refused fork's error, made up by the script: raised at its own `raise`, ...
+    "raised-fork-error": (
+        "raise BlockingIOError(11, 'Resource temporarily unavailable')",
+        ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", 1),
+    ),
+    # ... or, right after a fork that succeeded, from code it made at run time (no `raise` at
+    # the reported line): it did not come out of the fork, so the guest does not mark it.
+    "fork-then-exec-raised": (
+        "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\n"
+        "exec(\"raise BlockingIOError(11, 'Resource temporarily unavailable')\")",
+        ("BlockingIOError", "[Errno 11] Resource temporarily unavailable", 5),
     ),
 }
 

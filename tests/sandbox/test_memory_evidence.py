@@ -133,3 +133,41 @@ def test_thread_start_refused_without_a_pids_cgroup_is_the_guests_word() -> None
     assert [(v.limit, v.observed, v.unit, v.action, v.evidence) for v in result.violations] == [
         ("processes", None, "count", "refused", "guest")
     ]
+
+
+def test_fork_refused_without_a_pids_cgroup_is_the_guests_word() -> None:
+    # The bootstrap marks an EAGAIN that came out of a process start under the job's
+    # RLIMIT_NPROC (`refused_by`): with no pids cgroup, that report is the only witness.
+    result = run(
+        'fail("BlockingIOError", "[Errno 11] Resource temporarily unavailable",'
+        ' errno="EAGAIN", refused_by="RLIMIT_NPROC")'
+    )
+    assert result.status == "limit_exceeded"
+    assert violations(result) == [
+        (
+            "processes",
+            64,
+            None,
+            "count",
+            "refused",
+            "guest",
+            "the script reported a process start refused at the limit",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        # Non-blocking I/O raises the same error: without the mark it is no refusal.
+        'errno="EAGAIN"',
+        # The mark on another error, or on another errno, claims nothing.
+        'errno="EWOULDBLOCK_", refused_by="RLIMIT_NPROC"',
+    ],
+    ids=["eagain-unmarked", "other-errno"],
+)
+def test_eagain_that_no_process_start_raised_is_no_violation(fields: str) -> None:
+    result = run(
+        f'fail("BlockingIOError", "[Errno 11] Resource temporarily unavailable", {fields})'
+    )
+    assert (result.status, result.violations) == ("error", [])

@@ -98,7 +98,13 @@ def container_kwargs(settings: ContainerSettings) -> dict[str, Any]:
         # of the script. Signals it sends itself without a handler are ignored, as for any init;
         # the host's SIGKILL still ends it, and with it every process of the container.
         "init": False,
-        "stdin_open": False,
+        # Under runsc, stdin is a pipe nobody writes to, never the engine's /dev/null: runsc
+        # hands the container's stdio to its sandbox process, which runs as nobody, by
+        # fchown(0..2, 65534, 65534), and an engine's shim gives a container without stdin the
+        # host's own /dev/null, so every start re-owned the host's /dev/null to nobody (and
+        # moved its ctime). The guest closes fd 0 and opens gVisor's /dev/null before the
+        # script runs, so the script sees the same empty stdin either way (SECURITY.md).
+        "stdin_open": settings.oci_runtime == "runsc",
         "tty": False,
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_BYTES, "max-file": "1"}},
         "runtime": settings.oci_runtime,

@@ -9,8 +9,9 @@ asks the engine and the filesystem for anything an execution left behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -30,7 +31,14 @@ POOL_SIZE = 2
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        fixtures = {"docker_harness", "dclean", "docker_client", "oci_harness", "oclean"}
+        fixtures = {
+            "docker_harness",
+            "dclean",
+            "docker_client",
+            "oci_harness",
+            "oclean",
+            "harness_context",
+        }
         if fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.requires_docker)  # tests/conftest.py skips them
 
@@ -145,6 +153,13 @@ def oci_harness(request: pytest.FixtureRequest) -> Iterator[DockerHarness]:
         yield from _checked_harness(name="gvisor", oci_runtime="runsc")
     else:
         yield from _checked_harness()
+
+
+@pytest.fixture
+def harness_context() -> Callable[..., contextlib.AbstractContextManager[DockerHarness]]:
+    """A checked harness started and closed where the test says, for tests that look at the
+    host before the engine starts its first container and after it removed its last."""
+    return contextlib.contextmanager(_checked_harness)
 
 
 @pytest.fixture

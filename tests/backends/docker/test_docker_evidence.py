@@ -83,6 +83,12 @@ SELF_MADE = {
     "emfile": ("raise OSError(24, 'Too many open files')", 1, 1),
     "efbig": ("raise OSError(27, 'File too large')", 1, 1),
     "enospc": ("raise OSError(28, 'No space left on device')", 1, 1),
+    "eagain": ("raise BlockingIOError(11, 'Resource temporarily unavailable')", 1, 1),
+    "eagain-through-exec": (
+        "exec(\"raise BlockingIOError(11, 'Resource temporarily unavailable')\")",
+        1,
+        1,
+    ),
     "sigxcpu-to-itself": (SELF_SIGNAL.format(sig="SIGXCPU"), 0, -24),
     "sigxfsz-to-itself": (SELF_SIGNAL.format(sig="SIGXFSZ"), 0, -25),
 }
@@ -95,4 +101,39 @@ def test_self_made_refusal_is_an_error(oclean: DockerHarness, name: str) -> None
     result = oclean.run(script, limits={"memory": 128 * MiB, "file_size": MiB})
     status = "error" if exit_code else "ok"
     assert (result.status, result.exit_code, result.violations) == (status, exit_code, [])
+    oclean.assert_healthy()
+
+
+def forged_end(error: dict[str, object]) -> str:
+    """A script that sends the bootstrap's `end` frame itself on the container's channel (the
+    bootstrap, `__main__`, keeps its fd), then exits as it claims."""
+    report = {"t": "end", "status": "error", "exit_code": 1, "error": error}
+    return (
+        "import json, os, struct, sys\n"
+        "fd = sys.modules['__main__'].CHANNEL_FD\n"
+        f"body = json.dumps({report!r}).encode()\n"
+        "os.write(fd, struct.pack('>I', len(body)) + body)\n"
+        "os._exit(1)\n"
+    )
+
+
+EAGAIN = {"type": "BlockingIOError", "message": "", "line": 3, "errno": "EAGAIN"}
+
+
+def test_forged_end_frame_claiming_a_refused_fork(oclean: DockerHarness) -> None:
+    # The guest's mark of a refused process start is its word, like any report: under runc the
+    # pids cgroup counted no refusal, so it is nothing; under gVisor, where only its kernel's
+    # RLIMIT_NPROC counts the script's processes, it is a violation marked `guest` (as a forged
+    # EMFILE is on every backend), with nothing observed.
+    result = oclean.run(forged_end({**EAGAIN, "refused_by": "RLIMIT_NPROC"}))
+    if oclean.backend.name == "gvisor":
+        assert result.status == "limit_exceeded"
+        assert [(v.limit, v.observed, v.action, v.evidence) for v in result.violations] == [
+            ("processes", None, "refused", "guest")
+        ]
+    else:
+        assert (result.status, result.violations) == ("error", [])
+    # Without the mark, EAGAIN is what non-blocking I/O raises: nothing on any runtime.
+    result = oclean.run(forged_end(EAGAIN))
+    assert (result.status, result.exit_code, result.violations) == ("error", 1, [])
     oclean.assert_healthy()
