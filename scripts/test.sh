@@ -32,5 +32,7 @@ source "${PTC_PG_DIR:-/tmp/ptc-postgres}/env"
 # scripts/ci_docker.sh installs runsc and registers it: here a gVisor test that cannot run is a
 # failure, not a skip, so the tier cannot drop out of CI unnoticed (tests/conftest.py).
 export PTC_REQUIRE_GVISOR=1
+# The same for the PostgreSQL tests (tests/postgres_support.py): started above, never skipped here.
+export PTC_REQUIRE_POSTGRES=1
 
 .venv/bin/python -m pytest "$@"

@@ -35,6 +35,13 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
+from postgres_support import (
+    POSTGRES_URL,
+    REQUIRE_POSTGRES,
+    UNSET_REASON,
+    fresh_schema,
+    postgres_required,
+)
 
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
@@ -134,7 +141,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures start a runsc backend
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema's URL (tests/postgres_support.py); mark the test
+    ``requires_postgres``."""
+    with fresh_schema() as schema:
+        yield schema.url
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("requires_postgres") is not None and not POSTGRES_URL:
+        if postgres_required():
+            pytest.fail(f"{REQUIRE_POSTGRES}=1 but {UNSET_REASON}", pytrace=False)
+        pytest.skip(f"requires_postgres: {UNSET_REASON}")
     if item.get_closest_marker("requires_gvisor") is None:
         return
     reason = gvisor_unavailable_reason()

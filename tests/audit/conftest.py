@@ -8,18 +8,15 @@ number of stores on one target, runs raw SQL for the tampering tests, and cleans
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_support import fresh_schema
 
 from sandbox.audit import SqlAuditStore, open_store
-
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
 
 
 class AuditDb:
@@ -52,25 +49,16 @@ class AuditDb:
             store.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
 def audit_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AuditDb]:
     if request.param == "sqlite":
         db = AuditDb("sqlite", str(tmp_path / "audit.sqlite3"))
         yield db
         db.close()
         return
-    if not POSTGRES_URL:
-        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
-    import psycopg
-
-    schema = f"ptc_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    db = AuditDb("postgres", f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}")
-    try:
-        yield db
-    finally:
-        db.close()
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_schema() as schema:
+        db = AuditDb("postgres", schema.url)
+        try:
+            yield db
+        finally:
+            db.close()

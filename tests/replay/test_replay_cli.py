@@ -6,11 +6,8 @@ Exit codes: 0 identical, 1 differs, the error table's codes otherwise.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,6 @@ from sandbox.result import ExecutionResult, ExecutionStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
 MANIFEST = [
     {
         "name": "lookup",
@@ -211,25 +207,9 @@ def test_errors_have_their_exit_codes(files: Path) -> None:
     assert "--audit-db: is required" in missing.stderr
 
 
-@pytest.fixture
-def postgres_db() -> Iterator[str]:
-    if not POSTGRES_URL:
-        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
-    import psycopg
-
-    schema = f"ptc_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-def test_replay_from_postgresql(files: Path, postgres_db: str) -> None:
-    _check_identical(postgres_db, files)
+@pytest.mark.requires_postgres
+def test_replay_from_postgresql(files: Path, pg_url: str) -> None:
+    _check_identical(pg_url, files)
 
 
 @pytest.mark.requires_docker

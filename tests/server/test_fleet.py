@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from postgres_support import fresh_schema
 
 from sandbox.client import Client
 from sandbox.errors import ResourceExhausted, Unavailable
@@ -32,7 +32,6 @@ from sandbox.tenants import hash_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
 LEASE_TTL_S = 2.0
 # The kill -9 test tries to take the killed server's slots every RETRY_S. From the kill to the
 # attempt that got one took 1.85-2.05 s (10 runs, 5 of them with both cores kept busy): the
@@ -67,10 +66,7 @@ rate_per_minute = 6000
 backends = ["process"]
 """
 
-pytestmark = pytest.mark.skipif(
-    not POSTGRES_URL,
-    reason="PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it",
-)
+pytestmark = pytest.mark.requires_postgres
 
 
 @dataclass
@@ -125,17 +121,9 @@ def stop_server(proc: subprocess.Popen[str]) -> str:
 
 @pytest.fixture(scope="module")
 def pg_schema() -> Iterator[str]:
-    """A fresh schema in the test database; the URL that selects it."""
-    assert POSTGRES_URL is not None
-    schema = f"ptc_fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    """A fresh schema for the module's fleet; the URL that selects it."""
+    with fresh_schema("ptc_fleet") as schema:
+        yield schema.url
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -26,6 +24,7 @@ from urllib.parse import parse_qs, urlparse
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from postgres_support import POSTGRES_URL, fresh_schema
 
 from sandbox.audit import open_store
 from sandbox.backends.fake import FakeBackend
@@ -36,7 +35,6 @@ from sandbox.server.fleet import READINESS_SERVICE, Readiness
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -177,30 +175,23 @@ class _Relay:
 
 @pytest.fixture
 def relayed_pg() -> Iterator[tuple[_Relay, str]]:
-    if not POSTGRES_URL:
-        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
-    import psycopg
-
     query = parse_qs(urlparse(POSTGRES_URL).query)
     socket_path = f"{query['host'][0]}/.s.PGSQL.{query['port'][0]}"
-    schema = f"ptc_ready_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    relay = _Relay(socket_path)
     database = urlparse(POSTGRES_URL).path.lstrip("/")
     user = urlparse(POSTGRES_URL).username
-    url = (
-        f"postgresql://{user}@127.0.0.1:{relay.port}/{database}"
-        f"?connect_timeout=2&options=-csearch_path%3D{schema}"
-    )
-    try:
-        yield relay, url
-    finally:
-        relay.close()
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_schema("ptc_ready") as schema:
+        relay = _Relay(socket_path)
+        url = (
+            f"postgresql://{user}@127.0.0.1:{relay.port}/{database}"
+            f"?connect_timeout=2&options=-csearch_path%3D{schema.name}"
+        )
+        try:
+            yield relay, url
+        finally:
+            relay.close()
 
 
+@pytest.mark.requires_postgres
 def test_readiness_follows_the_audit_store(relayed_pg: tuple[_Relay, str]) -> None:
     relay, url = relayed_pg
     loop = asyncio.new_event_loop()

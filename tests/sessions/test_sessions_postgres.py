@@ -3,9 +3,6 @@ under it, and the chain verified (in a schema of its own, dropped afterwards).""
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,26 +12,8 @@ from sandbox.audit import open_store
 
 from .conftest import SessionServer
 
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL", "")
 
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not POSTGRES_URL:
-        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
-    import psycopg
-
-    schema = f"ptc_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
+@pytest.mark.requires_postgres
 def test_sessions_in_a_postgres_audit_store(tmp_path: Path, pg_url: str) -> None:
     srv = SessionServer(tmp_path, "process", audit_db=pg_url)
     try:

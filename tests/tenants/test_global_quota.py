@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
-import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,7 +31,6 @@ from sandbox.tenants import hash_key, load_tenancy
 from sandbox.tenants.global_quota import GlobalQuotas
 
 T = TypeVar("T")
-POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL")
 KEY = "ptc-test-key-global-quota-0123456789"
 TENANTS = f"""
 [[tenant]]
@@ -44,10 +41,7 @@ queue = 1
 rate_per_minute = 6000
 """
 
-pytestmark = pytest.mark.skipif(
-    not POSTGRES_URL,
-    reason="PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it",
-)
+pytestmark = pytest.mark.requires_postgres
 
 
 class Server:
@@ -84,20 +78,6 @@ class Server:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    assert POSTGRES_URL is not None
-    schema = f"ptc_quota_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture

@@ -1,0 +1,49 @@
+"""PostgreSQL for the tests: one marker and one fresh schema.
+
+A test that needs PostgreSQL carries ``@pytest.mark.requires_postgres`` and takes the ``pg_url``
+fixture (tests/conftest.py), or enters `fresh_schema()` itself for a wider scope. The server is
+the one ``PTC_TEST_POSTGRES_URL`` names (``scripts/postgres.sh start`` provides it); without it
+those tests skip and say why, and fail instead under ``PTC_REQUIRE_POSTGRES=1``, which
+scripts/test.sh sets, so the tier cannot drop out of CI quietly. Each schema is new, selected
+through the URL's ``search_path``, and dropped afterwards: tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+POSTGRES_URL = os.environ.get("PTC_TEST_POSTGRES_URL", "")
+REQUIRE_POSTGRES = "PTC_REQUIRE_POSTGRES"
+UNSET_REASON = "PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it"
+
+
+def postgres_required() -> bool:
+    return os.environ.get(REQUIRE_POSTGRES) == "1"
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A fresh schema: its name and the URL that selects it."""
+
+    name: str
+    url: str
+
+
+@contextlib.contextmanager
+def fresh_schema(prefix: str = "ptc_test") -> Iterator[Schema]:
+    import psycopg
+
+    assert POSTGRES_URL, UNSET_REASON
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield Schema(name, f"{POSTGRES_URL}{separator}options=-csearch_path%3D{name}")
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
