@@ -183,6 +183,17 @@ def test_cli_run_through_the_server_gets_each_code(tenants_server: str) -> None:
     ok = run("bare", ACME)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["stdout"] == "1\n"
+    session = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "session", "create", "--server", tenants_server,
+         "--runtime", "nope", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        env={**os.environ, "PTC_API_KEY": BETA},
+    )  # fmt: skip
+    assert session.returncode == NotFound.exit_code, session.stderr
+    assert session.stderr.endswith(
+        "runtime: no runtime named 'nope' on this server (tenant 'beta' may use: only the "
+        "default)\n"
+    )
 
 
 def test_served_runtime_names_without_a_tenants_file(built: Path) -> None:

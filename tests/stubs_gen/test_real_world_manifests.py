@@ -6,12 +6,18 @@ warning). Through `load_manifest`, the generated module, `ptc stubs` and `ptc ru
 from __future__ import annotations
 
 import json
+import keyword
+import re
+import string
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from stubsgen_support import FakeRuntime, import_source
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
@@ -72,6 +78,23 @@ REFUSED = 'argument \'acciones[0]\': expected one of "view", "edit", got "fly"'
 )
 def test_python_names_keep_every_identifier(name: str, ident: str) -> None:
     assert python_name(name) == ident
+
+
+@given(st.text(alphabet=string.printable, max_size=12))
+def test_ascii_names_map_as_they_always_did(name: str) -> None:
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)  # the rule before non-ASCII names were kept
+    if not ident or ident[0].isdigit():
+        ident = "_" + ident
+    assert python_name(name) == (ident + "_" if keyword.iskeyword(ident) else ident)
+
+
+@given(st.text(max_size=12))
+def test_every_python_name_is_an_identifier_python_compiles_to_itself(name: str) -> None:
+    ident = python_name(name)
+    assert ident.isidentifier() and not keyword.iskeyword(ident)
+    assert unicodedata.normalize("NFKC", ident) == ident
+    if name.isidentifier() and not keyword.iskeyword(unicodedata.normalize("NFKC", name)):
+        assert ident == unicodedata.normalize("NFKC", name)  # an identifier is kept
 
 
 def test_the_stub_keeps_non_ascii_names_and_sends_the_original_keys(runtime: FakeRuntime) -> None:
