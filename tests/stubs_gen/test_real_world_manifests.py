@@ -1,7 +1,8 @@
 """Tool definitions as published manifests write them: names that are Python identifiers but not
 ASCII (kept, in the NFKC form Python compiles them to, and sent under the schema's own key), and
 an ``enum`` of item values written at an array's level (read as its items' ``enum``, with one
-warning). Through `load_manifest`, the generated module, `ptc stubs` and `ptc run`."""
+warning). Through `load_manifest`, the generated module, `ptc stubs` and `ptc run` (on each
+backend)."""
 
 from __future__ import annotations
 
@@ -207,10 +208,18 @@ def test_cli_stubs_keeps_the_names_and_warns_once(tmp_path: Path) -> None:
     assert payload["names"] == {"cotizar_vehículo": "cotizar_vehículo"}
 
 
-def test_cli_run_calls_with_the_names_the_model_was_shown(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "process",
+        pytest.param("docker", marks=pytest.mark.requires_docker),
+        pytest.param("gvisor", marks=[pytest.mark.requires_docker, pytest.mark.requires_gvisor]),
+    ],
+)
+def test_cli_run_calls_with_the_names_the_model_was_shown(tmp_path: Path, backend: str) -> None:
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(MANIFEST), encoding="utf-8")
-    done = _ptc("run", "-", "--tools", str(path), "--json", stdin=SCRIPT)
+    done = _ptc("run", "-", "--tools", str(path), "--json", "--backend", backend, stdin=SCRIPT)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert (result["status"], result["stderr"]) == ("ok", "")
