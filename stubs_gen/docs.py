@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stubs_gen.names import is_identifier
 from stubs_gen.types import Field, Function, TypedDictDef
 
 __all__ = ["function_doc", "literal", "typed_dict_doc"]
@@ -108,7 +109,7 @@ def field_line(field: Field, *, full: bool, in_signature: bool) -> str | None:
         parts.append("Optional.")
     if not parts:
         return None
-    label = field.ident if field.ident.isidentifier() else repr(field.key)
+    label = field.ident if is_identifier(field.ident) else repr(field.key)
     text = _indent(" ".join(parts), "    ")
     return f"{label}: {text}"
 

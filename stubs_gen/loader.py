@@ -18,7 +18,7 @@ from typing import Any
 from stubs_gen.dialects import parse_source, read_tool
 from stubs_gen.errors import ManifestError
 from stubs_gen.model import Manifest, ToolSpec
-from stubs_gen.names import MODULE_RESERVED, python_name
+from stubs_gen.names import MODULE_RESERVED, collision, python_name
 from stubs_gen.options import read_options
 from stubs_gen.schema import normalise_input, normalise_output
 from stubs_gen.types import ToolInput, plan_tools
@@ -55,7 +55,7 @@ def _load(source: str | bytes | list[Any] | dict[str, Any], origin: str) -> Mani
         ident = python_name(name)
         if ident in by_python:
             raise ManifestError(
-                f"tools {by_python[ident]!r} and {name!r} both map to the Python name {ident!r}",
+                collision("tools", by_python[ident], name, ident),
                 tool=name,
                 path=path,
             )

@@ -20,6 +20,7 @@ import ast
 from stubs_gen.annotations import Spelling, type_expr
 from stubs_gen.docs import function_doc, typed_dict_doc
 from stubs_gen.model import Manifest
+from stubs_gen.names import is_identifier
 from stubs_gen.types import Field, Function, TypedDictDef
 from stubs_gen.version import GENERATOR_VERSION
 
@@ -145,7 +146,7 @@ def typed_dict_node(
     keywords = [] if total else [ast.keyword("total", ast.Constant(False))]
     doc = typed_dict_doc(typed_dict, full=full, indent="    ")
     class_form = not runtime and all(
-        f.key.isidentifier() and not _is_keyword(f.key) and not f.key.startswith("__")
+        is_identifier(f.key) and not _is_keyword(f.key) and not f.key.startswith("__")
         for f in typed_dict.fields
     )
     if class_form:

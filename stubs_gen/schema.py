@@ -14,6 +14,11 @@ What this module owns:
   passes here also passes ``Draft202012Validator.check_schema``.
 - Constructs that are valid but unsupported (remote or anchor ``$ref``) are dropped with a warning,
   so that the validator never tries to fetch anything.
+- A common mistake of published manifests, an ``enum`` of item values written at an array's level
+  (``{"type": "array", "items": {"type": "string"}, "enum": ["view", "edit"]}``, which no array
+  could ever match), is read as the items' ``enum``, with a warning naming tool and path. When
+  the items have an ``enum`` or ``const`` of their own, that one stands and the array's is
+  dropped, with the same warning.
 
 Defaults are kept as annotations and never validated (jsonschema ignores them).
 """
@@ -189,7 +194,25 @@ class _Normaliser:
                 out[flag] = out.pop(bound)
         if isinstance(node.get("properties"), dict):
             self.requiredness(node, out)
+        if out.get("type") == "array" and _item_values(out.get("enum")):
+            self.array_enum(out, path)
         return out
+
+    def array_enum(self, out: dict[str, Any], path: str) -> None:
+        """An array's ``enum`` of item values (an array can never equal one): the items'."""
+        items = out.get("items", True)
+        if "prefixItems" in out or not (items is True or isinstance(items, dict)):
+            return  # a tuple, or no items allowed: no reading is safer than the schema's own
+        values = out.pop("enum")
+        if isinstance(items, dict) and ("enum" in items or "const" in items):
+            reading = "dropped: the items' own enum stands"
+        else:
+            out["items"] = {**(items if isinstance(items, dict) else {}), "enum": values}
+            reading = "read as the enum of its items"
+        self.warnings.append(
+            f"tool {self.tool!r} at {key(path, 'enum')}: an array's 'enum' lists item values, "
+            f"which no array matches; {reading}"
+        )
 
     def requiredness(self, node: dict[str, Any], out: dict[str, Any]) -> None:
         """Apply BFCL's ``optional`` and OpenAPI's property-level ``required: true``."""
@@ -300,6 +323,11 @@ class _Normaliser:
                 out.setdefault("dependentRequired", {})[name] = self.required(dep, where)
             else:
                 out.setdefault("dependentSchemas", {})[name] = self.schema(dep, where, depth)
+
+
+def _item_values(enum: Any) -> bool:
+    """Whether ``enum`` is a non-empty list of which no value is an array."""
+    return isinstance(enum, list) and bool(enum) and not any(isinstance(v, list) for v in enum)
 
 
 def _resolve(root: Any, pointer: str) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from stubs_gen.errors import ManifestError
 from stubs_gen.jsonpath import index, key
-from stubs_gen.names import PARAM_RESERVED, TYPE_RESERVED, pascal, python_name
+from stubs_gen.names import PARAM_RESERVED, TYPE_RESERVED, collision, pascal, python_name
 
 __all__ = ["Field", "Function", "Plan", "PyType", "TypedDictDef", "plan_tools"]
 
@@ -256,8 +256,7 @@ class _Planner:
                     ident += "_"
                 if ident in idents:
                     raise ManifestError(
-                        f"parameters {idents[ident]!r} and {name!r} both map to the Python "
-                        f"name {ident!r}",
+                        collision("parameters", idents[ident], name, ident),
                         tool=self.tool,
                         path=where,
                     )

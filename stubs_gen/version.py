@@ -7,4 +7,4 @@ from __future__ import annotations
 
 __all__ = ["GENERATOR_VERSION"]
 
-GENERATOR_VERSION = "1.0.0"
+GENERATOR_VERSION = "1.1.0"

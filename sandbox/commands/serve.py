@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "'memory' keeps records in memory only)",
     )
     parser.add_argument("--tenants", metavar="TOML", help="tenants file (default: one tenant)")
+    parser.add_argument(
+        "--runtimes-dir",
+        metavar="DIR",
+        help="where the runtimes requests may name are (`ptc runtime --dir`; default "
+        "$PTC_RUNTIMES_DIR, as for `ptc run --runtime`)",
+    )
     parser.add_argument("--instance-id", help="this server's id in a shared audit store")
     parser.add_argument(
         "--docker", action="store_true", default=None, help="also offer the Docker backend"
@@ -103,6 +109,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     config = replace(config, audit_db=None if audit_db == "memory" else audit_db)
     return config.with_overrides(
         tenants=args.tenants,
+        runtimes_dir=args.runtimes_dir,
         instance_id=args.instance_id,
         docker=args.docker,
         gvisor=args.gvisor,

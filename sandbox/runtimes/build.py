@@ -14,6 +14,11 @@ passed, and removed on any failure, so nothing half-built is ever visible:
    in it but loopback) and the host's file system read-only;
 5. the tree's size is checked against the cap, made readable by any uid, and published.
 
+Before any of it, the runtimes directory is created traversable by any uid (its missing parents
+too), and a directory on its path that exists already and that other users cannot traverse
+refuses the build, naming it: the sandbox reads a runtime as a uid of its own, so a runtime
+built there would fail only at its first execution.
+
 Before it starts, a build deletes what killed builds and removals left behind in the root
 (``.build-*``, ``.rm-*``), leaving those a live process still holds (`RuntimeStore`).
 
@@ -106,6 +111,7 @@ def build_runtime(
             "bubblewrap); nothing was built"
         )
     version = guest_python_version(python)
+    store.make_root(name)  # refuses a root the sandbox's uid cannot reach, before any work
     store.remove_leftovers()
     build, held = store.new_build_dir(name)
     try:

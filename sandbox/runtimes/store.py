@@ -113,6 +113,10 @@ class RuntimeStore:
     def path(self, name: str) -> Path:
         return self.root / validate_name(name)
 
+    def exists(self, name: str) -> bool:
+        """Whether runtime ``name`` is built here (a valid name; `InvalidArgument` otherwise)."""
+        return (self.path(name) / METADATA).is_file()
+
     def names(self) -> list[str]:
         if not self.root.is_dir():
             return []
@@ -174,6 +178,37 @@ class RuntimeStore:
             yield
         finally:
             os.close(fd)
+
+    def make_root(self, name: str) -> None:
+        """Creates the root (and its missing parents) traversable by any uid, as the sandbox
+        reads a runtime as a uid of its own; `InvalidArgument` naming the directory when one on
+        the way that exists already is not (a runtime built there could never run)."""
+        root = Path(os.path.abspath(self.root))
+        existing = root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        blocked = untraversable(existing)
+        if blocked is not None:
+            try:
+                mode = f" (mode {stat.S_IMODE(blocked.stat().st_mode):04o})"
+            except OSError:
+                mode = ""
+            raise InvalidArgument(
+                f"runtime: {name!r}: {blocked}{mode} cannot be traversed by other users, and a "
+                f"sandbox reads its runtime as a uid of its own: a runtime in {root} could never "
+                f"run; make it traversable (chmod o+x {blocked}) or build into a directory that "
+                "is (--dir or $PTC_RUNTIMES_DIR); nothing was built"
+            )
+        missing = [root, *root.parents]
+        missing = missing[: missing.index(existing)]
+        try:
+            for path in reversed(missing):
+                path.mkdir()
+                path.chmod(0o755)  # not left to the umask: the sandbox's uid must traverse it
+            if not root.is_dir():
+                raise NotADirectoryError(f"{root} is not a directory")
+        except OSError as exc:
+            raise InvalidArgument(f"runtime: {name!r}: cannot use {root}: {exc}") from exc
 
     def new_build_dir(self, name: str) -> tuple[Path, int]:
         """A fresh ``.build-<name>-<random>/`` and the fd that holds it (close it when done)."""

@@ -36,6 +36,7 @@ from sandbox.backends.base import Backend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_files_bound, result_bytes_bound
+from sandbox.runtimes import RuntimeStore
 from sandbox.server import fleet
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
@@ -77,7 +78,13 @@ class SandboxServer:
             self.config.host_handler_timeout_s,
             self.config.host_handler_concurrency,
         )
-        self.runner = Runner(self.engine, self.store, self.tenancy, self.host)
+        self.runner = Runner(
+            self.engine,
+            self.store,
+            self.tenancy,
+            self.host,
+            RuntimeStore(self.config.runtimes_dir),
+        )
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
         self.backend_error: str | None = None

@@ -42,7 +42,9 @@ async def serve_replay(
         backend=BACKENDS.get(message.backend),
     )
     check_backend(tenant, request.backend or runner.engine.config.default_backend)
-    check_runtime(tenant, request.runtime)  # the tenant may have lost it since
+    check_runtime(
+        tenant, request.runtime, runner.runtimes.exists
+    )  # the tenant may have lost it since
     execution = runner.engine.prepare(request, limits=effective_limits(tenant, request.limits))
     dispatch = ReplayDispatch(recording.result.calls)
     cancel = asyncio.Event()

@@ -30,6 +30,7 @@ from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.runtimes import RuntimeStore
 from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.sessions.manager import Session, SessionManager
@@ -62,9 +63,17 @@ class Prepared:
 
 class Runner:
     def __init__(
-        self, engine: Engine, store: AuditStore, tenancy: Tenancy, host: HostHandlers
+        self,
+        engine: Engine,
+        store: AuditStore,
+        tenancy: Tenancy,
+        host: HostHandlers,
+        runtimes: RuntimeStore | None = None,
     ) -> None:
         self.engine = engine
+        # The runtimes the backends run (the server's `runtimes_dir`): whether one a tenant
+        # names is built at all (NOT_FOUND) is told apart from whether it may use it.
+        self.runtimes = runtimes or RuntimeStore()
         self.store = store
         self.recorder = Recorder(store)
         self.tenancy = tenancy
@@ -102,7 +111,7 @@ class Runner:
         check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
         self.host.check(manifest)
         check_backend(tenant, request.backend or self.engine.config.default_backend)
-        check_runtime(tenant, request.runtime)
+        check_runtime(tenant, request.runtime, self.runtimes.exists)
         limits, adjustments = effective_limits(tenant, request.limits)
         if session is not None:
             limits = self.sessions.session_limits(session, limits)

@@ -66,7 +66,7 @@ async def create_session(
             )
     check_tool_modes(tenant, [(tool.name, tool.options.mode) for tool in manifest.tools])
     runner.host.check(manifest)
-    check_runtime(tenant, request.runtime)
+    check_runtime(tenant, request.runtime, runner.runtimes.exists)
     runtime = engine_check_runtime(runner.engine.backend(backend), request.runtime)
     limits, _adjustments = effective_limits(tenant, limits_from_proto(request.limits))
     settings = SessionSettings(

@@ -8,9 +8,9 @@ adjustment in the result, ``refuse`` raises `InvalidLimits` naming the limit and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from sandbox.errors import PermissionDenied
+from sandbox.errors import NotFound, PermissionDenied
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
 from sandbox.tenants.base import Tenant
 
@@ -32,12 +32,29 @@ def check_backend(tenant: Tenant, backend: str) -> None:
         )
 
 
-def check_runtime(tenant: Tenant, runtime: str | None) -> None:
-    """The standard library (no runtime, or "default") is always allowed."""
-    if not runtime or runtime == "default" or tenant.runtimes is None:
+def check_runtime(
+    tenant: Tenant, runtime: str | None, exists: Callable[[str], bool] | None = None
+) -> None:
+    """Whether the tenant may name ``runtime``, checked in this order: the standard library (no
+    runtime, or "default") is always allowed; a bad name is `InvalidArgument` naming the rule,
+    before anything else; for a tenant with a ``runtimes`` list, one that is not built
+    (``exists`` says) is `NotFound` and one not on its list `PermissionDenied`. Both name only
+    the tenant's own runtimes, never the others built on the server nor where they are. A
+    tenant without a list (the single tenant) may name any: the backend says if it is built."""
+    from sandbox.runtimes import DEFAULT_RUNTIME, validate_name
+
+    if not runtime or runtime == DEFAULT_RUNTIME:
         return
+    validate_name(runtime)
+    if tenant.runtimes is None:
+        return
+    allowed = ", ".join(sorted(tenant.runtimes)) or "only the default"
+    if exists is not None and not exists(runtime):
+        raise NotFound(
+            f"runtime: no runtime named {runtime!r} on this server (tenant {tenant.id!r} may "
+            f"use: {allowed})"
+        )
     if runtime not in tenant.runtimes:
-        allowed = ", ".join(sorted(tenant.runtimes)) or "only the default"
         raise PermissionDenied(
             f"runtime: tenant {tenant.id!r} may not use {runtime!r} (allowed: {allowed})"
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.errors import PermissionDenied
+from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
 from sandbox.tenants.base import Tenant
 from sandbox.tenants.config import TenantConfigError, parse_tenants
 from sandbox.tenants.policy import check_runtime
@@ -53,6 +53,20 @@ def test_check_runtime() -> None:
     with pytest.raises(PermissionDenied) as caught:
         check_runtime(tenant, "pure")
     assert caught.value.message == "runtime: tenant 't' may not use 'pure' (allowed: np)"
+    built = {"np", "pure"}.__contains__
+    with pytest.raises(PermissionDenied):
+        check_runtime(tenant, "pure", built)
+    with pytest.raises(NotFound) as missing:
+        check_runtime(tenant, "gone", built)
+    assert missing.value.message == (
+        "runtime: no runtime named 'gone' on this server (tenant 't' may use: np)"
+    )
+    with pytest.raises(NotFound):  # on its list, but not built
+        check_runtime(tenant, "np", lambda name: False)
+    for holder in (tenant, Tenant(id="any")):  # a bad name first, for any tenant
+        with pytest.raises(InvalidArgument) as bad:
+            check_runtime(holder, "../np", built)
+        assert bad.value.message.startswith("runtime: '../np' is not a valid runtime name")
 
 
 def test_a_tenant_may_be_allowed_the_gvisor_backend() -> None:
