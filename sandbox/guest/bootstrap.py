@@ -77,6 +77,8 @@ def _channel_fd(argv: list[str]) -> int:
 
 CHANNEL_FD = _channel_fd(sys.argv)
 SCRIPT_NAME = "<script>"
+# The streams the interpreter opened, taken before any script could replace them.
+_STDOUT, _STDERR = sys.stdout, sys.stderr
 
 # rlimit name in the job -> resource constant
 _RLIMITS = {
@@ -96,6 +98,23 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
         if name == "cpu_s":
             hard = soft + 1  # SIGXCPU at soft, SIGKILL one second later
         resource.setrlimit(which, (soft, hard))
+
+
+def _line_buffered_output(job: dict[str, object]) -> None:
+    """Makes every complete line the script prints leave for the host as it is written.
+
+    On a pipe or socket the interpreter buffers stdout by blocks: a script killed for a limit
+    (SIGKILL, SIGXCPU, the OOM killer) would take what it printed last with it, and nothing
+    would arrive while it runs. Line buffering costs one write per line (bench/output.py).
+    Set right before each script or cell runs, on the interpreter's own streams, so no earlier
+    step can undo it; a script may still change it for itself. ``block_buffered_output`` keeps
+    the interpreter's default: the baseline of bench/output.py only.
+    """
+    if job.get("block_buffered_output") is True:
+        return
+    for stream in (_STDOUT, _STDERR):
+        with contextlib.suppress(Exception):  # not a TextIOWrapper: nothing to set
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 def _script_line(tb: types.TracebackType | None) -> int:
@@ -271,6 +290,7 @@ def _serve_session(
             stubs = job.get("stubs")
             if isinstance(stubs, str) and stubs:
                 _install_tools_in_place(stubs)
+            _line_buffered_output(job)
             state["in_cell"] = True
             value = _run_cell(str(job["script"]), namespace)
         except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
@@ -327,6 +347,7 @@ def main() -> None:
         _serve_session(channel, {**job, "stubs": ""}, workdir, outputs_before)
 
     status, exit_code, error = "ok", 0, None
+    _line_buffered_output(job)
     try:
         _run_script(job["script"])
     except BaseException as exc:  # the script's own failure is a result, never a crash
