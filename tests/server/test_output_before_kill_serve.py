@@ -110,7 +110,8 @@ class Stream:
         if kill.violation[0] == "wall_time":  # runs past a second: progress counted the lines
             assert self.progress, "no progress event in a run of two seconds"
             assert self.progress[-1].stdout_bytes == len(STDOUT_LINES)
-            assert self.progress[-1].stderr_bytes == len(STDERR_LINES)
+            # (a traceback may follow the lines on stderr once the cell is interrupted)
+            assert self.progress[-1].stderr_bytes >= len(STDERR_LINES)
 
 
 @pytest.mark.parametrize("kill", list(KILLS))
