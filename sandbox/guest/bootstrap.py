@@ -4,8 +4,10 @@ Started ahead of demand by a backend's warm pool, it imports what scripts common
 expensive part of an interpreter start), says `ready`, and blocks until its one job arrives on
 the channel (the socket whose fd is argv[1], or the one `--connect DIR` opens in a container).
 Then, before any untrusted byte runs, it lowers its own rlimits, installs the stub runtime and
-the stub module as `tools`, and runs the script with top-level `await` allowed. Finally it
-reports how the script ended and exits. A sandbox never runs a second job, except in a session.
+the stub module as `tools`, and runs the script with top-level `await` allowed (its stdout and
+stderr line-buffered, so that every complete line is the host's before any kill can take it).
+Finally it reports how the script ended and exits. A sandbox never runs a second job, except in
+a session.
 
 A session's sandbox (its first job says ``"session": true``) does not exit: it runs each job as
 one cell of a REPL in one persistent `__main__` namespace, reports how the cell ended (with the
