@@ -41,4 +41,5 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.fleet
 	$(PY) -m bench.sessions
 	$(PY) -m bench.files
+	$(PY) -m bench.output
 	$(PY) -m bench.tracing

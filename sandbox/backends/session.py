@@ -40,6 +40,8 @@ import contextlib
 import math
 import signal
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
@@ -57,11 +59,25 @@ from sandbox.protocol import (
 )
 from sandbox.result import CallRecord, Evidence, Violation
 
-__all__ = ["run_session"]
+__all__ = ["block_buffered_output", "run_session"]
 
 CPU_POLL_S = 0.05
 DRAIN_GRACE_S = 1.0
 FRAME_OVERHEAD = 4096
+
+_BLOCK_BUFFERED_OUTPUT: ContextVar[bool] = ContextVar("ptc_block_buffered_output", default=False)
+
+
+@contextlib.contextmanager
+def block_buffered_output() -> Iterator[None]:
+    """For bench/output.py only: jobs sent in this context leave the guest's stdout
+    block-buffered, as it was before the guest made it line-buffered (the benchmark's
+    baseline). A kill then takes what the buffer holds, so nothing else may use it."""
+    token = _BLOCK_BUFFERED_OUTPUT.set(True)
+    try:
+        yield
+    finally:
+        _BLOCK_BUFFERED_OUTPUT.reset(token)
 
 
 def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
@@ -82,7 +98,7 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
         # thread reserves a stack and a malloc arena, so under it a script could start only a
         # few threads long before the memory or processes limit was near.
         rlimits["as_bytes"] = limits.memory_bytes
-    return {
+    frame: dict[str, Any] = {
         "t": "job",
         "script": job.script,
         "stubs": job.stubs,
@@ -98,6 +114,9 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
             "frame_bytes": job.max_call_bytes,
         },
     }
+    if _BLOCK_BUFFERED_OUTPUT.get():
+        frame["block_buffered_output"] = True
+    return frame
 
 
 class _Session:

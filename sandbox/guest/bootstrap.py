@@ -4,8 +4,10 @@ Started ahead of demand by a backend's warm pool, it imports what scripts common
 expensive part of an interpreter start), says `ready`, and blocks until its one job arrives on
 the channel (the socket whose fd is argv[1], or the one `--connect DIR` opens in a container).
 Then, before any untrusted byte runs, it lowers its own rlimits, installs the stub runtime and
-the stub module as `tools`, and runs the script with top-level `await` allowed. Finally it
-reports how the script ended and exits. A sandbox never runs a second job, except in a session.
+the stub module as `tools`, and runs the script with top-level `await` allowed (its stdout and
+stderr line-buffered, so that every complete line is the host's before any kill can take it).
+Finally it reports how the script ended and exits. A sandbox never runs a second job, except in
+a session.
 
 A session's sandbox (its first job says ``"session": true``) does not exit: it runs each job as
 one cell of a REPL in one persistent `__main__` namespace, reports how the cell ended (with the
@@ -77,6 +79,8 @@ def _channel_fd(argv: list[str]) -> int:
 
 CHANNEL_FD = _channel_fd(sys.argv)
 SCRIPT_NAME = "<script>"
+# The streams the interpreter opened, taken before any script could replace them.
+_STDOUT, _STDERR = sys.stdout, sys.stderr
 
 # rlimit name in the job -> resource constant
 _RLIMITS = {
@@ -134,6 +138,23 @@ def _process_start_refused(exc: BaseException) -> bool:
         tb = tb.tb_next
     lasti = _PROCESS_STARTS.get("lasti")
     return tb.tb_frame is _PROCESS_STARTS.get("frame") and lasti in (None, tb.tb_lasti)
+
+
+def _line_buffered_output(job: dict[str, object]) -> None:
+    """Makes every complete line the script prints leave for the host as it is written.
+
+    On a pipe or socket the interpreter buffers stdout by blocks: a script killed for a limit
+    (SIGKILL, SIGXCPU, the OOM killer) would take what it printed last with it, and nothing
+    would arrive while it runs. Line buffering costs one write per line (bench/output.py).
+    Set right before each script or cell runs, on the interpreter's own streams, so no earlier
+    step can undo it; a script may still change it for itself. ``block_buffered_output`` keeps
+    the interpreter's default: the baseline of bench/output.py only.
+    """
+    if job.get("block_buffered_output") is True:
+        return
+    for stream in (_STDOUT, _STDERR):
+        with contextlib.suppress(Exception):  # not a TextIOWrapper: nothing to set
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 def _script_line(tb: types.TracebackType | None) -> int:
@@ -311,6 +332,7 @@ def _serve_session(
             stubs = job.get("stubs")
             if isinstance(stubs, str) and stubs:
                 _install_tools_in_place(stubs)
+            _line_buffered_output(job)
             state["in_cell"] = True
             value = _run_cell(str(job["script"]), namespace)
         except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
@@ -367,6 +389,7 @@ def main() -> None:
         _serve_session(channel, {**job, "stubs": ""}, workdir, outputs_before)
 
     status, exit_code, error = "ok", 0, None
+    _line_buffered_output(job)
     try:
         _run_script(job["script"])
     except BaseException as exc:  # the script's own failure is a result, never a crash

@@ -11,7 +11,9 @@ import base64
 import hashlib
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -438,3 +440,57 @@ def test_bad_file_arguments_exit_2(ptc: RunPtc, tmpdir_env: dict[str, str], tmp_
     assert escape.stderr == (
         "ptc run: input file '../x': the file name has a '..' component (no '..', '.' or '//')\n"
     )
+
+
+def _read_until(fd: int, wanted: bytes, proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    """What the terminal showed until ``wanted`` appeared (or the process ended, or the
+    timeout, a bound for a broken test only, passed)."""
+    shown = b""
+    deadline = time.monotonic() + timeout_s
+    while wanted not in shown and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                shown += os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's other end is closed, the CLI is gone
+                break
+        elif proc.poll() is not None:
+            break
+    return shown
+
+
+def test_ptc_run_on_a_terminal_shows_a_line_while_the_script_runs(
+    tmpdir_env: dict[str, str], cli_pids: list[int], tmp_path: Path
+) -> None:
+    """The script prints a line (no flush) and sleeps far past its wall time: the line is on
+    the terminal while the CLI still runs, and once the kill ends the run it is shown once."""
+    script = tmp_path / "tick.py"
+    script.write_text("import time\nprint('tick')\ntime.sleep(600)\n")
+    main, terminal = pty.openpty()
+    try:
+        with subprocess.Popen(
+            [PYTHON, "-m", "sandbox.cli", "run", str(script), "--limit", "wall_time=4"],
+            stdout=terminal,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ, **tmpdir_env},
+        ) as proc:
+            cli_pids.append(proc.pid)
+            os.close(terminal)
+            terminal = -1
+            try:
+                shown = _read_until(main, b"tick\r\n", proc, timeout_s=60)
+                running = proc.poll() is None
+                _, err = proc.communicate(timeout=60)
+                shown += _read_until(main, b"\0", proc, timeout_s=1)
+            finally:
+                proc.kill()
+    finally:
+        os.close(main)
+        if terminal >= 0:
+            os.close(terminal)
+    assert b"tick\r\n" in shown, (shown, err)
+    assert running, "the line was shown only after the run ended"
+    assert proc.returncode == 3, err  # limit_exceeded
+    assert shown.count(b"tick") == 1, shown
+    assert b"wall_time" in err, err
