@@ -1,5 +1,9 @@
 """A smolagents `CodeAgent` whose code runs in the sandbox, with a scripted model (no network).
 
+The executor runs every code action of the agent in one session (`open_session`), so names
+defined by one action are there in the next, as smolagents' own prompt tells the model: the
+second action reads the first one's `temps`.
+
 Run: ``python examples/smolagents_example.py``. With a real model pass any smolagents `Model`.
 """
 
@@ -11,6 +15,7 @@ from smolagents import CodeAgent, tool
 from smolagents.models import ChatMessage, MessageRole, Model
 
 from sandbox.integrations import EmbeddedRunner
+from sandbox.integrations.session_runners import open_session
 from sandbox.integrations.smolagents import SandboxExecutor
 
 
@@ -31,7 +36,8 @@ class ScriptedModel(Model):
             "Thought: compare.\n<code>\n"
             'temps = {c: get_weather(city=c)["temp_c"] for c in ["Paris", "Oslo", "Lima"]}\n'
             "print(temps)\n</code>",
-            'Thought: Paris wins.\n<code>\nfinal_answer("Paris is the warmest.")\n</code>',
+            "Thought: the warmest.\n<code>\n"
+            'final_answer(f"{max(temps, key=temps.get)} is the warmest.")\n</code>',
         ]
 
     def generate(self, messages: Any, *args: Any, **kwargs: Any) -> ChatMessage:
@@ -39,11 +45,12 @@ class ScriptedModel(Model):
 
 
 def main() -> None:
-    with EmbeddedRunner() as runner:
+    # One session per agent run: state carries over between its code actions.
+    with EmbeddedRunner() as runner, open_session(runner) as conversation:
         agent = CodeAgent(
             tools=[get_weather],
             model=ScriptedModel(),
-            executor=SandboxExecutor(runner),
+            executor=SandboxExecutor(conversation),
             verbosity_level=0,
         )
         print("answer:", agent.run("Which of Paris, Oslo, Lima is warmest?"))

@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any
 
+from stubs_gen.content import CONTENT_TYPES
 from stubs_gen.dialects import parse_source, read_tool
 from stubs_gen.errors import ManifestError
 from stubs_gen.model import Manifest, ToolSpec
@@ -89,7 +90,15 @@ def _load(source: str | bytes | list[Any] | dict[str, Any], origin: str) -> Mani
             )
         )
         staged.append((name, ident, raw.description, input_schema, output_schema, options))
-    plan, found = plan_tools(inputs, set(by_python))
+    mcp_content = any(staged_options.mcp_content for *_, staged_options in staged)
+    for ident in sorted(set(CONTENT_TYPES) & set(by_python)) if mcp_content else ():
+        raise ManifestError(
+            f"the Python name {ident!r} is reserved by the stub module (a tool with "
+            "x-ptc.mcp_content defines it)",
+            tool=by_python[ident],
+            path=base,
+        )
+    plan, found = plan_tools(inputs, set(by_python), mcp_content=mcp_content)
     warnings += found
     tools = tuple(
         ToolSpec(

@@ -31,6 +31,7 @@ class ToolOptions:
     mock: Any = None
     summary_fields: tuple[str, ...] = ()
     handler: str | None = None
+    mcp_content: bool = False  # answers may be lists of MCP content items (stubs_gen.content)
 
 
 @dataclass(frozen=True)

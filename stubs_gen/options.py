@@ -16,7 +16,16 @@ from stubs_gen.model import Mode, ToolOptions
 __all__ = ["read_options"]
 
 _KEYS = frozenset(
-    {"mode", "read_only", "needs_approval", "mock", "summary_fields", "handler", "returns"}
+    {
+        "mode",
+        "read_only",
+        "needs_approval",
+        "mock",
+        "summary_fields",
+        "handler",
+        "returns",
+        "mcp_content",
+    }
 )
 _MODES = ("echo", "mock", "host", "client")
 _HANDLER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -71,4 +80,5 @@ def read_options(
         mock=options.get("mock"),
         summary_fields=tuple(summary),
         handler=handler,
+        mcp_content=_flag(options, "mcp_content", tool, path, False),
     )

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from stubs_gen.content import CONTENT_TYPES
 from stubs_gen.errors import ManifestError
 from stubs_gen.jsonpath import index, key
 from stubs_gen.names import PARAM_RESERVED, TYPE_RESERVED, collision, pascal, python_name
@@ -444,9 +445,17 @@ class ToolInput:
     output_path: str
 
 
-def plan_tools(tools: list[ToolInput], taken: set[str]) -> tuple[Plan, list[str]]:
-    """Plan every tool's stub; ``taken`` holds the module-level names TypedDicts must avoid."""
+def plan_tools(
+    tools: list[ToolInput], taken: set[str], *, mcp_content: bool = False
+) -> tuple[Plan, list[str]]:
+    """Plan every tool's stub; ``taken`` holds the module-level names TypedDicts must avoid.
+    With ``mcp_content`` the MCP content TypedDicts (`stubs_gen.content`) come first, under their
+    own names."""
     planner = _Planner(taken)
+    if mcp_content:
+        for name, schema in CONTENT_TYPES.items():
+            planner.tool, planner.root = name, schema
+            planner.typed_dict(schema, schema["properties"], schema["required"], name, "$")
     functions = [
         planner.function(
             t.tool,

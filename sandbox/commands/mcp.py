@@ -1,4 +1,4 @@
-"""`ptc mcp [--transport stdio|streamable-http] [--tools MANIFEST] [--upstream "COMMAND ..."]`.
+"""`ptc mcp [--transport stdio|streamable-http] [--tools MANIFEST] [--upstream [NAME=]"CMD ..."]`.
 
 Serves the execute tool over MCP (see `sandbox.integrations.mcp_server`). With stdio, standard
 output is the protocol channel: nothing else is ever printed there. Scripts run on an embedded
@@ -39,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--upstream",
         action="append",
         default=[],
-        metavar='"COMMAND ..."',
-        help="an upstream MCP server to start over stdio; its tools become stubs (repeatable)",
+        metavar='[NAME=]"COMMAND ..."',
+        help="an upstream MCP server to start over stdio; its tools become stubs (repeatable); "
+        "a NAME offers its tools as NAME__TOOL, so two servers may offer the same tool names",
     )
     parser.add_argument(
         "--limit", action="append", default=[], metavar="NAME=VALUE", help="a limit (repeatable)"
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             McpOptions,
             check_exposure,
             load_tools_file,
+            parse_upstreams,
             serve_mcp,
         )
         from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, ScriptRunner
@@ -110,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         tenants=args.tenants,
     )
     check_exposure(options)  # before anything starts: refuse an unauthenticated public listener
+    parse_upstreams(options.upstream)  # and a bad upstream name
     if args.session and args.transport != "stdio":
         raise InvalidArgument(
             "--session: only with --transport stdio (over HTTP many conversations would share "

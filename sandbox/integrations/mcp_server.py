@@ -8,7 +8,9 @@ imports). The tools a script may call come from a
 manifest (`--tools`) and from upstream MCP servers (`--upstream "COMMAND ..."`, repeatable): each
 upstream is started over stdio, its tools become stubs, and every stub call is forwarded to it
 as a client-mode call — validated by the broker and recorded in the call log like any other.
-An agent then calls many upstream tools from one script instead of one tool per turn.
+An agent then calls many upstream tools from one script instead of one tool per turn. A named
+upstream (`--upstream docs="COMMAND ..."`) offers its tools as `docs__TOOL`, so servers that offer
+the same tool names can be used together (`sandbox.integrations.mcp_upstream`).
 
 A script that runs longer than a second sends MCP progress notifications (elapsed seconds, and
 the status line as the message) to a caller that passed a progress token.
@@ -44,14 +46,21 @@ from sandbox.client.tools import ToolLike
 from sandbox.errors import InvalidArgument, Unauthenticated
 from sandbox.expectations import ExpectedCalls
 from sandbox.integrations.execute_tool import ExecuteTool, Observation
-from sandbox.integrations.mcp_upstream import connect_upstream
+from sandbox.integrations.mcp_upstream import UpstreamSpec, connect_upstream, parse_upstream
 from sandbox.integrations.runners import ScriptRunner
 from sandbox.limits import Limits
 from sandbox.telemetry.live import format_status
 from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import render_module
 
-__all__ = ["BearerAuth", "McpOptions", "build_mcp_server", "check_exposure", "serve_mcp"]
+__all__ = [
+    "BearerAuth",
+    "McpOptions",
+    "build_mcp_server",
+    "check_exposure",
+    "parse_upstreams",
+    "serve_mcp",
+]
 
 STUBS_COMPACT_URI = "ptc://stubs/compact"
 STUBS_MODULE_URI = "ptc://stubs/module"
@@ -201,6 +210,22 @@ def output_resources(observation: Observation) -> list[ContentBlock]:
     return blocks
 
 
+def parse_upstreams(texts: list[str]) -> list[UpstreamSpec]:
+    """Every ``--upstream``, parsed (`parse_upstream`); two upstreams of one name are refused."""
+    specs = [parse_upstream(text) for text in texts]
+    named: dict[str, UpstreamSpec] = {}
+    for spec in specs:
+        if spec.name is None:
+            continue
+        if spec.name in named:
+            raise InvalidArgument(
+                f"--upstream {spec.label!r}: the name {spec.name!r} is already given to "
+                f"--upstream {named[spec.name].label!r}"
+            )
+        named[spec.name] = spec
+    return specs
+
+
 def load_tools_file(text: str) -> list[ToolLike]:
     try:
         data = json.loads(text)
@@ -215,30 +240,51 @@ def load_tools_file(text: str) -> list[ToolLike]:
 async def serve_mcp(runner: ScriptRunner, options: McpOptions) -> None:
     """Connects the upstreams, then serves until the transport ends."""
     registry = check_exposure(options)
+    refused: InvalidArgument | None = None
     async with AsyncExitStack() as stack:
-        tools: list[ToolLike] = list(options.tools)
-        seen = {_name(t) for t in tools}
-        for command in options.upstream:
-            upstream = await connect_upstream(stack, command)
-            for tool in upstream.tools:
-                if tool.name in seen:
-                    raise InvalidArgument(
-                        f"--upstream {command!r}: tool {tool.name!r} is already provided"
-                    )
-                seen.add(tool.name)
-                tools.append(tool)
-        execute = ExecuteTool(
-            runner,
-            tools,
-            name=options.tool_name,
-            limits=options.limits,
-            expected_calls=options.expected_calls,
-        )
-        server = build_mcp_server(execute)
-        if options.transport == "stdio":
-            await server.run_stdio_async()
+        try:
+            tools = await _connect_upstreams(stack, options)
+        except InvalidArgument as exc:
+            # Raised once the upstreams already started are stopped, not through their exits:
+            # an error passing an anyio task group's exit comes out wrapped in an exception group.
+            refused = exc
         else:
-            await _serve_http(server, options, registry)
+            execute = ExecuteTool(
+                runner,
+                tools,
+                name=options.tool_name,
+                limits=options.limits,
+                expected_calls=options.expected_calls,
+            )
+            server = build_mcp_server(execute)
+            if options.transport == "stdio":
+                await server.run_stdio_async()
+            else:
+                await _serve_http(server, options, registry)
+    if refused is not None:
+        raise refused
+
+
+async def _connect_upstreams(stack: AsyncExitStack, options: McpOptions) -> list[ToolLike]:
+    """The manifest's tools and every upstream's, each upstream started on ``stack``."""
+    tools: list[ToolLike] = list(options.tools)
+    seen = {_name(t) for t in tools}
+    for spec in parse_upstreams(options.upstream):
+        upstream = await connect_upstream(stack, spec)
+        for tool in upstream.tools:
+            if tool.name in seen:
+                hint = (
+                    ""
+                    if spec.name
+                    else '; name each upstream (--upstream NAME="COMMAND ...") to offer its '
+                    "tools as NAME__TOOL"
+                )
+                raise InvalidArgument(
+                    f"--upstream {spec.label!r}: tool {tool.name!r} is already provided{hint}"
+                )
+            seen.add(tool.name)
+            tools.append(tool)
+    return tools
 
 
 async def _serve_http(server: MCPServer[Any], options: McpOptions, registry: Any) -> None:

@@ -1,24 +1,26 @@
 """A smolagents `CodeAgent` whose code runs in our sandbox instead of its local executor.
 
-    agent = CodeAgent(tools=[...], model=model, executor=SandboxExecutor(runner))
+    with EmbeddedRunner() as runner, open_session(runner) as conversation:
+        agent = CodeAgent(tools=[...], model=model, executor=SandboxExecutor(conversation))
+
+That is the way to use it: bound to a session (`open_session`, see
+`sandbox.integrations.session_runners`), every code action of the agent is the session's next
+cell, so names, imports and files persist from one action to the next, as the CodeAgent prompt
+promises the model, and an action's final bare expression comes back as its output (a repr).
+`SandboxExecutor(runner)` with a plain runner runs each action in a fresh sandbox instead: no
+state survives between actions (variables the agent was given are re-sent as JSON literals), for
+agents whose actions are independent.
 
 `SandboxExecutor` implements smolagents' `PythonExecutor` interface (`send_tools`,
-`send_variables`, `__call__`). Each code action runs as one script in a fresh sandbox: the
-agent's tools are forwarded as client-side tools (their `inputs` become the JSON Schema the
-broker validates; the calls run here, in the agent's process, and are recorded in the call log),
-and a short prelude binds each of them by name to its stub (positional arguments allowed), so the
-code calls `get_weather(city=...)` exactly as with the local executor. `final_answer(...)` is a
-client-side tool too: its value becomes the step's final answer.
-
-Differences from the local executor, by design: no state survives between code actions (each
-runs in a fresh sandbox; variables the agent was given are re-sent as JSON literals) unless the
-runner is bound to a session (``SandboxExecutor(open_session(runner))``, see
-`sandbox.integrations.session_runners`): then names, imports and files persist from one action
-to the next, as the CodeAgent prompt promises, and an action's final bare expression comes back
-as its output (a repr). And a
-failing script raises `SandboxExecutionError` carrying the rendered observation (output, call
-summary, the error), which the agent shows the model as the step's error. Its tracebacks show
-the code action's own frames with the action's own line numbers: the prelude is hidden.
+`send_variables`, `__call__`). The agent's tools are forwarded as client-side tools (their
+`inputs` become the JSON Schema the broker validates; the calls run here, in the agent's process,
+and are recorded in the call log), and a short prelude binds each of them by name to its stub
+(positional arguments allowed), so the code calls `get_weather(city=...)` exactly as with the
+local executor. `final_answer(...)` is a client-side tool too: its value becomes the step's final
+answer. A failing script raises `SandboxExecutionError` carrying the rendered observation
+(output, call summary, the error), which the agent shows the model as the step's error. Its
+tracebacks show the code action's own frames with the action's own line numbers: the prelude is
+hidden.
 """
 
 from __future__ import annotations

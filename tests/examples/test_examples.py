@@ -37,6 +37,41 @@ MCP_OUTPUT = (
     "stubs the model reads:\n"
     '"""Call tools.NAME(arg=...) or await tools.aio.NAME(...); bad args raise InvalidArguments,'
     ' failures ToolError; unannotated results are Any."""\n'
+    "class McpText(TypedDict):\n"
+    '    """Text of an MCP tool\'s answer. An answer with images, audio or resources comes as'
+    " a list of McpText | McpImage | McpAudio | McpResource | McpResourceLink, in the"
+    ' answer\'s order."""\n'
+    "    type: Literal['text']\n"
+    "    text: str\n"
+    "\n"
+    "class McpImage(TypedDict):\n"
+    '    """An image; data is base64: base64.b64decode(item[\'data\']) is its bytes."""\n'
+    "    type: Literal['image']\n"
+    "    mime_type: str\n"
+    "    data: str\n"
+    "\n"
+    "class McpAudio(TypedDict):\n"
+    '    """Audio; data is base64."""\n'
+    "    type: Literal['audio']\n"
+    "    mime_type: str\n"
+    "    data: str\n"
+    "\n"
+    "class McpResource(TypedDict):\n"
+    '    """An embedded resource: its text, or its bytes as base64 in data."""\n'
+    "    type: Literal['resource']\n"
+    "    uri: str\n"
+    "    mime_type: str | None\n"
+    "    text: NotRequired[str]\n"
+    "    data: NotRequired[str]\n"
+    "\n"
+    "class McpResourceLink(TypedDict):\n"
+    '    """A link to a resource (not its content)."""\n'
+    "    type: Literal['resource_link']\n"
+    "    uri: str\n"
+    "    name: str\n"
+    "    mime_type: str | None\n"
+    "    description: str | None\n"
+    "\n"
     "class AddResult(TypedDict):\n"
     '    """addOutput\n'
     '    result: Result."""\n'

@@ -69,6 +69,36 @@ def test_ptc_mcp_with_server_serves_upstream_tools_from_the_client(address: str)
     assert "7 tool calls (2 error, 5 ok)" in text
 
 
+def test_ptc_mcp_with_server_serves_named_upstreams_and_their_content(address: str) -> None:
+    """Named upstreams with the same tool names, and an answer with an image and resources,
+    through `ptc serve`: the prefixed names reach the server's manifest and call log, and the
+    typed items cross the stream as JSON."""
+    from test_mcp_upstreams import CONTENT_SCRIPT, NAMED
+
+    params = StdioServerParameters(
+        command=PYTHON,
+        args=["-m", "sandbox.cli", "mcp", "--server", address, *NAMED],
+        cwd=str(ROOT),
+    )
+    code = (
+        CONTENT_SCRIPT
+        + "print(tools.beta__read_file(path='b'), tools.alpha__read_file(path='a'))\n"
+    )
+
+    async def work() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await session.call_tool("execute_python", {"code": code})
+
+    called = asyncio.run(asyncio.wait_for(work(), 100))
+    text = _text(called)
+    assert not called.is_error, text
+    assert "['text', 'image', 'audio', 'resource', 'resource', 'resource_link']\n" in text
+    assert "file:///alpha/data.bin None [0, 255, 1] False\n" in text
+    assert "beta:b alpha:a\n" in text
+    assert '#2 beta__read_file({"path":"b"}) -> ok "beta:b"' in text
+
+
 def test_smolagents_executor_over_a_client_runner(address: str) -> None:
     CALLS.clear()
     model = ScriptedModel([STEP_1, STEP_2])

@@ -193,6 +193,41 @@ def test_shared_defs_and_output_schema(runtime: FakeRuntime) -> None:
     assert "-> ShipResult" in render_compact(manifest)
 
 
+def test_mcp_content_types_are_defined_once_when_a_tool_may_answer_with_them(
+    runtime: FakeRuntime,
+) -> None:
+    """`x-ptc.mcp_content` (a tool forwarded to an upstream MCP server): the module and its
+    compact form define the content items the script may get, once; other manifests do not."""
+    forwarded = {"x-ptc": {"mode": "client", "mcp_content": True}}
+    manifest = load_manifest(
+        [{"name": "snap", **forwarded}, {"name": "read", **forwarded}, {"name": "plain"}]
+    )
+    module = import_source(render_module(manifest))
+    image = module.McpImage
+    assert typing.get_type_hints(image) == {
+        "type": typing.Literal["image"],
+        "mime_type": str,
+        "data": str,
+    }
+    assert image.__required_keys__ == {"type", "mime_type", "data"}
+    resource = module.McpResource
+    assert resource.__required_keys__ == {"type", "uri", "mime_type"}
+    assert resource.__optional_keys__ == {"text", "data"}
+    assert typing.get_type_hints(resource)["mime_type"] == str | None
+    assert {"McpText", "McpAudio", "McpResourceLink"} <= set(module.__all__)
+    compact = render_compact(manifest)
+    assert compact.count("class McpImage(TypedDict):") == 1
+    assert (
+        '    """An image; data is base64: base64.b64decode(item[\'data\']) is its bytes."""\n'
+        "    type: Literal['image']\n    mime_type: str\n    data: str\n" in compact
+    )
+    assert "McpImage" not in render_compact(load_manifest([{"name": "plain"}]))
+    with pytest.raises(ManifestError, match="must be true or false"):
+        load_manifest([{"name": "t", "x-ptc": {"mcp_content": "yes"}}])
+    with pytest.raises(ManifestError, match="'McpImage' is reserved by the stub module"):
+        load_manifest([{"name": "McpImage"}, {"name": "snap", **forwarded}])
+
+
 def test_degraded_constructs_warn() -> None:
     manifest = load_manifest(
         [
