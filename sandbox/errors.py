@@ -39,6 +39,7 @@ __all__ = [
     "PermissionDenied",
     "PtcError",
     "ResourceExhausted",
+    "StoreUnavailable",
     "Unauthenticated",
     "Unavailable",
     "from_status",
@@ -151,3 +152,9 @@ def from_status(
     error = PtcError(f"{code.name}: {message}" if message else code.name)
     error.code = code
     return error
+
+
+class StoreUnavailable(Unavailable):
+    """The audit store refused a write or could not be reached (a full disk, a read-only file
+    or database, PostgreSQL down): UNAVAILABLE, with the store's own error in the message. The
+    server leaves the rotation (readiness NOT_SERVING) until a write succeeds again."""
