@@ -22,9 +22,11 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlparse, urlunparse
 
 import grpc
 import pytest
@@ -229,3 +231,93 @@ def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
             capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
         )  # fmt: skip
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.fixture
+def fresh_pg_database() -> Iterator[tuple[str, Callable[[str], None]]]:
+    """A database of its own on the shared cluster (the test changes database-wide settings):
+    its URL, and a function that runs SQL from another database and then ends every connection
+    to it, as a failover would, so that the server's connections see the change."""
+    if not POSTGRES_URL:
+        pytest.skip("PTC_TEST_POSTGRES_URL is unset: run `scripts/postgres.sh start` and source it")
+    import psycopg
+
+    name = f"ptc_refuse_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = urlunparse(urlparse(POSTGRES_URL)._replace(path=f"/{name}"))
+
+    def alter(sql: str) -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(sql)
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+
+    try:
+        yield url, alter
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_postgresql_refusing_writes_takes_the_server_out_of_rotation_until_it_takes_them(
+    fresh_pg_database: tuple[str, Callable[[str], None]], tmp_path: Path
+) -> None:
+    url, alter = fresh_pg_database
+    name = urlparse(url).path.lstrip("/")
+    config = tmp_path / "server.toml"
+    config.write_text("global_quotas = false\n")  # the quotas' leases would refuse first
+    with (
+        ptc_serve(
+            "--audit-db", url, "--config", str(config), "--pool-size", "2",
+            "--instance-id", "pg-refuses", "--metrics-listen", "127.0.0.1:0",
+        ) as served,
+        Client(served.address) as client,
+        ThreadPoolExecutor(1) as pool,
+    ):  # fmt: skip
+        _wait_until("ready", lambda: _readiness(served.address) == SERVING)
+        assert client.execute("print('before')").stdout == "before\n"
+        _entered, release, gated = _gated_execution(client, pool)
+        with _Load(client) as load:
+            _wait_until("the load runs", lambda: load.seen("ok") >= LOAD_THREADS)
+            alter(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+            refusing_at = time.monotonic()
+            release.set()
+            result = gated.result(WAIT_S)
+            assert (result.status, len(result.stdout)) == ("ok", BIG_OUTPUT + 1), result
+            _wait_until("not ready", lambda: _readiness(served.address) == NOT_SERVING)
+            _wait_until(
+                "a refusal naming PostgreSQL's error",
+                lambda: any(
+                    "cannot execute INSERT in a read-only transaction" in message
+                    for at, kind, message in list(load.outcomes)
+                    if at >= refusing_at
+                ),
+            )
+            assert _metric(served.metrics_address, "ptc_audit_completions_pending") >= 1
+            alter(f"ALTER DATABASE {name} RESET default_transaction_read_only")
+            writable_at = time.monotonic()
+            _wait_until("ready again", lambda: _readiness(served.address) == SERVING)
+            _wait_until("served again", lambda: load.seen("ok", writable_at) >= 5)
+        assert _metric(served.metrics_address, "ptc_audit_completions_pending") == 0
+        for kind, message in _store_errors(load):
+            assert kind == "Unavailable", (kind, message)
+            assert message.startswith("execution not admitted: "), message
+            assert "audit store: " in message, message  # the store's own error follows
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            statuses = dict(conn.execute("SELECT status, COUNT(*) FROM executions GROUP BY 1"))
+            gated_status = conn.execute(
+                "SELECT status FROM executions WHERE execution_id = %s", (result.execution_id,)
+            ).fetchall()
+        assert "running" not in statuses, statuses
+        assert statuses["ok"] == 2 + load.seen("ok"), statuses
+        assert gated_status == [("ok",)]
+    verify = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "audit", "verify", "--db", url],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
