@@ -15,7 +15,6 @@ Mounting needs root and the PostgreSQL case ``PTC_TEST_POSTGRES_URL``; each skip
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import subprocess
@@ -32,6 +31,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ptc_serve import PYTHON, ROOT, ptc_serve
+from small_fs import fill, small_tmpfs
 
 from sandbox.client import Client, tool
 from sandbox.errors import PtcError, Unavailable
@@ -134,38 +134,6 @@ def _gated_execution(
     return entered, release, future
 
 
-@contextlib.contextmanager
-def _small_tmpfs(path: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("filling the audit store's filesystem needs root to mount a small tmpfs")
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
-def _fill(directory: Path) -> Path:
-    """Writes a file until the filesystem has no byte left; returns it."""
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as out:
-        for chunk in (1 << 20, 1 << 12, 1):
-            try:
-                while True:
-                    out.write(b"\0" * chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-    return filler
-
-
 def _store_errors(load: _Load) -> list[tuple[str, str]]:
     return [(kind, message) for _, kind, message in load.outcomes if kind not in ("ok",)]
 
@@ -173,7 +141,7 @@ def _store_errors(load: _Load) -> list[tuple[str, str]]:
 def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
     tmp_path: Path,
 ) -> None:
-    with _small_tmpfs(tmp_path / "store", "2m") as fs:
+    with small_tmpfs(tmp_path / "store", "2m") as fs:
         db = fs / "audit.db"
         with (
             ptc_serve(
@@ -188,7 +156,7 @@ def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
             _entered, release, gated = _gated_execution(client, pool)
             with _Load(client) as load:
                 _wait_until("the load runs", lambda: load.seen("ok") >= LOAD_THREADS)
-                filler = _fill(fs)
+                filler = fill(fs)
                 full_at = time.monotonic()
                 release.set()
                 result = gated.result(WAIT_S)
