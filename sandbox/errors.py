@@ -17,6 +17,7 @@ are translated at each boundary with ``raise ... from``.
     ├── PermissionDenied         PERMISSION_DENIED     10   the tenant may not use this backend/mode
     ├── ResourceExhausted        RESOURCE_EXHAUSTED    11   quota, rate or queue full: retry later
     ├── Unavailable              UNAVAILABLE           12   no server there, or no backend to serve
+    │   └── StoreUnavailable                                the audit store refuses writes
     ├── Cancelled                CANCELLED              5   the caller went away
     └── FailedPrecondition       FAILED_PRECONDITION   14   the record cannot serve (a replay),
                                                             or the session is busy or was lost
@@ -39,6 +40,7 @@ __all__ = [
     "PermissionDenied",
     "PtcError",
     "ResourceExhausted",
+    "StoreUnavailable",
     "Unauthenticated",
     "Unavailable",
     "from_status",
@@ -151,3 +153,9 @@ def from_status(
     error = PtcError(f"{code.name}: {message}" if message else code.name)
     error.code = code
     return error
+
+
+class StoreUnavailable(Unavailable):
+    """The audit store refused a write or could not be reached (a full disk, a read-only file
+    or database, PostgreSQL down): UNAVAILABLE, with the store's own error in the message. The
+    server leaves the rotation (readiness NOT_SERVING) until a write succeeds again."""

@@ -10,7 +10,8 @@ Tables: ``entries`` is the append-only hash chain (the source of truth); ``chain
 each tenant's last sequence number and hash (the row that chain appends lock); ``checkpoints``
 anchors a chain whose prefix retention pruned; ``executions``, ``calls`` and ``violations`` are
 query indexes derived from the entries, which `verify` recomputes and compares;
-``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`).
+``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`);
+``write_probes`` is scratch space where a server checks that the store takes writes again.
 """
 
 from __future__ import annotations
@@ -92,8 +93,19 @@ _V2 = (
     )""",
 )
 
+# Version 3 (a store that refuses writes): one row per server, rewritten by `write_probe`, so
+# that a server that saw a write fail learns when writing works again without recording anything
+# in the chain. Its padding makes the probe as large as a typical completion.
+_V3 = (
+    """CREATE TABLE IF NOT EXISTS write_probes (
+        instance TEXT PRIMARY KEY,
+        at_us BIGINT NOT NULL,
+        pad TEXT NOT NULL
+    )""",
+)
+
 # Ordered steps: (version, statements). Append new steps; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -109,6 +109,17 @@ class SqlAuditStore:
                     (version, time.time()),
                 )
 
+    def write_probe(self, pad_bytes: int = 0) -> None:
+        """Writes this instance's row of ``write_probes`` (with ``pad_bytes`` of padding) in a
+        write transaction like any append's: raises `StoreUnavailable` while the store refuses
+        writes. Nothing in the chain changes."""
+        with self._db.write() as tx:
+            tx.execute(
+                "INSERT INTO write_probes (instance, at_us, pad) VALUES (?, ?, ?) "
+                "ON CONFLICT (instance) DO UPDATE SET at_us = excluded.at_us, pad = excluded.pad",
+                (self.instance, _now_us(), "0" * pad_bytes),
+            )
+
     def schema_version(self) -> int:
         with self._db.read() as tx:
             return int(tx.execute("SELECT MAX(version) FROM schema_version")[0][0] or 0)

@@ -6,7 +6,7 @@ chain append runs in one transaction that first locks the tenant's ``chain_heads
 while different tenants append in parallel. Migrations take a transaction-scoped advisory lock,
 so servers starting together migrate once. Reads that verify a chain run at ``REPEATABLE READ``
 to see one snapshot. A broken connection is reopened on the next operation; a failure reaches
-the caller as `Unavailable`. Requires the ``postgres`` extra (``psycopg[binary]``).
+the caller as `StoreUnavailable`. Requires the ``postgres`` extra (``psycopg[binary]``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from sandbox.audit._sqlcore import SqlAuditStore, Tx
-from sandbox.errors import Unavailable
+from sandbox.errors import StoreUnavailable, Unavailable
 
 __all__ = ["PostgresAuditStore"]
 
@@ -73,7 +73,7 @@ class _PostgresDb:
                 self._url, autocommit=True, connect_timeout=self._timeout
             )
         except self._psycopg.Error as exc:
-            raise Unavailable(f"audit store: cannot connect to PostgreSQL: {exc}") from exc
+            raise StoreUnavailable(f"audit store: cannot connect to PostgreSQL: {exc}") from exc
 
     @contextmanager
     def _transaction(self, isolation: str | None) -> Iterator[_Tx]:
@@ -86,7 +86,7 @@ class _PostgresDb:
                         self._conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
                     yield _Tx(self._conn)
             except self._psycopg.Error as exc:
-                raise Unavailable(f"audit store: PostgreSQL failed: {exc}") from exc
+                raise StoreUnavailable(f"audit store: PostgreSQL failed: {exc}") from exc
 
     def write(self) -> AbstractContextManager[_Tx]:
         return self._transaction(None)

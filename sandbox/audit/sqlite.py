@@ -10,6 +10,7 @@ holds scripts and their output.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -18,7 +19,9 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
 from sandbox.audit._sqlcore import SqlAuditStore, Tx
-from sandbox.errors import Unavailable
+from sandbox.errors import StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SQLiteAuditStore"]
 
@@ -57,7 +60,7 @@ class _SQLiteDb:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         except sqlite3.Error as exc:
-            raise Unavailable(f"audit store {path}: {exc}") from exc
+            raise StoreUnavailable(f"audit store {path}: {exc}") from exc
         self._path = path
         self._lock = threading.RLock()
 
@@ -67,17 +70,29 @@ class _SQLiteDb:
             try:
                 self._conn.execute(begin)
             except sqlite3.Error as exc:
-                raise Unavailable(f"audit store {self._path}: {exc}") from exc
+                raise self._refused(exc) from exc
             try:
                 yield _Tx(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            try:
                 self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
-                raise Unavailable(f"audit store {self._path}: {exc}") from exc
+            except BaseException as exc:
+                self._rollback()
+                if isinstance(exc, sqlite3.Error) and _store_refused(exc):
+                    raise self._refused(exc) from exc
+                raise
+
+    def _rollback(self) -> None:
+        """Rolls back what is still open. SQLite has already rolled back a transaction that
+        failed with a full disk or an I/O error, and a ROLLBACK then fails ("cannot rollback -
+        no transaction is active"): that error must never replace the one that ended it."""
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.warning("audit store %s: rollback failed: %s", self._path, exc)
+
+    def _refused(self, exc: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"audit store {self._path}: {exc}")
 
     def write(self) -> AbstractContextManager[_Tx]:
         return self._transaction("BEGIN IMMEDIATE")
@@ -91,6 +106,12 @@ class _SQLiteDb:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _store_refused(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is the store refusing (a full disk, a read-only or locked file, an I/O
+    error, a corrupt file) rather than a bug in the SQL (a constraint, a wrong statement)."""
+    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
 
 
 class SQLiteAuditStore(SqlAuditStore):

@@ -9,7 +9,8 @@ The health service reports SERVING for the whole server and for `ptc.sandbox.v1.
 while every backend can serve (started, and its warm pool not failing to start sandboxes), and
 NOT_SERVING otherwise; a backend that fails its start-up checks leaves the server running and
 answering UNAVAILABLE, so an operator can see why. Readiness, a separate service name
-(`fleet.READINESS_SERVICE`), also needs a warm pool and a reachable audit store (`fleet.Readiness`).
+(`fleet.READINESS_SERVICE`), also needs a warm pool and an audit store that answers and takes
+writes (`fleet.Readiness`, `audit_writes.AuditWrites`).
 Stopping is ordered: health (readiness too) goes NOT_SERVING and new executions are refused with
 UNAVAILABLE while the listener stays open, in-flight executions get `shutdown_grace_s` to finish
 and are then cancelled (and recorded as `interrupted`), then the listener closes, the pool is
@@ -38,6 +39,7 @@ from sandbox.errors import InvalidArgument, PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_files_bound, result_bytes_bound
 from sandbox.runtimes import RuntimeStore
 from sandbox.server import fleet
+from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
@@ -72,7 +74,8 @@ class SandboxServer:
         self.engine = engine or Engine(EngineConfig(backends=self._default_backends()))
         self.store: AuditStore = store or self._open_store()
         self.tenancy: Tenancy = fleet.fleet_tenancy(self.config, tenancy or self._load_tenancy())
-        self.readiness = fleet.Readiness(self.store)
+        self.writes = AuditWrites(self.store)  # keeps completions the store refuses
+        self.readiness = fleet.Readiness(self.store, self.writes)
         self.host = HostHandlers(
             self.config.host_handlers,
             self.config.host_handler_timeout_s,
@@ -80,7 +83,7 @@ class SandboxServer:
         )
         self.runner = Runner(
             self.engine,
-            self.store,
+            self.writes,
             self.tenancy,
             self.host,
             RuntimeStore(self.config.runtimes_dir),
@@ -265,6 +268,7 @@ class SandboxServer:
         await self.runner.drain(0)
         await fleet.close_tenancy(self.tenancy)
         await self.readiness.close()
+        await self._last_recovery()
         await self.engine.close()
         await self._last_checkpoint()
         self.store.close()
@@ -275,6 +279,26 @@ class SandboxServer:
         from sandbox.telemetry import tracing
 
         tracing.shutdown()  # flushes spans still batched
+
+    async def _last_recovery(self) -> None:
+        """Writes the completions the store refused, if it takes them now; says which records
+        stay `running` otherwise (the next start with this instance id marks them)."""
+        if not self.writes.pending:
+            return
+        try:
+            await asyncio.to_thread(self.writes.recover)
+        except Exception:
+            log.exception("audit: writing the kept completions at shutdown failed")
+        lost = self.writes.abandon()
+        if lost:
+            log.error(
+                "audit: the store still refuses writes (%s): %d records stay `running` until "
+                "the next start with instance id %r marks them `interrupted`: %s",
+                self.writes.failure,
+                len(lost),
+                self.config.instance_id or "(the host name)",
+                ", ".join(lost),
+            )
 
     async def _last_checkpoint(self) -> None:
         """Stops the periodic checkpoints and signs one over what this run recorded."""

@@ -6,8 +6,9 @@
   server logs which, once, at start.
 - `Readiness` is what the health service reports under `READINESS_SERVICE`: SERVING only when
   the server can take work now — the default backend serves, its warm pool has produced a
-  sandbox since start (not cold), the audit store answers within `STORE_PING_TIMEOUT_S`, and the
-  server is not draining. Liveness stays the whole-server status (``""``), which a cold pool or a
+  sandbox since start (not cold), the audit store answers within `STORE_PING_TIMEOUT_S`, takes
+  writes (no write refused since the last one that succeeded: `AuditWrites`), and the server is
+  not draining. Liveness stays the whole-server status (``""``), which a cold pool or a
   slow database must not fail: a load balancer stops sending work, nobody restarts the server.
 """
 
@@ -17,12 +18,13 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sandbox.audit import is_postgres_url
 from sandbox.audit.base import AuditStore
+from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
 from sandbox.tenants.base import Tenancy, Tenant
 
@@ -105,16 +107,19 @@ async def close_tenancy(tenancy: Tenancy) -> None:
 class Readiness:
     """Answers "can this server take an execution now?" for the readiness health service."""
 
-    def __init__(self, store: AuditStore) -> None:
+    def __init__(self, store: AuditStore, writes: AuditWrites | None = None) -> None:
         self.store = store
+        self.writes = writes
         self.reason: str | None = "starting"
         self._warm = False
         self._ping: asyncio.Future[Any] | None = None
+        self._recovery: asyncio.Future[Any] | None = None
 
     async def check(self, serving: bool, pool_idle: int | None, draining: bool) -> bool:
         """Updates and returns readiness; `reason` says why not. ``pool_idle`` is the default
         backend's idle warm sandboxes, None for a backend without a warm pool."""
         store_ok = await self._store_reachable()
+        writable = await self._store_writable()
         if pool_idle is None or pool_idle > 0:
             self._warm = True  # once warm, a pool emptied by load is busy, not cold
         if draining:
@@ -123,6 +128,11 @@ class Readiness:
             self.reason = "the sandbox backend cannot serve"
         elif not self._warm:
             self.reason = "the warm pool is cold"
+        elif not writable and self.writes is not None:
+            waiting = self.writes.pending
+            self.reason = f"the audit store refuses writes: {self.writes.failure}" + (
+                f" ({waiting} finished executions wait to be recorded)" if waiting else ""
+            )
         elif not store_ok:
             self.reason = "the audit store is unreachable"
         else:
@@ -135,19 +145,42 @@ class Readiness:
         ping = getattr(self.store, "schema_version", None)
         if ping is None:
             return True  # the in-memory store
-        if self._ping is None or self._ping.done():
-            if self._ping is not None and not self._ping.cancelled():
-                self._ping.exception()  # retrieved: its outcome was already reported
-            self._ping = asyncio.ensure_future(asyncio.to_thread(ping))
+        self._ping = _one_at_a_time(self._ping, ping)
         try:
             await asyncio.wait_for(asyncio.shield(self._ping), STORE_PING_TIMEOUT_S)
         except Exception:  # a timeout or any failure of the store: unreachable
             return False
         return True
 
+    async def _store_writable(self) -> bool:
+        """False from a write the store refused until one succeeds again: while failing, each
+        check tries the kept completions or a probe write (`AuditWrites.recover`)."""
+        writes = self.writes
+        if writes is None or (writes.failure is None and not writes.pending):
+            return True
+        self._recovery = _one_at_a_time(self._recovery, writes.recover)
+        try:
+            return bool(
+                await asyncio.wait_for(asyncio.shield(self._recovery), STORE_PING_TIMEOUT_S)
+            )
+        except Exception:  # still writing, or a failure `recover` did not expect
+            return False
+
     async def close(self) -> None:
-        if self._ping is not None and not self._ping.done():
-            self._ping.cancel()
+        for pending in (self._ping, self._recovery):
+            if pending is not None and not pending.done():
+                pending.cancel()
+
+
+def _one_at_a_time(
+    previous: asyncio.Future[Any] | None, call: Callable[[], Any]
+) -> asyncio.Future[Any]:
+    """``previous`` while it still runs, else ``call`` started anew in a worker thread."""
+    if previous is not None and not previous.done():
+        return previous
+    if previous is not None and not previous.cancelled():
+        previous.exception()  # retrieved: its outcome was already reported
+    return asyncio.ensure_future(asyncio.to_thread(call))
 
 
 @contextlib.asynccontextmanager

@@ -207,9 +207,13 @@ class SessionManager:
             sandbox=SessionSandbox(handle, settings.limits.cpu_time_ms),
             runtime=runtime,
         )
+        try:
+            self._admit(session)  # a store that refuses it: no session runs unrecorded
+        except BaseException:
+            await handle.dispose()
+            raise
         self._sessions[session.id] = session
         metrics.active_sessions(len(self._sessions))
-        self._admit(session)
         return session
 
     def get(self, tenant: str, session_id: str) -> Session:

@@ -15,6 +15,9 @@ or a script.
     ptc_sandboxes{backend,state}                           gauge: idle (warm) and busy sandboxes
     ptc_active_sessions                                    gauge: open sessions (issue 13)
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
+    ptc_audit_write_failures_total{operation}              counter: writes the store refused
+    ptc_audit_completions_pending                          gauge: completions kept, not yet written
+    ptc_audit_completions_dropped_total                    counter: completions beyond that bound
     ptc_audit_checkpoint_tree_size{tenant}                 gauge: tree size of its latest checkpoint
     ptc_audit_checkpoint_timestamp_seconds{tenant}         gauge: when that checkpoint was signed
     ptc_audit_checkpoint_refusals_total{tenant}            counter: rounds that would not sign
@@ -38,7 +41,10 @@ __all__ = [
     "active_sessions",
     "audit_checkpoint",
     "audit_checkpoint_refused",
+    "audit_completion_dropped",
+    "audit_pending",
     "audit_write",
+    "audit_write_failed",
     "enable",
     "execution_finished",
     "execution_started",
@@ -106,6 +112,26 @@ class Metrics:
             "Time to write to the audit store.",
             ["operation"],
             buckets=FAST_BUCKETS,
+            registry=r,
+        )
+        # A store that refuses writes (`sandbox.server.audit_writes`): an alert on failures or
+        # on pending completions sees the store fail before the records go missing.
+        self.audit_write_failures = Counter(
+            "ptc_audit_write_failures",
+            "Writes the audit store refused (full disk, read-only, unreachable), by operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.audit_pending = Gauge(
+            "ptc_audit_completions_pending",
+            "Finished executions whose completion the audit store refused, kept in memory "
+            "until it takes writes again.",
+            registry=r,
+        )
+        self.audit_dropped = Counter(
+            "ptc_audit_completions_dropped",
+            "Completions refused by the audit store while the kept ones were at their bound: "
+            "their records stay running until the server's next start marks them interrupted.",
             registry=r,
         )
         # Set by the checkpoint publisher's hook (`audit_checkpoint`): an alert on the tree size
@@ -277,6 +303,22 @@ def sandbox_started(pool: object, seconds: float) -> None:
 def audit_write(operation: str, seconds: float) -> None:
     if _state.metrics is not None:
         _state.metrics.audit_write.labels(operation).observe(seconds)
+
+
+def audit_write_failed(operation: str) -> None:
+    if _state.metrics is not None:
+        _state.metrics.audit_write_failures.labels(operation).inc()
+
+
+def audit_pending(count: int) -> None:
+    """Sets the number of completions kept until the audit store takes writes again."""
+    if _state.metrics is not None:
+        _state.metrics.audit_pending.set(count)
+
+
+def audit_completion_dropped() -> None:
+    if _state.metrics is not None:
+        _state.metrics.audit_dropped.inc()
 
 
 def audit_checkpoint(checkpoint: Checkpoint) -> None:
