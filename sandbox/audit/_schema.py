@@ -104,8 +104,25 @@ _V3 = (
     )""",
 )
 
+# Version 4 (dead servers are noticed): one row per live server sharing the store, renewed by
+# its heartbeat; a row whose lease expired is a dead server, whose running records a survivor
+# marks `interrupted` (`SqlAuditStore.sweep_dead`).
+_V4 = (
+    """CREATE TABLE IF NOT EXISTS fleet_members (
+        instance TEXT PRIMARY KEY,
+        address TEXT NOT NULL,
+        seen_at_us BIGINT NOT NULL,
+        expires_at_us BIGINT NOT NULL
+    )""",
+)
+
 # Ordered steps: (version, statements). Append new steps; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _V1),
+    (2, _V2),
+    (3, _V3),
+    (4, _V4),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -33,7 +33,7 @@ from sandbox.audit._codec import (
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
 from sandbox.audit._verify import ChainState, verify_tenant
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, VerifyReport
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, DeadServer, VerifyReport
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.result import ExecutionResult
 
@@ -255,16 +255,66 @@ class SqlAuditStore:
             )
 
     def mark_interrupted(self) -> int:
+        return self._mark_interrupted(
+            self.instance, "the server stopped before the execution ended"
+        )
+
+    # -- fleet membership ----------------------------------------------------------------------
+
+    def heartbeat(self, address: str, ttl_s: float) -> None:
+        now = _now_us()
+        with self._db.write() as tx:
+            tx.execute(
+                "INSERT INTO fleet_members (instance, address, seen_at_us, expires_at_us) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (instance) DO UPDATE SET "
+                "address = excluded.address, seen_at_us = excluded.seen_at_us, "
+                "expires_at_us = excluded.expires_at_us",
+                (self.instance, address, now, now + int(ttl_s * 1_000_000)),
+            )
+
+    def leave(self) -> None:
+        with self._db.write() as tx:
+            tx.execute("DELETE FROM fleet_members WHERE instance = ?", (self.instance,))
+
+    def sweep_dead(self) -> list[DeadServer]:
+        now = _now_us()
+        with self._db.read() as tx:
+            expired = tx.execute(
+                "SELECT instance FROM fleet_members WHERE expires_at_us < ? AND instance <> ?",
+                (now, self.instance),
+            )
+        dead: list[DeadServer] = []
+        for (instance,) in expired:
+            # Only the survivor whose DELETE takes the row sweeps it; a server that renewed its
+            # lease meanwhile (it was slow, not dead) keeps its row and its records.
+            with self._db.write() as tx:
+                taken = tx.execute(
+                    "DELETE FROM fleet_members WHERE instance = ? AND expires_at_us < ? "
+                    "RETURNING address, seen_at_us",
+                    (instance, now),
+                )
+            if not taken:
+                continue
+            address, seen_at_us = str(taken[0][0]), int(taken[0][1])
+            seen = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen_at_us / 1e6))
+            reason = (
+                f"the server that held it ({instance} at {address}) stopped responding at {seen}"
+            )
+            marked = self._mark_interrupted(str(instance), reason)
+            dead.append(DeadServer(str(instance), address, seen_at_us / 1e6, marked))
+        return dead
+
+    def _mark_interrupted(self, instance: str, why: str) -> int:
+        """Marks ``instance``'s running records `interrupted`, each in its own transaction
+        under its tenant's chain head (a record completed meanwhile is left as it is)."""
         with self._db.read() as tx:
             running = tx.execute(
                 "SELECT execution_id, tenant FROM executions "
                 "WHERE status = 'running' AND instance = ? ORDER BY tenant, admit_seq",
-                (self.instance,),
+                (instance,),
             )
         marked = 0
-        reason = canonical(
-            {"reason": "the server stopped before the execution ended", "instance": self.instance}
-        )
+        reason = canonical({"reason": why, "instance": instance})
         for execution_id, tenant in running:
             with self._db.write() as tx:
                 self._lock_head(tx, tenant)
@@ -499,12 +549,15 @@ def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
     admission = admission_from_json(data)
     result: ExecutionResult | None = None
     status = "running"
+    interrupted_reason: str | None = None
     for _, kind, payload, _, _ in rows[1:]:
         if kind == "completed":
             result = result_from_json(json.loads(payload))
             status = str(result.status)
         elif kind == "interrupted" and result is None:
             status = "interrupted"
+            why = json.loads(payload)
+            interrupted_reason = str(why.get("reason", "")) if isinstance(why, dict) else None
     return AuditRecord(
         admission=admission,
         result=result,
@@ -512,6 +565,7 @@ def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
         prev_hash=str(rows[0][3]),
         record_hash=str(rows[-1][4]),
         script_sha256=str(data["script_sha256"]),
+        interrupted_reason=interrupted_reason,
     )
 
 

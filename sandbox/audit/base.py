@@ -9,6 +9,7 @@ hash of the tenant's previous record) so that an edit, deletion or reordering is
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,7 +17,7 @@ from typing import Protocol
 from sandbox.expectations import ExpectedCalls
 from sandbox.result import ExecutionResult
 
-__all__ = ["Admission", "AuditQuery", "AuditRecord", "AuditStore", "VerifyReport"]
+__all__ = ["Admission", "AuditQuery", "AuditRecord", "AuditStore", "DeadServer", "VerifyReport"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class AuditRecord:
     prev_hash: str
     record_hash: str
     script_sha256: str
+    # Why it is `interrupted`, as the server that marked it wrote it (None otherwise).
+    interrupted_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,16 @@ class AuditQuery:
     limit: int = 50
     page_token: str | None = None
     session_id: str | None = None  # only the executions of this session (`sandbox.sessions`)
+
+
+@dataclass(frozen=True)
+class DeadServer:
+    """A server that stopped renewing its lease, as a survivor found it."""
+
+    instance: str
+    address: str
+    last_seen: float  # epoch seconds of its last heartbeat
+    interrupted: int  # its running records this sweep marked `interrupted`
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,16 @@ class AuditStore(Protocol):
 
     def mark_interrupted(self) -> int:
         """At start-up: records still `running` become `interrupted`; returns how many."""
+
+    def heartbeat(self, address: str, ttl_s: float) -> None:
+        """Says this server is alive (and where it listens) for ``ttl_s`` more seconds."""
+
+    def leave(self) -> None:
+        """This server stops cleanly: it is no member of the fleet any more."""
+
+    def sweep_dead(self) -> builtins.list[DeadServer]:
+        """Servers whose lease expired: their running records become `interrupted`, naming
+        them and when they were last seen; each dead server is swept by one survivor only."""
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         """Checks the hash chain of one tenant, or of all."""

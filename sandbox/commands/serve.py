@@ -81,6 +81,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="with a PostgreSQL store: a crashed server's quota slots return after this",
     )
     parser.add_argument(
+        "--member-lease-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="a server sharing the audit store that is silent this long is dead: a survivor "
+        "marks its running records interrupted (default 15)",
+    )
+    parser.add_argument(
         "--checkpoint-interval",
         type=float,
         metavar="SECONDS",
@@ -120,6 +127,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         host_handlers=handlers,
         metrics_listen=args.metrics_listen,
         quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
+        member_lease_ttl_s=getattr(args, "member_lease_ttl", None),
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
         checkpoint_dir=args.checkpoint_dir,

@@ -90,6 +90,7 @@ class SandboxServer:
         )
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
+        self.membership: fleet.Membership | None = None
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -186,6 +187,11 @@ class SandboxServer:
         await server.start()
         self._server = server
         self.address = f"{host}:{port}"
+        if self.config.audit_db is not None:  # in memory there is no fleet to join
+            self.membership = fleet.Membership(
+                self.writes, self.address, self.config.member_lease_ttl_s
+            )
+            self.membership.start()
         await self._set_health()
         self._monitor = asyncio.create_task(self._watch_health())
         if self.checkpoints is not None:
@@ -266,6 +272,9 @@ class SandboxServer:
             await self._server.stop(STOP_BACKSTOP_S)
             self._server = None
         await self.runner.drain(0)
+        if self.membership is not None:
+            await self.membership.close()
+            self.membership = None
         await fleet.close_tenancy(self.tenancy)
         await self.readiness.close()
         await self._last_recovery()

@@ -31,7 +31,14 @@ import logging
 import threading
 from collections.abc import Callable
 
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, AuditStore, VerifyReport
+from sandbox.audit.base import (
+    Admission,
+    AuditQuery,
+    AuditRecord,
+    AuditStore,
+    DeadServer,
+    VerifyReport,
+)
 from sandbox.errors import PtcError, StoreUnavailable
 from sandbox.result import ExecutionResult
 from sandbox.telemetry import metrics
@@ -173,6 +180,15 @@ class AuditWrites:
 
     def mark_interrupted(self) -> int:
         return self.store.mark_interrupted()
+
+    def heartbeat(self, address: str, ttl_s: float) -> None:
+        self.store.heartbeat(address, ttl_s)
+
+    def leave(self) -> None:
+        self.store.leave()
+
+    def sweep_dead(self) -> builtins.list[DeadServer]:
+        return self.store.sweep_dead()
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         return self.store.verify(tenant)

@@ -17,6 +17,8 @@ can never name code for the host to import. Example::
     runtimes_dir = "/var/lib/ptc/runtimes" # runtimes requests may name (`ptc runtime build`)
     global_quotas = true                   # with postgresql://: quotas hold across the fleet
     quota_lease_ttl_s = 15                 # a crashed server's quota slots return after this
+    member_lease_ttl_s = 15                # a server silent this long is dead: its records are
+                                           # marked `interrupted` by a survivor
     checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
     checkpoint_key = "/etc/ptc/checkpoint.key"   # Ed25519 PEM; unset: $PTC_CHECKPOINT_KEY
     checkpoint_dir = "/var/lib/ptc/checkpoints"  # latest per tenant + checkpoints.jsonl
@@ -69,6 +71,9 @@ class ServerConfig:
     # (`sandbox.tenants.global_quota`); a crashed server's slots return after the lease expiry.
     global_quotas: bool = True
     quota_lease_ttl_s: float = 15.0
+    # Every server sharing the audit store renews a lease every third of this; one whose lease
+    # expired is dead, and a survivor marks its running records `interrupted` (`fleet.Membership`).
+    member_lease_ttl_s: float = 15.0
     # Signed audit checkpoints (`sandbox.audit.publisher`): on when an interval or a directory
     # is set; the key is a PEM file, or else $PTC_CHECKPOINT_KEY.
     checkpoint_interval_s: float | None = None
@@ -107,7 +112,12 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
-        elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
+        elif key in (
+            "shutdown_grace_s",
+            "host_handler_timeout_s",
+            "quota_lease_ttl_s",
+            "member_lease_ttl_s",
+        ):
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):
             values[key] = _typed(path, key, value, bool)

@@ -4,6 +4,11 @@
   ``global_quotas`` is on), so a tenant's limits hold across every server sharing the database;
   with SQLite or the in-memory store each server enforces them on its own. Either way the
   server logs which, once, at start.
+- `Membership` is this server as a member of the fleet sharing its audit store: a heartbeat
+  renews its lease (and says where it listens) every third of ``member_lease_ttl_s``, and each
+  round also sweeps: a member whose lease expired is dead, and the survivor that takes its row
+  marks its running records (executions and sessions) `interrupted`, naming it and when it was
+  last seen. No server is in charge. A server that stops cleanly leaves the fleet.
 - `Readiness` is what the health service reports under `READINESS_SERVICE`: SERVING only when
   the server can take work now — the default backend serves, its warm pool has produced a
   sandbox since start (not cold), the audit store answers within `STORE_PING_TIMEOUT_S`, takes
@@ -18,12 +23,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sandbox.audit import is_postgres_url
 from sandbox.audit.base import AuditStore
+from sandbox.errors import PtcError
 from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
 from sandbox.tenants.base import Tenancy, Tenant
@@ -31,6 +38,7 @@ from sandbox.tenants.base import Tenancy, Tenant
 __all__ = [
     "DRAINING_MESSAGE",
     "READINESS_SERVICE",
+    "Membership",
     "Readiness",
     "admit_unless_cancelled",
     "fleet_tenancy",
@@ -218,3 +226,53 @@ async def _abandon(gate: AbstractAsyncContextManager[None], entering: asyncio.Fu
         await entering
     if entering.done() and not entering.cancelled() and entering.exception() is None:
         await gate.__aexit__(None, None, None)
+
+
+class Membership:
+    """The heartbeat and the sweep of one server (the module docstring says what they do).
+
+    The store's calls block, so they run in a worker thread, once per round; a store that
+    refuses them is logged and tried again next round (readiness reports the store itself)."""
+
+    def __init__(self, store: AuditStore, address: str, ttl_s: float) -> None:
+        self.store = store
+        self.address = address
+        self.ttl_s = ttl_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.to_thread(self.round)
+            await asyncio.sleep(self.ttl_s / 3)
+
+    def round(self) -> None:
+        try:
+            self.store.heartbeat(self.address, self.ttl_s)
+            for dead in self.store.sweep_dead():
+                log.warning(
+                    "fleet: server %s at %s stopped responding (last seen %.0f s ago): "
+                    "%d of its records marked interrupted",
+                    dead.instance,
+                    dead.address,
+                    time.time() - dead.last_seen,
+                    dead.interrupted,
+                )
+        except PtcError as exc:
+            log.warning("fleet: heartbeat or sweep failed: %s", exc.message)
+        except Exception:  # the next round tries again; the loop must outlive one bad round
+            log.exception("fleet: heartbeat or sweep failed")
+
+    async def close(self) -> None:
+        """Stops the heartbeat and leaves the fleet (this server's records are its own to end)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            await asyncio.to_thread(self.store.leave)
+        except PtcError as exc:
+            log.warning("fleet: leaving failed (the lease will expire): %s", exc.message)

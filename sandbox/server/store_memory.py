@@ -11,6 +11,7 @@ that concurrent executions completing out of order do not break the chain); its
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import itertools
 import json
@@ -18,7 +19,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, VerifyReport
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, DeadServer, VerifyReport
 from sandbox.errors import InvalidArgument
 from sandbox.result import ExecutionResult
 
@@ -144,6 +145,16 @@ class MemoryAuditStore:
                     entry.record_hash = self._hash(entry)
                     count += 1
             return count
+
+    # One process's memory is no shared store: there is no fleet to join or to sweep.
+    def heartbeat(self, address: str, ttl_s: float) -> None:
+        return None
+
+    def leave(self) -> None:
+        return None
+
+    def sweep_dead(self) -> builtins.list[DeadServer]:
+        return []
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         with self._lock:

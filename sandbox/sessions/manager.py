@@ -235,7 +235,9 @@ class SessionManager:
                 record = self.store.get(tenant, session_id)
         if record is None or record.admission.labels.get("ptc.kind") != "session":
             return NotFound(f"session_id: no session {session_id!r}")
-        if record.result is None:
+        if record.result is None and record.interrupted_reason:
+            how = f"{record.status}: {record.interrupted_reason}"
+        elif record.result is None:
             how = f"{record.status}: the server that held it stopped before ending it"
         elif record.result.error is not None:
             how = record.result.error.message

@@ -25,8 +25,10 @@ import psycopg
 import pytest
 from postgres_support import fresh_schema
 
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.client import Client
-from sandbox.errors import ResourceExhausted, Unavailable
+from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
 
@@ -385,3 +387,82 @@ def _poll_health(stub) -> list[int]:  # type: ignore[no-untyped-def]
             return [reply.status]
         time.sleep(0.02)
     return [health_pb2.HealthCheckResponse.SERVING]
+
+
+def test_a_dead_servers_records_and_sessions_are_ended_by_a_survivor(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """kill -9 of the server holding a running execution and a session: within the member
+    lease plus one sweep, a survivor marks both `interrupted`, naming the dead server and when
+    it was last seen; the session's NOT_FOUND says so; the chain still verifies."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    ttl = "2"
+    victim, victim_address = start_server(pg_url, tenants, "dead-a", "--member-lease-ttl", ttl)
+    survivor: subprocess.Popen[str] | None = None
+    try:
+        survivor, survivor_address = start_server(
+            pg_url, tenants, "dead-b", "--member-lease-ttl", ttl
+        )
+        with Client(victim_address, api_key=KEYS["pair"]) as doomed:
+            held = doomed.stream("import time\nprint('go', flush=True)\ntime.sleep(60)")
+            next(iter(held))  # running on the victim
+            session = doomed.session(idle_timeout=600)
+            session_id = session.create().session_id
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=30)
+            with pytest.raises(Unavailable):
+                held.result(timeout=30)
+        members = {str(i) for (i,) in _sql(pg_url, "SELECT instance FROM fleet_members")}
+        assert members == {"dead-a", "dead-b"}  # the victim's lease has not expired yet
+        with Client(survivor_address, api_key=KEYS["pair"]) as client:
+            deadline = time.monotonic() + 2.0 + 2.0 / 3 + 20  # ttl + one round + a slow machine
+            while (
+                client.get_execution(held.execution_id).result.status
+                != pb.EXECUTION_STATUS_INTERRUPTED
+            ):
+                assert time.monotonic() < deadline, "the dead server's record stayed running"
+                time.sleep(0.1)
+            with pytest.raises(NotFound) as gone:
+                client.session(session_id=session_id).get()
+        message = str(gone.value)
+        assert f"session_lost: session {session_id!r} is gone: interrupted: " in message
+        assert f"the server that held it (dead-a at {victim_address}) stopped responding at " in (
+            message
+        )
+        reasons = _sql(
+            pg_url,
+            "SELECT payload FROM entries WHERE kind = 'interrupted' AND execution_id = %s",
+            (held.execution_id,),
+        )
+        assert len(reasons) == 1 and "dead-a" in str(reasons[0][0]), reasons
+        assert {str(i) for (i,) in _sql(pg_url, "SELECT instance FROM fleet_members")} == {"dead-b"}
+        done = subprocess.run(
+            [PYTHON, "-m", "sandbox.cli", "audit", "verify", "--db", pg_url],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        stop_server(victim)
+        if survivor is not None:
+            stderr = stop_server(survivor)
+            assert "fleet: server dead-a at" in stderr, stderr
+        _remove_cgroups_of_dead_servers()
+    # A clean stop leaves the fleet: no member row stays behind to be swept as dead.
+    assert _sql(pg_url, "SELECT instance FROM fleet_members") == []
+
+
+def _sql(url: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
+        cursor.execute(query, params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def _remove_cgroups_of_dead_servers() -> None:
+    """What the killed server left in the cgroup tree, removed as its restart would."""
+    manager = CgroupManager.detect()
+    if manager is not None:
+        manager.cleanup_stale()
+        manager.close()
