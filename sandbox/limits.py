@@ -33,27 +33,39 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sandbox.errors import InvalidLimits
+from sandbox.errors import InvalidArgument, InvalidLimits
 
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
     "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
+    "MAX_MANIFEST_BYTES",
     "MAX_OMITTED_LISTED",
+    "MAX_SCRIPT_BYTES",
+    "MIN_MEMORY",
+    "REQUEST_OVERHEAD_BYTES",
     "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
+    "check_manifest_size",
+    "check_script_size",
     "files_bytes_bound",
     "parse_limit_args",
+    "request_bytes_bound",
     "request_files_bound",
     "result_bytes_bound",
 ]
 
 Unit = Literal["s", "bytes", "count"]
+
+# A warm sandbox already holds its interpreter and bootstrap when the execution's limits are
+# applied, and cgroup v1 refuses (EBUSY) a memory limit below what the group uses: the smallest
+# memory limit is well above that (a fresh guest uses about 10 MiB), so it always applies.
+MIN_MEMORY = 32 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,10 @@ class LimitSpec:
     unit: Unit
     scale: int  # canonical units per human unit (1000 ms per s; 1 otherwise)
     doc: str
+    # The smallest value a sandbox can start and run under (canonical units): below it a
+    # backend cannot apply the limit at all (a cgroup refuses a memory limit below what the
+    # sandbox already uses), so a request for less is refused naming the limit, never run.
+    minimum: int = 1
 
     def to_human(self, canonical: int) -> float:
         return canonical / self.scale if self.scale != 1 else float(canonical)
@@ -75,6 +91,17 @@ class LimitSpec:
         if self.unit == "s":
             return f"{canonical / self.scale:g} s"
         return f"{canonical} {self.unit}"
+
+    def check(self, canonical: int, where: str) -> int:
+        """``canonical`` if it is at least this limit's minimum; otherwise `InvalidLimits` naming
+        ``where`` (the field or option the value came from). Above the ceiling is not an error
+        here: `apply_ceilings` clamps or refuses it under the tenant's policy."""
+        if canonical < self.minimum:
+            raise InvalidLimits(
+                f"{where}: {self.describe(canonical)} is below the minimum of "
+                f"{self.describe(self.minimum)}"
+            )
+        return canonical
 
     def from_human(self, text: str) -> int:
         """Parses a human value (seconds or bytes, with optional k/m/g suffix for sizes)."""
@@ -94,19 +121,21 @@ class LimitSpec:
         canonical = value * multiplier * self.scale
         if self.unit != "s" and canonical != int(canonical):
             raise InvalidLimits(f"limit {self.name}: {text!r} must be a whole number")
-        return max(1, int(canonical))
+        return self.check(max(1, int(canonical)), f"limit {self.name}")
 
 
 LIMIT_SPECS: tuple[LimitSpec, ...] = (
-    LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script"),
-    LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together"),
-    LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox"),
-    LimitSpec("processes", "processes", "count", 1, "processes and threads at once"),
+    LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script", 10),
+    LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together", 10),
+    LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox", MIN_MEMORY),
+    LimitSpec("processes", "processes", "count", 1, "processes and threads at once", 8),
     LimitSpec("stdout_bytes", "stdout_bytes", "bytes", 1, "captured standard output"),
     LimitSpec("stderr_bytes", "stderr_bytes", "bytes", 1, "captured standard error"),
-    LimitSpec("file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp"),
+    LimitSpec(
+        "file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp", 4096
+    ),
     LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
-    LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process"),
+    LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process", 16),
     LimitSpec("call_log_bytes", "call_log_bytes", "bytes", 1, "call log: arguments and results"),
     LimitSpec("input_files", "input_files", "count", 1, "input files of one request"),
     LimitSpec("input_bytes", "input_bytes", "bytes", 1, "input files together"),
@@ -137,6 +166,14 @@ class Limits:
     output_files: int | None = None
     output_file_bytes: int | None = None
     output_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        # However limits are built (the Python API, a request, a tenants file), a value
+        # below a limit's minimum never reaches a backend.
+        for spec in LIMIT_SPECS:
+            value = getattr(self, spec.field)
+            if value is not None:
+                spec.check(value, f"limits.{spec.field}")
 
     def resolve(self, defaults: ResolvedLimits) -> ResolvedLimits:
         """Fills every unset field from ``defaults``."""
@@ -169,8 +206,9 @@ class Limits:
                 known = ", ".join(s.name for s in LIMIT_SPECS)
                 raise InvalidLimits(f"{where}.{key}: unknown limit (known: {known})")
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {value!r}")
-            fields[spec.field] = value
+                shown = repr(value)[:40]
+                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {shown}")
+            fields[spec.field] = spec.check(value, f"{where}.{key}")
         return cls(**fields)
 
 
@@ -279,6 +317,46 @@ def files_bytes_bound(limits: ResolvedLimits) -> int:
 def request_files_bound(limits: ResolvedLimits) -> int:
     """The most bytes a request's input files take as protobuf under ``limits``."""
     return limits.input_bytes + limits.input_files * FILE_OVERHEAD_BYTES
+
+
+# -- sizes of a request ------------------------------------------------------------------------
+# Not limits of a run but caps on what one request may carry, the same embedded, through the
+# server and in the client SDK (which checks them before sending, with the same message).
+MAX_SCRIPT_BYTES = 1024**2
+MAX_MANIFEST_BYTES = 4 * 1024**2
+# Everything else a request carries (labels: 64 of at most 128 + 1024 characters; expected
+# calls; ids, tokens and names), at most; generous, since it only sizes a message limit.
+REQUEST_OVERHEAD_BYTES = 1024**2
+
+
+def check_script_size(script: str) -> None:
+    """Refuses a script larger than `MAX_SCRIPT_BYTES` (as UTF-8)."""
+    # A str longer than the cap in characters is too large whatever it encodes to: checked
+    # first, so that a huge script is refused without encoding it.
+    if len(script) > MAX_SCRIPT_BYTES or len(script.encode("utf-8", "surrogatepass")) > (
+        MAX_SCRIPT_BYTES
+    ):
+        raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
+
+
+def check_manifest_size(manifest: str | bytes) -> None:
+    """Refuses a manifest (JSON text) larger than `MAX_MANIFEST_BYTES`."""
+    size = len(manifest)
+    if isinstance(manifest, str) and size <= MAX_MANIFEST_BYTES:
+        size = len(manifest.encode("utf-8", "surrogatepass"))
+    if size > MAX_MANIFEST_BYTES:
+        raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
+
+
+def request_bytes_bound(ceilings: ResolvedLimits) -> int:
+    """The most bytes a valid request takes as protobuf under ``ceilings``: the server's
+    receive limit, so that a larger one is refused by gRPC before it is read whole."""
+    return (
+        MAX_SCRIPT_BYTES
+        + MAX_MANIFEST_BYTES
+        + request_files_bound(ceilings)
+        + REQUEST_OVERHEAD_BYTES
+    )
 
 
 @dataclass(frozen=True)

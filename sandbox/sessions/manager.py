@@ -52,6 +52,7 @@ from sandbox.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    quote,
 )
 from sandbox.limits import ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
@@ -230,14 +231,14 @@ class SessionManager:
             with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
                 record = self.store.get(tenant, session_id)
         if record is None or record.admission.labels.get("ptc.kind") != "session":
-            return NotFound(f"session_id: no session {session_id!r}")
+            return NotFound(f"session_id: no session {quote(session_id)}")
         if record.result is None:
             how = f"{record.status}: the server that held it stopped before ending it"
         elif record.result.error is not None:
             how = record.result.error.message
         else:
             how = record.status
-        return NotFound(f"session_lost: session {session_id!r} is gone: {how}")
+        return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
 
     def usable(self, tenant: str, session_id: str) -> Session:
         """The tenant's open session, or the error that says why it is not."""
