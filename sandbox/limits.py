@@ -63,9 +63,17 @@ __all__ = [
 Unit = Literal["s", "bytes", "count"]
 
 # A warm sandbox already holds its interpreter and bootstrap when the execution's limits are
-# applied, and cgroup v1 refuses (EBUSY) a memory limit below what the group uses: the smallest
-# memory limit is well above that (a fresh guest uses about 10 MiB), so it always applies.
+# applied, and cgroup v1 refuses (EBUSY) a memory limit below what the group uses (a request for
+# 1 byte failed as INTERNAL); Docker refuses a container limit below 6 MiB. The smallest memory
+# limit is well above both, so it always applies. The process backend ran `print(1)` at 8 MiB.
 MIN_MEMORY = 32 * 1024**2
+# A container's init, the guest and its channel thread are tasks, and the guest's standard
+# streams and channel are descriptors, before the script runs: the smallest `processes` and
+# `open_files` leave room for them on every backend. 4 processes is what the gVisor fork-bomb
+# test runs under; 16 descriptors is a margin over the guest's own, not measured per backend
+# (the process backend lowers its own limits after its start and ran `print(1)` at 1 of each).
+MIN_TASKS = 4
+MIN_FILES = 16
 
 
 @dataclass(frozen=True)
@@ -125,17 +133,17 @@ class LimitSpec:
 
 
 LIMIT_SPECS: tuple[LimitSpec, ...] = (
-    LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script", 10),
-    LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together", 10),
+    LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script"),
+    LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together"),
     LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox", MIN_MEMORY),
-    LimitSpec("processes", "processes", "count", 1, "processes and threads at once", 8),
+    LimitSpec("processes", "processes", "count", 1, "processes and threads at once", MIN_TASKS),
     LimitSpec("stdout_bytes", "stdout_bytes", "bytes", 1, "captured standard output"),
     LimitSpec("stderr_bytes", "stderr_bytes", "bytes", 1, "captured standard error"),
-    LimitSpec(
-        "file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp", 4096
-    ),
+    LimitSpec("file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp"),
     LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
-    LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process", 16),
+    LimitSpec(
+        "open_files", "open_files", "count", 1, "open file descriptors per process", MIN_FILES
+    ),
     LimitSpec("call_log_bytes", "call_log_bytes", "bytes", 1, "call log: arguments and results"),
     LimitSpec("input_files", "input_files", "count", 1, "input files of one request"),
     LimitSpec("input_bytes", "input_bytes", "bytes", 1, "input files together"),
