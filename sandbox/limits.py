@@ -6,6 +6,12 @@ and one human unit for reports (times in seconds, sizes in bytes). A field set t
 "inherit": `Limits.resolve` fills it from the server's defaults once, and the resolved value is
 passed unchanged to the broker and the backend.
 
+Every limit has a minimum (`LimitSpec.minimum`: 1 unit, more where a backend cannot apply less)
+checked wherever limits are built (`Limits.__post_init__`), and a maximum, the ceiling, applied
+by `apply_ceilings` (clamp or refuse). A request's own sizes are capped here too
+(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `request_bytes_bound` sizes the server's receive
+limit from them), checked the same embedded, by the server and by the client SDK.
+
 | name           | field            | default  | enforced by
 |----------------|------------------|----------|---------------------------------------------------
 | wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox
