@@ -42,3 +42,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.sessions
 	$(PY) -m bench.files
 	$(PY) -m bench.tracing
+	$(PY) -m bench.boundary
