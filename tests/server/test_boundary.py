@@ -9,6 +9,7 @@ import json
 import queue
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,8 +39,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
         f'[[tenant]]\nid = "alpha"\nkeys = ["{hash_key("key-alpha")}"]\n'
         f'[[tenant]]\nid = "beta"\nkeys = ["{hash_key("key-beta")}"]\n'
     )
+    started = time.monotonic()
     with ptc_serve("--pool-size", "2", "--tenants", str(tenants)) as serving:
         yield serving
+    # Well over a hundred malformed requests were sent: their WARNING lines are rate-limited to
+    # one per 10 s (each counting those it stood for), so a client cannot flood the log.
+    lines = serving.stderr.count("malformed request from")
+    assert 1 <= lines <= 1 + (time.monotonic() - started) / 10, serving.stderr
     # Nothing a client sent was logged as the server's own failure.
     assert "Traceback" not in serving.stderr, serving.stderr
     assert " ERROR " not in serving.stderr and "ERROR " not in serving.stderr, serving.stderr
@@ -87,6 +93,14 @@ def test_undecodable_request_names_the_field(served, channel, method, data, expe
     code, details, _ = _raw(channel, method, data)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert details.startswith(expected), details
+
+
+def test_undecodable_stream_start_names_the_field(served, channel):
+    stream = channel.stream_stream(SERVICE + "ExecuteStream")
+    with pytest.raises(grpc.RpcError) as info:
+        list(stream(iter([b"\x0a\x03\x0a\x01\xff"]), metadata=ALPHA))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == "start.script: not valid UTF-8 (byte 0 of 1)"
 
 
 def test_a_burst_of_undecodable_requests_logs_one_warning(served, channel):
