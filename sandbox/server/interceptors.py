@@ -125,7 +125,10 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
                 authenticate(self.tenancy, handler_call_details.invocation_metadata)
             except PtcError as exc:
                 # Registered as taking a stream, the refusal never reads the request: an
-                # unauthenticated caller's message is not received, however large.
+                # unauthenticated caller's message is not received, however large. Not for
+                # ExecuteStream: refused before its first message, the SDK's write raced the
+                # refusal and saw "Internal error from Core" (6 of 60 tries), so the servicer
+                # reads that message (bounded by the receive limit) before refusing.
                 return grpc.stream_unary_rpc_method_handler(_refuse(exc, name), **common)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
