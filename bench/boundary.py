@@ -22,7 +22,8 @@ Three bursts, each ``--burst`` requests sent 8 at a time over loopback:
 For each burst the two servers take turns in interleaved blocks (`bench.harness`, rotated
 order, after a discarded warm-up block). A sample is the server's resident memory growth: its
 peak during the burst (sampled every 10 ms) and what it still holds 1 s after, over its resident
-memory just before. Printed per burst and server as p50/max in MiB, and the ratio of the peaks.
+memory just before (taken once neither server's memory is still falling from the last
+burst). Printed per burst and server as p50/max in MiB, and the ratio of the peaks.
 """
 
 from __future__ import annotations
@@ -145,6 +146,19 @@ def burst(
     return (peak - before) / MiB
 
 
+def settle(servers: dict[str, Served]) -> None:
+    """Waits (untimed, up to 10 s) until no server's memory is still falling from the last
+    burst, so that one burst's release does not show as the next one's negative growth."""
+    deadline = time.monotonic() + 10
+    last = {name: s.rss() for name, s in servers.items()}
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = {name: s.rss() for name, s in servers.items()}
+        if all(last[name] - now[name] < MiB for name in servers):
+            return
+        last = now
+
+
 def main(report: Report, rounds: int, warmup: int, count: int) -> None:
     scripts = pb.ExecuteRequest(script="#" * (40 * 10**6)).SerializeToString()
     files = pb.ExecuteRequest(
@@ -172,7 +186,9 @@ def main(report: Report, rounds: int, warmup: int, count: int) -> None:
                     )
                     for name, served in servers.items()
                 }
-                peaks = interleave_sync(cases, rounds, warmup=warmup)
+                peaks = interleave_sync(
+                    cases, rounds, warmup=warmup, before=functools.partial(settle, servers)
+                )
                 for name in servers:
                     report.figure(
                         f"{name}: peak growth p50 / max",
