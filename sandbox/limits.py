@@ -46,6 +46,9 @@ __all__ = [
     "DEFAULTS",
     "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
+    "MAX_LABELS",
+    "MAX_LABEL_KEY",
+    "MAX_LABEL_VALUE",
     "MAX_MANIFEST_BYTES",
     "MAX_OMITTED_LISTED",
     "MAX_SCRIPT_BYTES",
@@ -57,6 +60,7 @@ __all__ = [
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
+    "check_labels",
     "check_manifest_size",
     "check_script_size",
     "files_bytes_bound",
@@ -338,8 +342,12 @@ def request_files_bound(limits: ResolvedLimits) -> int:
 # server and in the client SDK (which checks them before sending, with the same message).
 MAX_SCRIPT_BYTES = 1024**2
 MAX_MANIFEST_BYTES = 4 * 1024**2
-# Everything else a request carries (labels: 64 of at most 128 + 1024 characters; expected
-# calls; ids, tokens and names), at most; generous, since it only sizes a message limit.
+# Labels a request or session may carry, and their keys' and values' lengths in characters.
+MAX_LABELS = 64
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+# Everything else a request carries (the labels; expected calls; ids, tokens and names), at
+# most; generous, since it only sizes a message limit.
 REQUEST_OVERHEAD_BYTES = 1024**2
 
 
@@ -360,6 +368,17 @@ def check_manifest_size(manifest: str | bytes) -> None:
         size = len(manifest.encode("utf-8", "surrogatepass"))
     if size > MAX_MANIFEST_BYTES:
         raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Refuses more than `MAX_LABELS` labels, an empty or long key, or a long value."""
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_KEY:
+            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
 
 
 def request_bytes_bound(ceilings: ResolvedLimits) -> int:

@@ -26,6 +26,7 @@ from sandbox.limits import (
     LimitAdjustment,
     Limits,
     ResolvedLimits,
+    check_labels,
     check_manifest_size,
     check_script_size,
 )
@@ -155,6 +156,7 @@ def request_to_proto(
     check_script_size(script)
     check_manifest_size(manifest_json)
     check_inputs(files, CEILINGS)
+    check_labels(labels or {})
     message = pb.ExecuteRequest(
         script=script,
         manifest=pb.ToolManifest(json=manifest_json),

@@ -19,7 +19,7 @@ from sandbox.audit.base import AuditQuery, AuditRecord
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import InvalidArgument, quote
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import SPEC_BY_NAME
+from sandbox.limits import SPEC_BY_NAME, check_labels
 from sandbox.wire import (
     BACKEND_ENUM,
     BACKENDS,
@@ -45,9 +45,6 @@ __all__ = [
     "result_to_proto",
 ]
 
-MAX_LABELS = 64
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
 MAX_PAGE_SIZE = 1000
 SESSION_ID = re.compile(r"s-[0-9a-f]{32}")
 DEFAULT_PAGE_SIZE = 50
@@ -84,13 +81,7 @@ def request_from_proto(
         if low is not None and high is not None and low > high:
             raise InvalidArgument(f"{where}: min {low} is above max {high}")
         expected.append(ExpectedCalls(item.tool, low, high))
-    if len(message.labels) > MAX_LABELS:
-        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
-    for key, value in message.labels.items():
-        if not key or len(key) > MAX_LABEL_KEY:
-            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
-        if len(value) > MAX_LABEL_VALUE:
-            raise InvalidArgument(f"labels[{quote(key)}]: longer than {MAX_LABEL_VALUE} characters")
+    check_labels(message.labels)
     return ExecutionRequest(
         script=message.script,
         manifest=message.manifest.json if message.HasField("manifest") else "[]",
