@@ -388,3 +388,18 @@ def test_unauthenticated_unary_call_is_refused_unread(served, channel):
         code, details, _ = _raw(channel, "Execute", data, metadata)
         assert code == grpc.StatusCode.UNAUTHENTICATED, details
     _assert_healthy(served, channel)
+
+
+@pytest.mark.parametrize("where", ["embedded", "server"])
+def test_ptc_run_limit_below_minimum(served, where):
+    extra = ["--server", served.address, "--api-key", "key-alpha"] if where == "server" else []
+    proc = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--limit", "memory=1000", "--json", *extra],
+        cwd=ROOT,
+        input="print(1)",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "limit memory: 1000 bytes is below the minimum of 33554432 bytes" in proc.stderr
