@@ -43,3 +43,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.files
 	$(PY) -m bench.output
 	$(PY) -m bench.tracing
+	$(PY) -m bench.boundary

@@ -49,6 +49,8 @@ from sandbox.limits import (
     Limits,
     ResolvedLimits,
     apply_ceilings,
+    check_manifest_size,
+    check_script_size,
 )
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
@@ -68,7 +70,6 @@ __all__ = [
     "limits_fields",
 ]
 
-MAX_SCRIPT_BYTES = 1024 * 1024
 CACHE_SIZE = 256
 
 
@@ -154,6 +155,8 @@ class Engine:
         raw = source.manifest if isinstance(source, ExecutionRequest) else source
         if isinstance(raw, Manifest):
             return raw
+        if isinstance(raw, (str, bytes)):
+            check_manifest_size(raw)
         # Cached by input text: a Manifest caches its compiled validators, so a repeated
         # manifest costs neither parsing nor validator construction again.
         text = raw if isinstance(raw, (str, bytes)) else json.dumps(raw, sort_keys=True)
@@ -206,8 +209,7 @@ class Engine:
         """Checks ``request`` once and resolves its limits once; raises `InvalidArgument` (or
         `Unavailable` for a backend this engine does not have). ``limits`` are effective limits
         resolved by the caller (a server passes its tenant's); by default the engine's own."""
-        if len(request.script.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
-            raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
+        check_script_size(request.script)
         manifest = self.manifest(request)
         for index, expected in enumerate(request.expected_calls):
             if manifest.tool(expected.tool) is None:

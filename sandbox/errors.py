@@ -11,7 +11,9 @@ are translated at each boundary with ``raise ... from``.
     PtcError                     INTERNAL              13   a failure of the service itself
     ├── InvalidArgument          INVALID_ARGUMENT       2   bad manifest, script, limits or field
     │   ├── InvalidManifest                                 the manifest did not parse or render
-    │   └── InvalidLimits                                   a limit unknown, malformed or too high
+    │   ├── InvalidLimits                                   a limit unknown, malformed, too low
+    │   │                                                   or too high
+    │   └── MalformedRequest                                the request is not valid protobuf
     ├── NotFound                 NOT_FOUND              8   no such execution for this tenant
     ├── Unauthenticated          UNAUTHENTICATED        9   missing or unknown API key
     ├── PermissionDenied         PERMISSION_DENIED     10   the tenant may not use this backend/mode
@@ -22,6 +24,10 @@ are translated at each boundary with ``raise ... from``.
     └── FailedPrecondition       FAILED_PRECONDITION   14   the record cannot serve (a replay),
                                                             or the session is busy or was lost
 
+Every message names the field at fault first (``limits.memory_bytes: ...``) and quotes what the
+caller sent cut to a bounded length (`quote`); a status carries at most `MAX_STATUS_CHARS`
+characters of message (`bounded`), so a hostile input never comes back whole.
+
 "exit" is the exit code of a `ptc` command that ends with the error (`sandbox.cli`); the codes
 of a finished execution's status (0 ok, 1 error, 3 limit_exceeded, ...) are `ptc run`'s own.
 """
@@ -31,11 +37,14 @@ from __future__ import annotations
 import grpc
 
 __all__ = [
+    "MAX_QUOTE_CHARS",
+    "MAX_STATUS_CHARS",
     "Cancelled",
     "FailedPrecondition",
     "InvalidArgument",
     "InvalidLimits",
     "InvalidManifest",
+    "MalformedRequest",
     "NotFound",
     "PermissionDenied",
     "PtcError",
@@ -43,8 +52,29 @@ __all__ = [
     "StoreUnavailable",
     "Unauthenticated",
     "Unavailable",
+    "bounded",
     "from_status",
+    "quote",
 ]
+
+MAX_QUOTE_CHARS = 64
+MAX_STATUS_CHARS = 2048
+
+
+def quote(value: object, limit: int = MAX_QUOTE_CHARS) -> str:
+    """``repr(value)`` for a message, a string cut to its first ``limit`` characters with the
+    number of characters left out (``'aaaa'... (99996 more characters)``)."""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value) - limit} more characters)"
+    return repr(value)[: limit + 2]
+
+
+def bounded(message: str, limit: int = MAX_STATUS_CHARS) -> str:
+    """``message`` cut to ``limit`` characters, saying how many were left out: what a status
+    carries (a long one would exceed the client's metadata limit and hide the error)."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
 class PtcError(Exception):
@@ -71,6 +101,11 @@ class InvalidManifest(InvalidArgument):
 
 class InvalidLimits(InvalidArgument):
     """A limit is unknown, malformed, or above the ceiling with a refuse policy."""
+
+
+class MalformedRequest(InvalidArgument):
+    """The request's bytes are not a valid protobuf message of its type (truncated, a string
+    that is not UTF-8, ...): the message names the field where decoding failed."""
 
 
 class NotFound(PtcError):

@@ -211,31 +211,33 @@ def check_inputs(files: Iterable[InputFile], limits: ResolvedLimits) -> tuple[In
     seen: set[str] = set()
     dirs: set[str] = set()
     for item in checked:
-        name = check_name(item.name, "input file")
+        name = check_name(item.name, "input_files:")
         if name == OUTPUTS_DIR or name.startswith(OUTPUTS_DIR + "/"):
             raise InvalidArgument(
-                f"input file {name!r}: inputs may not be placed under {OUTPUTS_DIR}/"
+                f"input_files: {name!r}: inputs may not be placed under {OUTPUTS_DIR}/"
             )
         if name in seen:
-            raise InvalidArgument(f"input file {name!r}: the name is given twice")
+            raise InvalidArgument(f"input_files: {name!r}: the name is given twice")
         if name in dirs:
-            raise InvalidArgument(f"input file {name!r}: another input lies under it")
+            raise InvalidArgument(f"input_files: {name!r}: another input lies under it")
         parts = name.split("/")
         for depth in range(1, len(parts)):
             prefix = "/".join(parts[:depth])
             if prefix in seen:
-                raise InvalidArgument(f"input file {name!r}: {prefix!r} is a file, not a directory")
+                raise InvalidArgument(
+                    f"input_files: {name!r}: {prefix!r} is a file, not a directory"
+                )
             dirs.add(prefix)
         seen.add(name)
         total += len(item.data)
         if total > limits.input_bytes:
             raise InvalidArgument(
-                f"input file {name!r}: the input files take more than the input_bytes limit of "
+                f"input_files: {name!r}: the input files take more than the input_bytes limit of "
                 f"{limits.input_bytes} bytes"
             )
     if total > limits.file_size_bytes:
         raise InvalidArgument(
-            f"input files: {total} bytes do not fit the sandbox's working directory "
+            f"input_files: {total} bytes do not fit the sandbox's working directory "
             f"(file_size limit of {limits.file_size_bytes} bytes)"
         )
     return checked

@@ -6,6 +6,12 @@ and one human unit for reports (times in seconds, sizes in bytes). A field set t
 "inherit": `Limits.resolve` fills it from the server's defaults once, and the resolved value is
 passed unchanged to the broker and the backend.
 
+Every limit has a minimum (`LimitSpec.minimum`: 1 unit, more where a backend cannot apply less)
+checked wherever limits are built (`Limits.__post_init__`), and a maximum, the ceiling, applied
+by `apply_ceilings` (clamp or refuse). A request's own sizes are capped here too
+(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `request_bytes_bound` sizes the server's receive
+limit from them), checked the same embedded, by the server and by the client SDK.
+
 | name           | field            | default  | enforced by
 |----------------|------------------|----------|---------------------------------------------------
 | wall_time      | wall_time_ms     | 10 s     | host deadline; SIGKILL of the whole sandbox
@@ -33,27 +39,51 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sandbox.errors import InvalidLimits
+from sandbox.errors import InvalidArgument, InvalidLimits
 
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
     "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
+    "MAX_LABELS",
+    "MAX_LABEL_KEY",
+    "MAX_LABEL_VALUE",
+    "MAX_MANIFEST_BYTES",
     "MAX_OMITTED_LISTED",
+    "MAX_SCRIPT_BYTES",
+    "MIN_MEMORY",
+    "REQUEST_OVERHEAD_BYTES",
     "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
+    "check_labels",
+    "check_manifest_size",
+    "check_script_size",
     "files_bytes_bound",
     "parse_limit_args",
+    "request_bytes_bound",
     "request_files_bound",
     "result_bytes_bound",
 ]
 
 Unit = Literal["s", "bytes", "count"]
+
+# A warm sandbox already holds its interpreter and bootstrap when the execution's limits are
+# applied, and cgroup v1 refuses (EBUSY) a memory limit below what the group uses (a request for
+# 1 byte failed as INTERNAL); Docker refuses a container limit below 6 MiB. The smallest memory
+# limit is well above both, so it always applies. The process backend ran `print(1)` at 8 MiB.
+MIN_MEMORY = 32 * 1024**2
+# A container's init, the guest and its channel thread are tasks, and the guest's standard
+# streams and channel are descriptors, before the script runs: the smallest `processes` and
+# `open_files` leave room for them on every backend. 4 processes is what the gVisor fork-bomb
+# test runs under; 16 descriptors is a margin over the guest's own, not measured per backend
+# (the process backend lowers its own limits after its start and ran `print(1)` at 1 of each).
+MIN_TASKS = 4
+MIN_FILES = 16
 
 
 @dataclass(frozen=True)
@@ -65,6 +95,10 @@ class LimitSpec:
     unit: Unit
     scale: int  # canonical units per human unit (1000 ms per s; 1 otherwise)
     doc: str
+    # The smallest value a sandbox can start and run under (canonical units): below it a
+    # backend cannot apply the limit at all (a cgroup refuses a memory limit below what the
+    # sandbox already uses), so a request for less is refused naming the limit, never run.
+    minimum: int = 1
 
     def to_human(self, canonical: int) -> float:
         return canonical / self.scale if self.scale != 1 else float(canonical)
@@ -75,6 +109,17 @@ class LimitSpec:
         if self.unit == "s":
             return f"{canonical / self.scale:g} s"
         return f"{canonical} {self.unit}"
+
+    def check(self, canonical: int, where: str) -> int:
+        """``canonical`` if it is at least this limit's minimum; otherwise `InvalidLimits` naming
+        ``where`` (the field or option the value came from). Above the ceiling is not an error
+        here: `apply_ceilings` clamps or refuses it under the tenant's policy."""
+        if canonical < self.minimum:
+            raise InvalidLimits(
+                f"{where}: {self.describe(canonical)} is below the minimum of "
+                f"{self.describe(self.minimum)}"
+            )
+        return canonical
 
     def from_human(self, text: str) -> int:
         """Parses a human value (seconds or bytes, with optional k/m/g suffix for sizes)."""
@@ -94,19 +139,21 @@ class LimitSpec:
         canonical = value * multiplier * self.scale
         if self.unit != "s" and canonical != int(canonical):
             raise InvalidLimits(f"limit {self.name}: {text!r} must be a whole number")
-        return max(1, int(canonical))
+        return self.check(max(1, int(canonical)), f"limit {self.name}")
 
 
 LIMIT_SPECS: tuple[LimitSpec, ...] = (
     LimitSpec("wall_time", "wall_time_ms", "s", 1000, "wall-clock time of the script"),
     LimitSpec("cpu_time", "cpu_time_ms", "s", 1000, "CPU time of all processes together"),
-    LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox"),
-    LimitSpec("processes", "processes", "count", 1, "processes and threads at once"),
+    LimitSpec("memory", "memory_bytes", "bytes", 1, "memory of the whole sandbox", MIN_MEMORY),
+    LimitSpec("processes", "processes", "count", 1, "processes and threads at once", MIN_TASKS),
     LimitSpec("stdout_bytes", "stdout_bytes", "bytes", 1, "captured standard output"),
     LimitSpec("stderr_bytes", "stderr_bytes", "bytes", 1, "captured standard error"),
     LimitSpec("file_size", "file_size_bytes", "bytes", 1, "largest file; size of private tmp"),
     LimitSpec("max_tool_calls", "max_tool_calls", "count", 1, "tool calls per execution"),
-    LimitSpec("open_files", "open_files", "count", 1, "open file descriptors per process"),
+    LimitSpec(
+        "open_files", "open_files", "count", 1, "open file descriptors per process", MIN_FILES
+    ),
     LimitSpec("call_log_bytes", "call_log_bytes", "bytes", 1, "call log: arguments and results"),
     LimitSpec("input_files", "input_files", "count", 1, "input files of one request"),
     LimitSpec("input_bytes", "input_bytes", "bytes", 1, "input files together"),
@@ -137,6 +184,14 @@ class Limits:
     output_files: int | None = None
     output_file_bytes: int | None = None
     output_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        # However limits are built (the Python API, a request, a tenants file), a value
+        # below a limit's minimum never reaches a backend.
+        for spec in LIMIT_SPECS:
+            value = getattr(self, spec.field)
+            if value is not None:
+                spec.check(value, f"limits.{spec.field}")
 
     def resolve(self, defaults: ResolvedLimits) -> ResolvedLimits:
         """Fills every unset field from ``defaults``."""
@@ -169,8 +224,9 @@ class Limits:
                 known = ", ".join(s.name for s in LIMIT_SPECS)
                 raise InvalidLimits(f"{where}.{key}: unknown limit (known: {known})")
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {value!r}")
-            fields[spec.field] = value
+                shown = repr(value)[:40]
+                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {shown}")
+            fields[spec.field] = spec.check(value, f"{where}.{key}")
         return cls(**fields)
 
 
@@ -279,6 +335,61 @@ def files_bytes_bound(limits: ResolvedLimits) -> int:
 def request_files_bound(limits: ResolvedLimits) -> int:
     """The most bytes a request's input files take as protobuf under ``limits``."""
     return limits.input_bytes + limits.input_files * FILE_OVERHEAD_BYTES
+
+
+# -- sizes of a request ------------------------------------------------------------------------
+# Not limits of a run but caps on what one request may carry, the same embedded, through the
+# server and in the client SDK (which checks them before sending, with the same message).
+MAX_SCRIPT_BYTES = 1024**2
+MAX_MANIFEST_BYTES = 4 * 1024**2
+# Labels a request or session may carry, and their keys' and values' lengths in characters.
+MAX_LABELS = 64
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+# Everything else a request carries (the labels; expected calls; ids, tokens and names), at
+# most; generous, since it only sizes a message limit.
+REQUEST_OVERHEAD_BYTES = 1024**2
+
+
+def check_script_size(script: str) -> None:
+    """Refuses a script larger than `MAX_SCRIPT_BYTES` (as UTF-8)."""
+    # A str longer than the cap in characters is too large whatever it encodes to: checked
+    # first, so that a huge script is refused without encoding it.
+    if len(script) > MAX_SCRIPT_BYTES or len(script.encode("utf-8", "surrogatepass")) > (
+        MAX_SCRIPT_BYTES
+    ):
+        raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
+
+
+def check_manifest_size(manifest: str | bytes) -> None:
+    """Refuses a manifest (JSON text) larger than `MAX_MANIFEST_BYTES`."""
+    size = len(manifest)
+    if isinstance(manifest, str) and size <= MAX_MANIFEST_BYTES:
+        size = len(manifest.encode("utf-8", "surrogatepass"))
+    if size > MAX_MANIFEST_BYTES:
+        raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Refuses more than `MAX_LABELS` labels, an empty or long key, or a long value."""
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_KEY:
+            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
+
+
+def request_bytes_bound(ceilings: ResolvedLimits) -> int:
+    """The most bytes a valid request takes as protobuf under ``ceilings``: the server's
+    receive limit, so that a larger one is refused by gRPC before it is read whole."""
+    return (
+        MAX_SCRIPT_BYTES
+        + MAX_MANIFEST_BYTES
+        + request_files_bound(ceilings)
+        + REQUEST_OVERHEAD_BYTES
+    )
 
 
 @dataclass(frozen=True)

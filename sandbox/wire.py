@@ -19,8 +19,17 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
-from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile
-from sandbox.limits import LIMIT_SPECS, LimitAdjustment, Limits, ResolvedLimits
+from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile, check_inputs
+from sandbox.limits import (
+    CEILINGS,
+    LIMIT_SPECS,
+    LimitAdjustment,
+    Limits,
+    ResolvedLimits,
+    check_labels,
+    check_manifest_size,
+    check_script_size,
+)
 from sandbox.result import (
     CallRecord,
     CallStatus,
@@ -96,7 +105,7 @@ def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
                     f"{where}.{spec.field}: must be positive (leave it unset to inherit the "
                     "default)"
                 )
-            values[spec.field] = value
+            values[spec.field] = spec.check(value, f"{where}.{spec.field}")
     return Limits(**values)
 
 
@@ -140,6 +149,14 @@ def request_to_proto(
     session_id: str = "",
     files: tuple[InputFile, ...] = (),
 ) -> pb.ExecuteRequest:
+    """The request as the client sends it, refused before sending (with the message the server
+    or the embedded engine would give) when it is larger than any server accepts: the
+    script and manifest caps, and the input files under the ceilings (a tenant's may be lower,
+    which only its server knows)."""
+    check_script_size(script)
+    check_manifest_size(manifest_json)
+    check_inputs(files, CEILINGS)
+    check_labels(labels or {})
     message = pb.ExecuteRequest(
         script=script,
         manifest=pb.ToolManifest(json=manifest_json),

@@ -34,7 +34,7 @@ from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
 from sandbox.audit._verify import ChainState, verify_tenant
 from sandbox.audit.base import Admission, AuditQuery, AuditRecord, DeadServer, VerifyReport
-from sandbox.errors import InvalidArgument, NotFound
+from sandbox.errors import InvalidArgument, NotFound, quote
 from sandbox.result import ExecutionResult
 
 __all__ = ["Db", "SqlAuditStore", "Tx"]
@@ -536,8 +536,10 @@ class SqlAuditStore:
 
 
 def _parse_token(token: str) -> int:
-    if not token.startswith("a") or not token[1:].isdigit():
-        raise InvalidArgument(f"page_token {token!r} is not a token this store issued")
+    # A token this store issued is "a" and a row id: a few digits, never thousands (which
+    # int() would refuse with a ValueError).
+    if not token.startswith("a") or not token[1:].isdigit() or len(token) > 24:
+        raise InvalidArgument(f"page_token: {quote(token)} is not a token this store issued")
     return int(token[1:])
 
 

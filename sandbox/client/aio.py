@@ -34,7 +34,7 @@ from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import FilesLike, input_files
-from sandbox.limits import CEILINGS, Limits, request_files_bound, result_bytes_bound
+from sandbox.limits import CEILINGS, Limits, request_bytes_bound, result_bytes_bound
 from sandbox.replay.report import ReplayReport
 from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
@@ -253,11 +253,8 @@ class AsyncClient:
                     "grpc.max_receive_message_length",
                     32 * 1024 * 1024 + result_bytes_bound(CEILINGS),
                 ),
-                # A request with input files as large as the ceilings allow.
-                (
-                    "grpc.max_send_message_length",
-                    32 * 1024 * 1024 + request_files_bound(CEILINGS),
-                ),
+                # Any request the documented caps allow (checked before sending).
+                ("grpc.max_send_message_length", request_bytes_bound(CEILINGS)),
                 *options,
             ],
         )

@@ -24,6 +24,7 @@ from sandbox.client._errors import translated
 from sandbox.client.tools import build_manifest
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.files import FilesLike, input_files
+from sandbox.limits import check_labels
 from sandbox.result import ExecutionResult
 from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
 
@@ -81,6 +82,7 @@ class AsyncSession:
         manifest, local = build_manifest(self._tools)
         if local:
             raise ValueError("a session's tools must be served by the server (echo, mock, host)")
+        check_labels(self._labels or {})  # before sending, as the server would refuse them
         request = pb.CreateSessionRequest(
             manifest=pb.ToolManifest(json=manifest), labels=self._labels
         )

@@ -32,6 +32,8 @@ from typing import Any
 import pydantic
 import pydantic_core
 
+from sandbox.limits import check_manifest_size
+
 __all__ = ["ClientTool", "build_manifest", "function_tool", "tool"]
 
 
@@ -127,6 +129,7 @@ def build_manifest(tools: str | Sequence[ToolLike]) -> tuple[str, dict[str, Clie
     (dicts in any dialect), functions and `ClientTool`s.
     """
     if isinstance(tools, str):
+        check_manifest_size(tools)  # before sending, as the server would refuse it
         return tools, {}
     entries: list[Any] = []
     local: dict[str, ClientTool] = {}
@@ -139,7 +142,9 @@ def build_manifest(tools: str | Sequence[ToolLike]) -> tuple[str, dict[str, Clie
             raise ValueError(f"two client tools are named {client_tool.name!r}")
         local[client_tool.name] = client_tool
         entries.append(client_tool.entry)
-    return json.dumps(entries, ensure_ascii=False), local
+    text = json.dumps(entries, ensure_ascii=False)
+    check_manifest_size(text)
+    return text, local
 
 
 def _clean(schema: Any) -> Any:

@@ -36,7 +36,7 @@ from sandbox.audit.base import AuditStore
 from sandbox.backends.base import Backend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
-from sandbox.limits import CEILINGS, request_files_bound, result_bytes_bound
+from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
 from sandbox.runtimes import RuntimeStore
 from sandbox.server import fleet
 from sandbox.server.audit_writes import AuditWrites
@@ -59,6 +59,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SandboxService"].full_name
 HEALTH_POLL_S = 1.0
 FAILED_STARTS_UNHEALTHY = 3
 STOP_BACKSTOP_S = 2.0
+# The largest request the documented caps allow (script, manifest, input files under the
+# ceilings, the rest): gRPC refuses a larger message with RESOURCE_EXHAUSTED before it is read.
+RECEIVE_LIMIT_BYTES = request_bytes_bound(CEILINGS)
 
 
 class SandboxServer:
@@ -164,10 +167,9 @@ class SandboxServer:
         await fleet.start_tenancy(self.tenancy)
         limit = self.config.max_message_bytes
         server = aio.server(
-            interceptors=[ErrorInterceptor()],
+            interceptors=[ErrorInterceptor(self.tenancy)],
             options=[
-                # A request may carry input files as large as the ceilings allow, beside it.
-                ("grpc.max_receive_message_length", limit + request_files_bound(CEILINGS)),
+                ("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES),
                 # A result (or a record: its request and result) as large as the limits allow
                 # must reach the client as a result, never as RESOURCE_EXHAUSTED.
                 ("grpc.max_send_message_length", limit + result_bytes_bound(CEILINGS)),

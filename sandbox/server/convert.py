@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditQuery, AuditRecord
 from sandbox.engine import ExecutionRequest
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, quote
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import SPEC_BY_NAME
+from sandbox.limits import SPEC_BY_NAME, check_labels
 from sandbox.wire import (
     BACKEND_ENUM,
     BACKENDS,
@@ -43,12 +45,15 @@ __all__ = [
     "result_to_proto",
 ]
 
-MAX_LABELS = 64
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
 MAX_PAGE_SIZE = 1000
 SESSION_ID = re.compile(r"s-[0-9a-f]{32}")
 DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_TOKEN = 256  # tokens the stores issue are a few characters
+MAX_EXPECTED_CALLS = 256
+MAX_NAME_CHARS = 256  # tool names, runtime names, ids
+# google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+MIN_TIMESTAMP_S = -62_135_596_800
+MAX_TIMESTAMP_S = 253_402_300_799
 
 
 # -- requests ----------------------------------------------------------------------------------
@@ -61,22 +66,22 @@ def request_from_proto(
     if message.policy and message.policy not in POLICIES:
         raise InvalidArgument(f"policy: unknown value {message.policy}")
     expected: list[ExpectedCalls] = []
+    if len(message.expected_calls) > MAX_EXPECTED_CALLS:
+        raise InvalidArgument(f"expected_calls: more than {MAX_EXPECTED_CALLS} entries")
+    if len(message.runtime) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"runtime: longer than {MAX_NAME_CHARS} characters")
     for index, item in enumerate(message.expected_calls):
         where = f"expected_calls[{index}]"
         if not item.tool:
             raise InvalidArgument(f"{where}.tool: is empty")
+        if len(item.tool) > MAX_NAME_CHARS:
+            raise InvalidArgument(f"{where}.tool: longer than {MAX_NAME_CHARS} characters")
         low = item.min if item.HasField("min") else None
         high = item.max if item.HasField("max") else None
         if low is not None and high is not None and low > high:
             raise InvalidArgument(f"{where}: min {low} is above max {high}")
         expected.append(ExpectedCalls(item.tool, low, high))
-    if len(message.labels) > MAX_LABELS:
-        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
-    for key, value in message.labels.items():
-        if not key or len(key) > MAX_LABEL_KEY:
-            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
-        if len(value) > MAX_LABEL_VALUE:
-            raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
+    check_labels(message.labels)
     return ExecutionRequest(
         script=message.script,
         manifest=message.manifest.json if message.HasField("manifest") else "[]",
@@ -127,14 +132,18 @@ def query_from_proto(message: pb.ListExecutionsRequest) -> AuditQuery:
         if message.status not in pb.ExecutionStatus.values():
             raise InvalidArgument(f"status: unknown value {message.status}")
         status = enum_name(message.status, "EXECUTION_STATUS_", pb.ExecutionStatus)
-    since = message.since.ToNanoseconds() / 1e9 if message.HasField("since") else None
-    until = message.until.ToNanoseconds() / 1e9 if message.HasField("until") else None
+    since = _seconds(message.since, "since") if message.HasField("since") else None
+    until = _seconds(message.until, "until") if message.HasField("until") else None
     if since is not None and until is not None and until < since:
         raise InvalidArgument("until: is before since")
     if message.violation and message.violation not in {*SPEC_BY_NAME, "expected_calls", "protocol"}:
-        raise InvalidArgument(f"violation: unknown limit {message.violation!r}")
+        raise InvalidArgument(f"violation: unknown limit {quote(message.violation)}")
     if message.session_id and not SESSION_ID.fullmatch(message.session_id):
-        raise InvalidArgument(f"session_id: {message.session_id[:80]!r} is not a session id")
+        raise InvalidArgument(f"session_id: {quote(message.session_id)} is not a session id")
+    if len(message.page_token) > MAX_PAGE_TOKEN:
+        raise InvalidArgument(
+            f"page_token: {quote(message.page_token)} is not a token this server issued"
+        )
     return AuditQuery(
         session_id=message.session_id or None,
         since=since,
@@ -145,3 +154,15 @@ def query_from_proto(message: pb.ListExecutionsRequest) -> AuditQuery:
         limit=message.page_size or DEFAULT_PAGE_SIZE,
         page_token=message.page_token or None,
     )
+
+
+def _seconds(stamp: Timestamp, field: str) -> float:
+    """A request's timestamp in seconds; refuses one outside `Timestamp`'s documented range."""
+    if not 0 <= stamp.nanos <= 999_999_999:
+        raise InvalidArgument(f"{field}.nanos: {stamp.nanos} is outside 0 to 999999999")
+    if not MIN_TIMESTAMP_S <= stamp.seconds <= MAX_TIMESTAMP_S:
+        raise InvalidArgument(
+            f"{field}.seconds: {stamp.seconds} is outside {MIN_TIMESTAMP_S} to {MAX_TIMESTAMP_S} "
+            "(years 1 to 9999)"
+        )
+    return stamp.seconds + stamp.nanos / 1e9

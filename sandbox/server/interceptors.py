@@ -1,10 +1,18 @@
 """The one place where `sandbox.errors.PtcError` becomes a gRPC status.
 
 Every method of the sandbox service is wrapped: a `PtcError` is sent as its class's status code
-with its message (which, for INVALID_ARGUMENT, starts with the field at fault); a
-`ResourceExhausted` also carries its retry-after hint as trailing metadata (``retry-after``, in
-seconds, as HTTP does). Any other exception is a bug: it is logged with its traceback and the
-client sees INTERNAL without internals. Cancellation passes through untouched.
+with its message (which, for INVALID_ARGUMENT, starts with the field at fault), cut to
+`sandbox.errors.MAX_STATUS_CHARS`; a `ResourceExhausted` also carries its retry-after hint as
+trailing metadata (``retry-after``, in seconds, as HTTP does). A client's mistake is never
+logged with a traceback: a request that is not valid protobuf gets one rate-limited WARNING line
+naming its peer (`boundary.ClientMistakes`), the others none. Any other exception is a bug: it
+is logged with its traceback and the client sees INTERNAL without internals. Cancellation
+passes through untouched.
+
+Each method is registered with `boundary.tolerant_decoder` of its request type instead of
+gRPC's, so that undecodable bytes reach the wrapper (which raises `MalformedRequest`) rather
+than failing inside gRPC as UNKNOWN. With a tenancy, a unary call's credential is checked from
+its metadata before its request is read (`boundary.authenticate`).
 """
 
 from __future__ import annotations
@@ -15,23 +23,36 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 from grpc import aio
 
-from sandbox.errors import PtcError, ResourceExhausted
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.errors import MalformedRequest, PtcError, ResourceExhausted, bounded
+from sandbox.server.boundary import ClientMistakes, authenticate, checked, tolerant_decoder
+from sandbox.tenants.base import Tenancy
 
 __all__ = ["ErrorInterceptor", "abort_for"]
 
 log = logging.getLogger(__name__)
 SERVICE_PREFIX = "/ptc.sandbox.v1.SandboxService/"
+_REQUEST_TYPES = {
+    method.name: message_factory.GetMessageClass(method.input_type)
+    for method in pb.DESCRIPTOR.services_by_name["SandboxService"].methods
+}
+_MISTAKES = ClientMistakes()
 
 
-async def abort_for(exc: BaseException, context: aio.ServicerContext[Any, Any]) -> None:
+async def abort_for(
+    exc: BaseException, context: aio.ServicerContext[Any, Any], method: str = ""
+) -> None:
     """Ends the RPC with the status ``exc`` stands for; always raises."""
     if isinstance(exc, PtcError):
         metadata: tuple[tuple[str, str], ...] = ()
         if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
             metadata = (("retry-after", f"{exc.retry_after_s:g}"),)
-        await context.abort(exc.code, exc.message, trailing_metadata=metadata)
+        if isinstance(exc, MalformedRequest):
+            _MISTAKES.report(str(context.peer()), method, exc.message)
+        await context.abort(exc.code, bounded(exc.message), trailing_metadata=metadata)
     log.error("internal error in an RPC", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
 
@@ -41,19 +62,25 @@ def _is_abort(exc: BaseException) -> bool:
     return type(exc).__name__ == "AbortError" or isinstance(exc, grpc.RpcError)
 
 
-def _wrap_unary(behaviour: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _wrap_unary(
+    behaviour: Callable[..., Awaitable[Any]], method: str
+) -> Callable[..., Awaitable[Any]]:
     async def wrapped(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         try:
-            return await behaviour(request, context)
+            # An undecodable request raises here; a stream's messages are checked by their
+            # reader (`StreamSession`), and its iterator passes through.
+            return await behaviour(checked(request), context)
         except Exception as exc:
             if _is_abort(exc):
                 raise
-            await abort_for(exc, context)
+            await abort_for(exc, context, method)
 
     return wrapped
 
 
-def _wrap_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+def _wrap_stream(
+    behaviour: Callable[..., AsyncIterator[Any]], method: str
+) -> Callable[..., AsyncIterator[Any]]:
     async def wrapped(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
             async for item in behaviour(request, context):
@@ -61,12 +88,22 @@ def _wrap_stream(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., 
         except Exception as exc:
             if _is_abort(exc):
                 raise
-            await abort_for(exc, context)
+            await abort_for(exc, context, method)
 
     return wrapped
 
 
+def _refuse(error: PtcError, method: str) -> Callable[..., Awaitable[Any]]:
+    async def refuse(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        await abort_for(error, context, method)
+
+    return refuse
+
+
 class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
+    def __init__(self, tenancy: Tenancy | None = None) -> None:
+        self.tenancy = tenancy
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
@@ -75,19 +112,37 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
         handler: Any = await continuation(handler_call_details)
         if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
             return handler
+        name = handler_call_details.method[len(SERVICE_PREFIX) :]
+        request_type = _REQUEST_TYPES.get(name)
         common = {
-            "request_deserializer": handler.request_deserializer,
+            "request_deserializer": handler.request_deserializer
+            if request_type is None
+            else tolerant_decoder(request_type),
             "response_serializer": handler.response_serializer,
         }
+        if self.tenancy is not None and handler.unary_unary is not None:
+            try:
+                authenticate(self.tenancy, handler_call_details.invocation_metadata)
+            except PtcError as exc:
+                # Registered as taking a stream, the refusal never reads the request: an
+                # unauthenticated caller's message is not received, however large. Not for
+                # ExecuteStream: refused before its first message, the SDK's write raced the
+                # refusal and saw "Internal error from Core" (6 of 60 tries), so the servicer
+                # reads that message (bounded by the receive limit) before refusing.
+                return grpc.stream_unary_rpc_method_handler(_refuse(exc, name), **common)
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary), **common)
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, name), **common
+            )
         if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(_wrap_unary(handler.stream_unary), **common)
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(handler.stream_unary, name), **common
+            )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream), **common
+                _wrap_stream(handler.unary_stream, name), **common
             )
         behaviour = handler.stream_stream
         # A handler that reads and writes through its context is a coroutine, not a generator.
         wrap = _wrap_stream if inspect.isasyncgenfunction(behaviour) else _wrap_unary
-        return grpc.stream_stream_rpc_method_handler(wrap(behaviour), **common)
+        return grpc.stream_stream_rpc_method_handler(wrap(behaviour, name), **common)

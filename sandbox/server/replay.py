@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.errors import InvalidArgument, NotFound
+from sandbox.errors import InvalidArgument, NotFound, quote
 from sandbox.replay.dispatch import ReplayDispatch
 from sandbox.replay.run import report
 from sandbox.replay.source import recording_from
@@ -34,7 +34,7 @@ async def serve_replay(
         raise InvalidArgument(f"backend: unknown value {message.backend}")
     record = runner.store.get(tenant.id, message.execution_id)
     if record is None:
-        raise NotFound(f"execution_id: no execution {message.execution_id!r}")
+        raise NotFound(f"execution_id: no execution {quote(message.execution_id)}")
     recording = recording_from(record)
     request = recording.request(
         manifest=message.manifest.json if message.HasField("manifest") else None,

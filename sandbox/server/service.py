@@ -16,8 +16,9 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
-from sandbox.errors import InvalidArgument, NotFound, PtcError
+from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
 from sandbox.server import sessions
+from sandbox.server.boundary import authenticate
 from sandbox.server.convert import (
     query_from_proto,
     record_to_proto,
@@ -41,8 +42,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self.runner = runner
 
     def _tenant(self, context: Context) -> Tenant:
-        metadata = {str(k).lower(): str(v) for k, v in (context.invocation_metadata() or ())}
-        return self.runner.tenancy.authenticate(metadata)
+        return authenticate(self.runner.tenancy, context.invocation_metadata())
 
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecutionResult:
         tenant = self._tenant(context)
@@ -102,7 +102,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             raise InvalidArgument("execution_id: is empty")
         record = self.runner.store.get(tenant.id, request.execution_id)
         if record is None:
-            raise NotFound(f"execution_id: no execution {request.execution_id!r}")
+            raise NotFound(f"execution_id: no execution {quote(request.execution_id)}")
         return record_to_proto(record)
 
     async def ListExecutions(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, Unavailable
+from sandbox.limits import check_labels
 from sandbox.server.convert import limits_from_proto, limits_to_proto
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
@@ -26,7 +27,6 @@ _STATES = {
     SessionState.EXPIRED: pb.SESSION_STATE_EXPIRED,
     SessionState.LOST: pb.SESSION_STATE_LOST,
 }
-MAX_LABELS = 64
 
 
 def _seconds(tenant: Tenant, request: pb.CreateSessionRequest, field: str, ceiling_s: int) -> float:
@@ -52,8 +52,7 @@ async def create_session(
     check_allowed(tenant.sessions_allowed, tenant.id)
     if request.backend and request.backend not in BACKENDS:
         raise InvalidArgument(f"backend: unknown value {request.backend}")
-    if len(request.labels) > MAX_LABELS:
-        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
+    check_labels(request.labels)
     backend = runner.engine.backend(BACKENDS.get(request.backend)).name
     check_backend(tenant, backend)
     manifest_json = request.manifest.json if request.HasField("manifest") else "[]"

@@ -10,8 +10,11 @@ has run for a second (`sandbox.telemetry.progress`); the last event is the full 
 Nothing here waits without a bound of its own: a client that never answers is stopped by the
 script's wall-time limit, which ends the run and with it every pending call. A client that sends
 `Cancel`, cancels the RPC or disconnects sets the run's cancel event: the sandbox is killed and
-the record says `cancelled`. A malformed client message ends the stream with INVALID_ARGUMENT
-naming the field (and cancels the run the same way).
+the record says `cancelled`. A malformed client message (bytes that are not a `ClientMessage`,
+an empty one, a second `start`, an answer nobody asked for) ends the stream at once with
+INVALID_ARGUMENT naming the field, and cancels the run the same way: the sandbox is stopped and
+the record says `cancelled`. No task is left behind: a write that fails because the RPC is
+ending (cancelled, past its deadline) ends its writer quietly.
 
 The session reads and writes through the servicer context (``context.read``/``context.write``)
 rather than an async generator fed by a queue: a tool call is written by the task that makes it,
@@ -34,6 +37,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox.engine import StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
+from sandbox.server.boundary import checked
 from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
 from sandbox.server.runner import Runner
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
@@ -69,7 +73,7 @@ class StreamSession:
 
     async def serve(self) -> None:
         """Runs the stream to its end; raises `InvalidArgument` for a malformed client message."""
-        first = await self.context.read()
+        first = checked(await self.context.read())
         if not isinstance(first, pb.ClientMessage):  # the client closed without a request
             return
         kind = first.WhichOneof("message")
@@ -121,7 +125,7 @@ class StreamSession:
     # -- client → server -----------------------------------------------------------------------
     async def _read(self) -> None:
         try:
-            while isinstance(message := await self.context.read(), pb.ClientMessage):
+            while isinstance(message := checked(await self.context.read()), pb.ClientMessage):
                 self._dispatch(message)
         except InvalidArgument as exc:
             if not self._failed.done():
@@ -178,8 +182,10 @@ class StreamSession:
                 self._outbox.append(event)
             while self._outbox and not self._closing:
                 await self.context.write(self._outbox.popleft())
-        except (asyncio.InvalidStateError, RuntimeError, ConnectionError):
-            self._outbox.clear()  # the RPC is ending; its cancellation ends the run
+        except Exception:  # grpc's ExecuteBatchError, InvalidStateError, ...
+            # The RPC is ending (cancelled, past its deadline, aborted): its cancellation ends
+            # the run; nothing more can be written, and nothing is left for anyone to retrieve.
+            self._outbox.clear()
         finally:
             self._writing = False
             self._quiet.set()

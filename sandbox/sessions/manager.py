@@ -52,6 +52,7 @@ from sandbox.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    quote,
 )
 from sandbox.limits import ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
@@ -234,7 +235,7 @@ class SessionManager:
             with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
                 record = self.store.get(tenant, session_id)
         if record is None or record.admission.labels.get("ptc.kind") != "session":
-            return NotFound(f"session_id: no session {session_id!r}")
+            return NotFound(f"session_id: no session {quote(session_id)}")
         if record.result is None and record.interrupted_reason:
             how = f"{record.status}: {record.interrupted_reason}"
         elif record.result is None:
@@ -243,7 +244,7 @@ class SessionManager:
             how = record.result.error.message
         else:
             how = record.status
-        return NotFound(f"session_lost: session {session_id!r} is gone: {how}")
+        return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
 
     def usable(self, tenant: str, session_id: str) -> Session:
         """The tenant's open session, or the error that says why it is not."""

@@ -128,3 +128,31 @@ def test_readme_lists_the_violation_order() -> None:
     assert match is not None, "docs/limits.md's Limits section does not list the violation order"
     documented = re.findall(r"\w+", match.group(1))
     assert tuple(documented) == VIOLATION_ORDER
+
+
+_UNITS = {"byte": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "ms": 1, "s": 1000, "": 1}
+
+
+def _canonical(text: str) -> int:
+    number, _, unit = text.strip().replace(",", "").partition(" ")
+    return int(number) * _UNITS[unit]
+
+
+def test_readme_limits_table_shows_each_minimum_and_ceiling() -> None:
+    section = _doc_section("Limits")
+    header = next(line for line in section.splitlines() if line.startswith("| name"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    low, high = columns.index("minimum"), columns.index("maximum (default ceiling)")
+    seen: dict[str, tuple[int, int]] = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            names = re.findall(r"`(\w+)`", cells[0])
+            lows, highs = cells[low].split(" / "), cells[high].split(" / ")
+            # One value for a group (`stdout_bytes` / `stderr_bytes`) applies to each.
+            lows, highs = (v * len(names) if len(v) == 1 else v for v in (lows, highs))
+            for name, minimum, maximum in zip(names, lows, highs, strict=True):
+                seen[name] = (_canonical(minimum), _canonical(maximum))
+    assert seen == {spec.name: (spec.minimum, CEILINGS.value(spec.name)) for spec in LIMIT_SPECS}
+    bound = sandbox.limits.request_bytes_bound(CEILINGS)
+    assert f"({bound // 1024**2} MiB)" in section and bound % 1024**2 == 0

@@ -438,7 +438,7 @@ def test_bad_file_arguments_exit_2(ptc: RunPtc, tmpdir_env: dict[str, str], tmp_
     escape = ptc("run", "-", "--file", f"{tmp_path / 'x'}=../x", stdin="print(1)", env=tmpdir_env)
     assert escape.returncode == 2
     assert escape.stderr == (
-        "ptc run: input file '../x': the file name has a '..' component (no '..', '.' or '//')\n"
+        "ptc run: input_files: '../x': the file name has a '..' component (no '..', '.' or '//')\n"
     )
 
 

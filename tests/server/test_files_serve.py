@@ -141,41 +141,44 @@ except PermissionError as exc:
         pytest.param(
             {"a": b"x" * 600, "b": b"x" * 500},
             {"input_bytes": 1000},
-            "input file 'b': the input files take more than the input_bytes limit of 1000 bytes",
+            "input_files: 'b': the input files take more than the input_bytes limit of 1000 bytes",
             id="too-large",
         ),
         pytest.param(
             {"a": b"x" * 600},
             {"file_size_bytes": 500},
-            "input files: 600 bytes do not fit the sandbox's working directory (file_size "
+            "input_files: 600 bytes do not fit the sandbox's working directory (file_size "
             "limit of 500 bytes)",
             id="over-file-size",
         ),
         pytest.param(
             {"../x": b""},
             {},
-            "input file '../x': the file name has a '..' component (no '..', '.' or '//')",
+            "input_files: '../x': the file name has a '..' component (no '..', '.' or '//')",
             id="dotdot",
         ),
         pytest.param(
-            {"/etc/x": b""}, {}, "input file '/etc/x': the file name is an absolute path", id="abs"
+            {"/etc/x": b""},
+            {},
+            "input_files: '/etc/x': the file name is an absolute path",
+            id="abs",
         ),
         pytest.param(
             {"a\x00b": b""},
             {},
-            "input file 'a\\x00b': the file name contains a NUL or control character",
+            "input_files: 'a\\x00b': the file name contains a NUL or control character",
             id="nul",
         ),
         pytest.param(
             {"outputs/x": b""},
             {},
-            "input file 'outputs/x': inputs may not be placed under outputs/",
+            "input_files: 'outputs/x': inputs may not be placed under outputs/",
             id="under-outputs",
         ),
         pytest.param(
             {"a": b"", "a/b": b""},
             {},
-            "input file 'a/b': 'a' is a file, not a directory",
+            "input_files: 'a/b': 'a' is a file, not a directory",
             id="file-as-dir",
         ),
     ],
@@ -193,7 +196,7 @@ def test_duplicate_input_name_is_invalid_argument(fserver: ServerHarness) -> Non
     files = [InputFile("a", b"1"), InputFile("a", b"2")]
     with pytest.raises(InvalidArgument) as info:
         fserver.client.execute("print(1)", files=files)
-    assert info.value.message == "input file 'a': the name is given twice"
+    assert info.value.message == "input_files: 'a': the name is given twice"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

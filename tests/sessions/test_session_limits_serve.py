@@ -117,7 +117,7 @@ def test_bad_input_files_leave_the_session_as_it_was(srv: SessionServer) -> None
         after = session.execute("x + 1")
     assert str(too_many.value) == "input_files: 5 files is more than the input_files limit of 2"
     assert str(escape.value) == (
-        "input file '../x': the file name has a '..' component (no '..', '.' or '//')"
+        "input_files: '../x': the file name has a '..' component (no '..', '.' or '//')"
     )
     assert (after.status, after.value) == ("ok", "42")
     srv.assert_healthy()
