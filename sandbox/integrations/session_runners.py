@@ -123,9 +123,8 @@ class EmbeddedSessionRunner:
             labels={SESSION_LABEL: session.id},
         )
         limits, adjustments = runner.engine.effective_limits(request.limits)
-        prepared = runner.engine.prepare(
-            execution, limits=(self.manager.session_limits(session, limits), adjustments)
-        )
+        limits, fixed = self.manager.session_limits(session, limits, request.limits)
+        prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
         result: ExecutionResult | None = None
         try:
