@@ -302,9 +302,9 @@ class SessionManager:
             spec = SPEC_BY_FIELD[name]
             if asked < value:
                 raise InvalidLimits(
-                    f"limits.{spec.name}: {spec.describe(asked)} is below session "
-                    f"{session.id!r}'s {spec.describe(value)}, set for its whole sandbox at "
-                    "CreateSession; a cell cannot lower it"
+                    f"limits.{spec.name}: {spec.describe(asked)} is below the "
+                    f"{spec.describe(value)} of session {session.id!r}, set for its whole "
+                    "sandbox at CreateSession; a cell cannot lower it"
                 )
             adjustments.append(
                 LimitAdjustment(spec.name, spec.to_human(asked), spec.to_human(value), "session")
