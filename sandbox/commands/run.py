@@ -12,6 +12,14 @@ Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1
 3 limit_exceeded, 4 rejected, 5 cancelled, 6 interrupted, 7 failed. A request or service error
 (`sandbox.errors`, printed as ``ptc run: [kind: ]message``): 2 invalid argument, 8 not found,
 9 unauthenticated, 10 permission denied, 11 resource exhausted, 12 unavailable, 13 internal.
+A reader that went away (``| head``): 141, quietly, the execution cancelled.
+
+Every option applies where the script runs or is refused naming it, never ignored: with
+`--server`, the embedded-only `--audit-db` and `--allow-degraded` are refused; `--api-key` needs
+`--server`; on a session cell (`--session`) the options apply as on a single-use run, except a
+backend or runtime other than the session's (refused by the server, naming the session's) and
+the session's whole-sandbox limits (`memory`, `processes`, `file_size`, `open_files`: set by
+`ptc session create --limit`).
 """
 
 from __future__ import annotations
@@ -93,7 +101,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--api-key",
-        default=os.environ.get("PTC_API_KEY"),
         help="API key for --server (default $PTC_API_KEY)",
     )
     parser.add_argument(
@@ -367,7 +374,10 @@ def check_options(args: argparse.Namespace) -> None:
     are checked against the session by the server, which knows them.)"""
     if args.session and not args.server:
         raise InvalidArgument("--session: sessions live on a server; give --server ADDR too")
+    if args.api_key and not args.server:
+        raise InvalidArgument("--api-key: keys are for a server; give --server ADDR too")
     if args.server:
+        args.api_key = args.api_key or os.environ.get("PTC_API_KEY")
         for name, why in _EMBEDDED_ONLY.items():
             if getattr(args, name):
                 raise InvalidArgument(f"{why}; not with --server")

@@ -195,3 +195,24 @@ def test_the_audit_db_environment_variable_is_not_an_option_given(address: str) 
         check=False,
     )
     assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr
+
+
+def test_an_api_key_needs_a_server() -> None:
+    refused = ptc("run", "-", "--api-key", "k", stdin="print(1)")
+    assert (refused.returncode, refused.stdout, refused.stderr.strip()) == (
+        2,
+        "",
+        "ptc run: --api-key: keys are for a server; give --server ADDR too",
+    )
+    # $PTC_API_KEY is a default for --server, not an option given: an embedded run ignores it.
+    embedded = subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-"],
+        input="print(3)",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PTC_API_KEY": "k", "PTC_AUDIT_DB": ""},
+        timeout=120,
+        check=False,
+    )
+    assert (embedded.returncode, embedded.stdout) == (0, "3\n"), embedded.stderr
