@@ -247,7 +247,7 @@ async def _execute_prepared(
 def _execute_remote(
     args: argparse.Namespace,
     request: ExecutionRequest,
-    manifest: str,
+    manifest: str | None,
     on_output: OutputCallback | None = None,
     status: StatusLine | None = None,
 ) -> ExecutionResult:
@@ -269,10 +269,11 @@ def _execute_remote(
                 request.script,
                 manifest,
                 limits=request.limits,
-                backend=args.backend,  # None: the server's default
+                backend=args.backend,  # None: the server's default (a session's: its own)
                 policy=args.policy,  # None: the tenant's
                 expected_calls=request.expected_calls,
                 runtime=request.runtime,
+                session_id=args.session or "",
                 on_output=forward,
                 files=request.files,
                 on_progress=status.update if status is not None else None,
@@ -335,12 +336,9 @@ def run(args: argparse.Namespace) -> int:
     status = None if args.json or not sys.stderr.isatty() else StatusLine(sys.stderr)
     live = None if args.json else _Live(status)
     try:
-        if args.session:
-            from sandbox.commands.session import execute_in_session
-
-            result = execute_in_session(args, request, manifest if args.tools else None)
-        elif args.server:
-            result = _execute_remote(args, request, manifest, live, status)
+        if args.server:  # a session's cell too: streamed, its output shown as it arrives
+            tools = manifest if args.tools or not args.session else None  # None: the session's
+            result = _execute_remote(args, request, tools, live, status)
         else:
             backends = _backends(request, args.allow_degraded)
             audit_db = args.audit_db or os.environ.get("PTC_AUDIT_DB") or None

@@ -21,12 +21,10 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from sandbox.engine import ExecutionRequest
-from sandbox.errors import InvalidArgument, PtcError
+from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
-from sandbox.result import ExecutionResult
 
-__all__ = ["check_cell_limits", "execute_in_session", "register"]
+__all__ = ["check_cell_limits", "register"]
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -143,26 +141,3 @@ def check_cell_limits(items: list[str]) -> None:
                 "session create --limit`, not per cell (per cell: wall_time, cpu_time, "
                 "stdout_bytes, stderr_bytes, max_tool_calls, ...)"
             )
-
-
-def execute_in_session(
-    args: argparse.Namespace, request: ExecutionRequest, manifest: str | None
-) -> ExecutionResult:
-    """`ptc run --session ID --server ADDR`: the script as the session's next cell, with every
-    option of a single-use run (the server refuses a backend or runtime other than the
-    session's, naming the session's)."""
-    try:
-        with _client(args) as client:
-            return client.session(session_id=args.session).execute(  # type: ignore[no-any-return]
-                request.script,
-                manifest,
-                limits=request.limits,
-                files=request.files,
-                policy=args.policy,  # None: the tenant's
-                expected_calls=request.expected_calls,
-                backend=args.backend,  # None: the session's
-                runtime=args.runtime,
-            )
-    except PtcError as exc:  # the same class, naming the server it came from
-        exc.message = f"server {args.server}: {exc.message}"
-        raise

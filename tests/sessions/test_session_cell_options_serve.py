@@ -27,6 +27,8 @@ def test_policy_and_expected_calls_apply_to_a_cell(srv: SessionServer) -> None:
         unary = session.execute(ESCAPE, policy="restricted")
         streamed = srv.a.run(ESCAPE, LOOKUP, session_id=session.id, policy="restricted")
         ran = session.execute(ESCAPE)
+        # Streamed with no tools given, a cell keeps the session's (`ptc run --session`'s way).
+        kept = srv.a.run("import tools\ntools.lookup(q=2)", None, session_id=session.id)
         short = session.execute(
             "import tools\ntools.lookup(q=1)", expected_calls=[ExpectedCalls("lookup", 2, 3)]
         )
@@ -36,6 +38,7 @@ def test_policy_and_expected_calls_apply_to_a_cell(srv: SessionServer) -> None:
         assert rejected.error == single.error
         assert rejected.error is not None and "getattr" in rejected.error.message
     assert (ran.status, ran.stdout) == ("ok", "1\n")
+    assert (kept.status, [c.tool for c in kept.calls]) == ("ok", ["lookup"])
     assert short.status == "limit_exceeded"
     assert [(v.limit, v.observed) for v in short.violations] == [("expected_calls", 1)]
     srv.assert_healthy()
