@@ -216,3 +216,13 @@ def test_an_api_key_needs_a_server() -> None:
         check=False,
     )
     assert (embedded.returncode, embedded.stdout) == (0, "3\n"), embedded.stderr
+
+
+def test_session_create_takes_backend_gvisor(address: str) -> None:
+    """The choice reaches the server (which says what it offers), not an argparse refusal; a
+    session on gVisor itself is in tests/server/test_serve_gvisor.py (Docker with runsc)."""
+    done = ptc("session", "create", "--server", address, "--backend", "gvisor")
+    assert (done.returncode, done.stdout) == (12, "")
+    assert done.stderr.strip() == (
+        "ptc session: unavailable: backend 'gvisor' is not available on this server (have: process)"
+    )
