@@ -1,15 +1,18 @@
-"""The execute tool as a LangChain tool, driven by a scripted chat model (no network).
+"""The execute tool in a LangChain agent (`create_agent`, on LangGraph), driven by a scripted
+chat model (no network).
 
-Run: ``python examples/langchain_example.py``. With a real model:
-``llm.bind_tools([tool])`` and the same loop.
+Install: ``pip install ".[langchain]"`` from a checkout (it brings LangChain and LangGraph).
+Run: ``python examples/langchain_example.py``. With a real model, pass it (e.g.
+``init_chat_model("openai:gpt-5")``) to `create_agent` instead of the scripted one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.langchain import as_langchain_tool
@@ -25,8 +28,15 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": {"Paris": 21.5, "Oslo": 4.0, "Lima": 18.0}.get(city, 0.0)}
 
 
+class ScriptedModel(FakeMessagesListChatModel):
+    """Answers with its scripted messages in order; the tools it is bound to change nothing."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
 def main() -> None:
-    model = FakeMessagesListChatModel(
+    model = ScriptedModel(
         responses=[
             AIMessage(
                 content="",
@@ -36,18 +46,12 @@ def main() -> None:
         ]
     )
     with EmbeddedRunner() as runner:
-        tool = as_langchain_tool(ExecuteTool(runner, [get_weather]))
-        messages: list[BaseMessage] = [HumanMessage("Which of Paris, Oslo, Lima is warmest?")]
-        while True:
-            reply = model.invoke(messages)
-            messages.append(reply)
-            if not isinstance(reply, AIMessage) or not reply.tool_calls:
-                break
-            for call in reply.tool_calls:
-                result = tool.invoke(call)
-                print(result.content, end="\n\n")
-                messages.append(result)
-        print("model:", reply.content)
+        agent = create_agent(model, [as_langchain_tool(ExecuteTool(runner, [get_weather]))])
+        state = agent.invoke({"messages": [HumanMessage("Which of Paris, Oslo, Lima is warmest?")]})
+    for message in state["messages"]:
+        if isinstance(message, ToolMessage):
+            print(message.content, end="\n\n")
+    print("model:", state["messages"][-1].content)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
@@ -27,7 +27,7 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temp_c": {"Paris": 21.5, "Oslo": 4.0, "Lima": 18.0}.get(city, 0.0)}
 
 
-def scripted_model() -> httpx.Client:
+def scripted_model() -> httpx2.Client:
     call = {
         "id": "c1",
         "type": "function",
@@ -38,7 +38,7 @@ def scripted_model() -> httpx.Client:
         {"role": "assistant", "content": "Paris is the warmest."},
     ]
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         message = replies.pop(0)
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         body = {
@@ -48,9 +48,9 @@ def scripted_model() -> httpx.Client:
             "model": "scripted",
             "choices": [choice],
         }
-        return httpx.Response(200, json=body)
+        return httpx2.Response(200, json=body)
 
-    return httpx.Client(transport=httpx.MockTransport(answer))
+    return httpx2.Client(transport=httpx2.MockTransport(answer))
 
 
 def main() -> None:

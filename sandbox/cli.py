@@ -8,6 +8,8 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,10 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A reader that went away (`ptc ... | head`) ends the command quietly with this code, as
+# SIGPIPE ends other command-line tools (the shell's 128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be told from a failure
+    except BrokenPipeError:
+        _discard_output()
+        return EXIT_BROKEN_PIPE
     except PtcError as exc:
         # A bad request's message already names the field; other classes say what they are.
         kind = "" if isinstance(exc, InvalidArgument) else f"{exc.label}: "
@@ -37,6 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _discard_output() -> None:
+    """Points stdout and stderr at /dev/null, so that the interpreter's last flush at exit
+    (of what is still buffered for the closed pipe) fails neither loudly nor with a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -291,7 +291,7 @@ class Engine:
             result.status = ExecutionStatus.REJECTED
             result.error = rejection
             result.exit_code = 1
-            result.stderr = f"{rejection.type}: {rejection.message} (line {rejection.line})\n"
+            result.stderr = f"{rejection.type}: {rejection.message}{rejection.where()}\n"
             result.finished_at = time.time()
             return result
 

@@ -177,10 +177,14 @@ class Usage:
 class ScriptError:
     type: str
     message: str
-    line: int = 0
+    line: int = 0  # 0: not known (a killed script, a service failure)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "message": self.message, "line": self.line}
+
+    def where(self) -> str:
+        """`` (line N)`` for messages when the line is known, else nothing."""
+        return f" (line {self.line})" if self.line > 0 else ""
 
 
 @dataclass

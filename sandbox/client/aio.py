@@ -272,7 +272,7 @@ class AsyncClient:
     async def start(
         self,
         script: str,
-        tools: str | Sequence[ToolLike] = (),
+        tools: str | Sequence[ToolLike] | None = (),
         *,
         limits: LimitsLike = None,
         on_output: OnOutput | None = None,
@@ -288,9 +288,9 @@ class AsyncClient:
         on_progress: OnProgress | None = None,
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs; with ``session_id``, as
-        that session's next cell (its tools replaced by ``tools``). ``on_progress`` gets a
-        `Progress` about once a second once a run is past a second."""
-        manifest, local = build_manifest(tools)
+        that session's next cell (its tools replaced by ``tools``, kept when ``tools`` is None).
+        ``on_progress`` gets a `Progress` about once a second once a run is past a second."""
+        manifest, local = build_manifest(tools or ())
         request = request_to_proto(
             script,
             manifest,
@@ -304,6 +304,8 @@ class AsyncClient:
         if runtime:
             request.runtime = runtime
         request.session_id = session_id
+        if tools is None and session_id:
+            request.ClearField("manifest")  # a session's cell keeps the session's tools
         call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
@@ -320,7 +322,7 @@ class AsyncClient:
     async def run(
         self,
         script: str,
-        tools: str | Sequence[ToolLike] = (),
+        tools: str | Sequence[ToolLike] | None = (),
         *,
         limits: LimitsLike = None,
         on_output: OnOutput | None = None,

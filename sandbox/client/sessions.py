@@ -23,6 +23,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client._errors import translated
 from sandbox.client.tools import build_manifest
 from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.expectations import ExpectedCalls
 from sandbox.files import FilesLike, input_files
 from sandbox.limits import check_labels
 from sandbox.result import ExecutionResult
@@ -118,9 +119,16 @@ class AsyncSession:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         files: FilesLike | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        backend: str | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         """Runs ``script`` as the session's next cell; ``tools`` replaces its tools; ``files``
-        are placed in its working directory before it runs."""
+        are placed in its working directory before it runs; ``policy`` and ``expected_calls``
+        apply to the cell as to a single-use execution. The session's backend and runtime were
+        fixed when it was created: ``backend`` or ``runtime`` naming another is refused
+        (`InvalidArgument`), never ignored."""
         from sandbox.client.aio import _limits
 
         manifest, local = build_manifest(tools or ())
@@ -130,10 +138,15 @@ class AsyncSession:
             script,
             manifest,
             _limits(limits),
+            backend,
+            policy,
+            tuple(expected_calls),
             labels=labels,
             session_id=self.id,
             files=input_files(files),
         )
+        if runtime:
+            request.runtime = runtime
         if tools is None:
             request.ClearField("manifest")  # the session keeps its tools
         async with translated():
@@ -189,10 +202,23 @@ class SyncSession:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         files: FilesLike | None = None,
+        policy: str | None = None,
+        expected_calls: Sequence[ExpectedCalls] = (),
+        backend: str | None = None,
+        runtime: str | None = None,
     ) -> ExecutionResult:
         return self._client._call(
             self._session.execute(
-                script, tools, limits=limits, labels=labels, timeout=timeout, files=files
+                script,
+                tools,
+                limits=limits,
+                labels=labels,
+                timeout=timeout,
+                files=files,
+                policy=policy,
+                expected_calls=expected_calls,
+                backend=backend,
+                runtime=runtime,
             )
         )
 

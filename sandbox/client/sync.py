@@ -105,7 +105,7 @@ class Client:
     def run(
         self,
         script: str,
-        tools: str | Sequence[ToolLike] = (),
+        tools: str | Sequence[ToolLike] | None = (),
         *,
         limits: LimitsLike = None,
         on_output: OnOutput | None = None,

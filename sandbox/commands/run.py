@@ -12,6 +12,14 @@ Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1
 3 limit_exceeded, 4 rejected, 5 cancelled, 6 interrupted, 7 failed. A request or service error
 (`sandbox.errors`, printed as ``ptc run: [kind: ]message``): 2 invalid argument, 8 not found,
 9 unauthenticated, 10 permission denied, 11 resource exhausted, 12 unavailable, 13 internal.
+A reader that went away (``| head``): 141, quietly, the execution cancelled.
+
+Every option applies where the script runs or is refused naming it, never ignored: with
+`--server`, the embedded-only `--audit-db` and `--allow-degraded` are refused; `--api-key` needs
+`--server`; on a session cell (`--session`) the options apply as on a single-use run, except a
+backend or runtime other than the session's (refused by the server, naming the session's) and
+the session's whole-sandbox limits (`memory`, `processes`, `file_size`, `open_files`: set by
+`ptc session create --limit`).
 """
 
 from __future__ import annotations
@@ -58,8 +66,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="NAME=VALUE",
         help="a limit: times in seconds, sizes in bytes (repeatable)",
     )
-    parser.add_argument("--backend", choices=["process", "docker", "gvisor"], default="process")
-    parser.add_argument("--policy", choices=["none", "restricted"], default="none")
+    # None when not given: a session keeps its own backend, a server its tenant's policy.
+    parser.add_argument(
+        "--backend",
+        choices=["process", "docker", "gvisor"],
+        help="where the sandbox runs (default: process; a session cell: the session's)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=["none", "restricted"],
+        help="script policy (default: none; with --server: the tenant's)",
+    )
     parser.add_argument(
         "--expect",
         action="append",
@@ -70,21 +87,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--audit-db",
         metavar="PATH|URL",
-        default=os.environ.get("PTC_AUDIT_DB"),
         help="record the execution in this audit store (SQLite file or postgresql:// URL; "
-        "default $PTC_AUDIT_DB, else not recorded)",
+        "default $PTC_AUDIT_DB, else not recorded; not with --server, which records it)",
     )
     parser.add_argument(
         "--allow-degraded",
         action="store_true",
-        help="run without cgroup limits or the seccomp filter when the host cannot provide them",
+        help="run without cgroup limits or the seccomp filter when the host cannot provide "
+        "them (not with --server: the server decides)",
     )
     parser.add_argument(
         "--server", metavar="ADDR", help="run on a `ptc serve` server at ADDR (host:port)"
     )
     parser.add_argument(
         "--api-key",
-        default=os.environ.get("PTC_API_KEY"),
         help="API key for --server (default $PTC_API_KEY)",
     )
     parser.add_argument(
@@ -189,14 +205,19 @@ async def _execute(
     on_output: OutputCallback | None = None,
     status: StatusLine | None = None,
 ) -> ExecutionResult:
+    cancel = asyncio.Event()
+    if isinstance(on_output, _Live):
+        on_output.cancel = cancel
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:
         prepared = engine.prepare(request)
         if status is not None:
             with status.running():
-                return await _execute_prepared(engine, prepared, audit_db, on_output, status)
-        return await _execute_prepared(engine, prepared, audit_db, on_output, None)
+                return await _execute_prepared(
+                    engine, prepared, audit_db, on_output, status, cancel
+                )
+        return await _execute_prepared(engine, prepared, audit_db, on_output, None, cancel)
 
 
 async def _execute_prepared(
@@ -205,10 +226,11 @@ async def _execute_prepared(
     audit_db: str | None,
     on_output: OutputCallback | None,
     status: StatusLine | None,
+    cancel: asyncio.Event,
 ) -> ExecutionResult:
     on_started = status.started if status is not None else None
     if audit_db is None:
-        return await engine.run(prepared, on_output=on_output, on_started=on_started)
+        return await engine.run(prepared, on_output=on_output, on_started=on_started, cancel=cancel)
     from sandbox.audit import open_store
 
     # Recorded like the server records: admitted first, then completed or failed.
@@ -216,17 +238,16 @@ async def _execute_prepared(
     try:
         store.mark_interrupted()
         return await Recorder(store).run(
-            engine, prepared, on_output=on_output, on_started=on_started
+            engine, prepared, on_output=on_output, on_started=on_started, cancel=cancel
         )
     finally:
         store.close()
 
 
 def _execute_remote(
-    server: str,
-    api_key: str | None,
+    args: argparse.Namespace,
     request: ExecutionRequest,
-    manifest: str,
+    manifest: str | None,
     on_output: OutputCallback | None = None,
     status: StatusLine | None = None,
 ) -> ExecutionResult:
@@ -237,17 +258,22 @@ def _execute_remote(
         if on_output is not None:
             on_output(chunk.stream, chunk.data)
 
+    server = args.server
     try:
         # When this process traces, its span is the parent of the server's (sent by the client).
-        with Client(server, api_key) as client, step_span("ptc.run", **{"ptc.server": server}):
+        with (
+            Client(server, args.api_key) as client,
+            step_span("ptc.run", **{"ptc.server": server}),
+        ):
             return client.run(
                 request.script,
                 manifest,
                 limits=request.limits,
-                backend=request.backend,
-                policy=request.policy,
+                backend=args.backend,  # None: the server's default (a session's: its own)
+                policy=args.policy,  # None: the tenant's
                 expected_calls=request.expected_calls,
                 runtime=request.runtime,
+                session_id=args.session or "",
                 on_output=forward,
                 files=request.files,
                 on_progress=status.update if status is not None else None,
@@ -258,33 +284,50 @@ def _execute_remote(
 
 
 class _Live:
-    """Writes the script's output to this process's stdout and stderr as it arrives."""
+    """Writes the script's output to this process's stdout and stderr as it arrives.
+
+    When the reader goes away (``ptc run ... | head``), the execution has nobody left to show
+    its output to: embedded, ``cancel`` ends it (the engine stops and disposes of its sandbox)
+    and the command ends quietly once it has; with a server, the `BrokenPipeError` leaves the
+    client's stream, which cancels the execution on the server."""
 
     def __init__(self, status: StatusLine | None = None) -> None:
         self.written = {"stdout": 0, "stderr": 0}
         self.status = status
+        self.cancel: asyncio.Event | None = None  # set by the embedded run, on its loop
+        self.broken = False
 
     def __call__(self, stream: str, data: bytes) -> None:
+        if self.broken:
+            return
         target = sys.stdout if stream == "stdout" else sys.stderr
-        if self.status is not None:
-            self.status.clear()
-        target.flush()
-        target.buffer.write(data)
-        target.buffer.flush()
+        try:
+            if self.status is not None:
+                self.status.clear()
+            target.flush()
+            target.buffer.write(data)
+            target.buffer.flush()
+        except BrokenPipeError:
+            self.broken = True
+            if self.cancel is None:
+                raise
+            # Called from the engine's output pipe, where an exception would only break the
+            # pipe's transport: ask the engine to end the run instead.
+            self.cancel.set()
+            return
         self.written[stream] += len(data)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.session and not args.server:
-        raise InvalidArgument("--session: sessions live on a server; give --server ADDR too")
+    check_options(args)
     script = _read(args.script, "script")
     manifest = _read(args.tools, "manifest") if args.tools else "[]"
     request = ExecutionRequest(
         script=script,
         manifest=manifest,
         limits=parse_limit_args(args.limit),
-        backend=args.backend,
-        policy=args.policy,
+        backend=args.backend or "process",
+        policy=args.policy or "none",
         expected_calls=parse_expect(args.expect),
         files=parse_files(args.file),
         runtime=args.runtime,
@@ -293,19 +336,19 @@ def run(args: argparse.Namespace) -> int:
     status = None if args.json or not sys.stderr.isatty() else StatusLine(sys.stderr)
     live = None if args.json else _Live(status)
     try:
-        if args.session:
-            from sandbox.commands.session import execute_in_session
-
-            result = execute_in_session(args, request, manifest if args.tools else None)
-        elif args.server:
-            result = _execute_remote(args.server, args.api_key, request, manifest, live, status)
+        if args.server:  # a session's cell too: streamed, its output shown as it arrives
+            tools = manifest if args.tools or not args.session else None  # None: the session's
+            result = _execute_remote(args, request, tools, live, status)
         else:
             backends = _backends(request, args.allow_degraded)
-            result = asyncio.run(_execute(request, backends, args.audit_db, live, status))
+            audit_db = args.audit_db or os.environ.get("PTC_AUDIT_DB") or None
+            result = asyncio.run(_execute(request, backends, audit_db, live, status))
     finally:
         from sandbox.telemetry import tracing
 
         tracing.shutdown()  # exports the spans still batched, when this process traced
+    if live is not None and live.broken:
+        raise BrokenPipeError  # the reader went away: `sandbox.cli` ends quietly
     if args.outputs_dir:
         save_outputs(result, args.outputs_dir)
     if args.json:
@@ -313,6 +356,33 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_summary(result, live.written if live is not None else None)
     return EXIT_CODES[result.status]
+
+
+# `ptc run` options that only the embedded engine can honour: with --server, the server decides.
+_EMBEDDED_ONLY = {
+    "audit_db": "--audit-db: the server records its executions in its own audit store",
+    "allow_degraded": "--allow-degraded: the server decides its isolation "
+    "(`ptc serve --allow-degraded`)",
+}
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuses the options that would not apply where the script runs, naming each one: every
+    option either applies or is refused, never ignored. (A session cell's backend and runtime
+    are checked against the session by the server, which knows them.)"""
+    if args.session and not args.server:
+        raise InvalidArgument("--session: sessions live on a server; give --server ADDR too")
+    if args.api_key and not args.server:
+        raise InvalidArgument("--api-key: keys are for a server; give --server ADDR too")
+    if args.server:
+        args.api_key = args.api_key or os.environ.get("PTC_API_KEY")
+        for name, why in _EMBEDDED_ONLY.items():
+            if getattr(args, name):
+                raise InvalidArgument(f"{why}; not with --server")
+    if args.session:
+        from sandbox.commands.session import check_cell_limits
+
+        check_cell_limits(args.limit)
 
 
 def print_summary(result: ExecutionResult, streamed: dict[str, int] | None = None) -> None:
@@ -356,7 +426,7 @@ def print_summary(result: ExecutionResult, streamed: dict[str, int] | None = Non
         )
     if result.error:
         print(
-            f"── error: {result.error.type}: {result.error.message} (line {result.error.line})",
+            f"── error: {result.error.type}: {result.error.message}{result.error.where()}",
             file=err,
         )
 

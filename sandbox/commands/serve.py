@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -141,15 +142,17 @@ async def _serve(config: ServerConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     address = await server.start()
-    if server.metrics_address:
-        print(f"metrics on {server.metrics_address}", flush=True)
-    print(f"listening on {address}", flush=True)
-    if server.backend_error:
-        print(f"ptc serve: not serving executions: {server.backend_error}", file=sys.stderr)
     try:
+        # Inside the try: a reader gone (`ptc serve | head -1`) still stops the server cleanly.
+        if server.metrics_address:
+            print(f"metrics on {server.metrics_address}", flush=True)
+        print(f"listening on {address}", flush=True)
+        if server.backend_error:
+            print(f"ptc serve: not serving executions: {server.backend_error}", file=sys.stderr)
         await stop.wait()
     finally:
-        print("shutting down", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed stderr must not skip the stop
+            print("shutting down", file=sys.stderr, flush=True)
         await server.stop()
 
 

@@ -21,12 +21,10 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from sandbox.engine import ExecutionRequest
-from sandbox.errors import PtcError
+from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
-from sandbox.result import ExecutionResult
 
-__all__ = ["execute_in_session", "register"]
+__all__ = ["check_cell_limits", "register"]
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -58,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     create = sub.add_parser("create", help="open a session; prints its id")
     _server_options(create)
     create.add_argument("--tools", metavar="MANIFEST", help="tool manifest (JSON file)")
-    create.add_argument("--backend", choices=["process", "docker"], default=None)
+    create.add_argument("--backend", choices=["process", "docker", "gvisor"], default=None)
     create.add_argument(
         "--limit", action="append", default=[], metavar="NAME=VALUE", help="a session limit"
     )
@@ -129,15 +127,17 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def execute_in_session(
-    args: argparse.Namespace, request: ExecutionRequest, manifest: str | None
-) -> ExecutionResult:
-    """`ptc run --session ID --server ADDR`: the script as the session's next cell."""
-    try:
-        with _client(args) as client:
-            return client.session(session_id=args.session).execute(  # type: ignore[no-any-return]
-                request.script, manifest, limits=request.limits
+# Limits of a session's whole sandbox, set by `ptc session create --limit`, not per cell.
+_SESSION_LIMITS = ("memory", "processes", "file_size", "open_files")
+
+
+def check_cell_limits(items: list[str]) -> None:
+    """Refuses a ``--limit`` of the session's whole sandbox on a cell, naming it."""
+    for item in items:
+        name = item.partition("=")[0].strip()
+        if name in _SESSION_LIMITS:
+            raise InvalidArgument(
+                f"--limit {name}: a session's {name} is set for its whole sandbox by `ptc "
+                "session create --limit`, not per cell (per cell: wall_time, cpu_time, "
+                "stdout_bytes, stderr_bytes, max_tool_calls, ...)"
             )
-    except PtcError as exc:  # the same class, naming the server it came from
-        exc.message = f"server {args.server}: {exc.message}"
-        raise

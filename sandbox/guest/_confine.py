@@ -266,13 +266,19 @@ class CloneIntoPidNamespace:
     ctypes, wrapped exactly as `os.fork` wraps fork(2): PyOS_BeforeFork, the call with the GIL
     held, PyOS_AfterFork_Child / _Parent. What glibc's fork does besides, setting the thread id
     it keeps in the thread control block, is CLONE_CHILD_SETTID with that field's address,
-    which glibc does not publish: `probe` finds it (the one word of the calling thread's
-    control block that holds its tid) and proves it in a test child, which must find its own
-    tid (1) there. A failed probe (another libc, a seccomp filter without clone3) leaves
-    `available` False and the zygote forks twice, as before.
+    which glibc does not publish. `probe` searches the calling thread's control block for words
+    that hold its tid and proves each candidate in a test child until one holds: the child
+    locks a mutex, which makes glibc write the tid it keeps into the mutex's owner, and that
+    must be the child's own (1). A search alone can find more than one word: the tid is only
+    a number, and in a small pid namespace (a container) it is a small one, which other fields
+    of the block (key sequence numbers, flags) hold too. No candidate proved (another libc, a
+    seccomp filter without clone3) leaves `available` False and the zygote forks twice, as
+    before: slower to start a sandbox, the same isolation.
     """
 
     _CONTROL_BLOCK_BYTES = 1024  # where glibc keeps the tid (offset 720 on x86_64, 2.36)
+    _MUTEX_BYTES = 64  # at least sizeof(pthread_mutex_t); all zero is PTHREAD_MUTEX_INITIALIZER
+    _MUTEX_OWNER_OFFSET = 8  # int __lock; unsigned __count; int __owner (every glibc ABI)
 
     def __init__(self) -> None:
         self.available = False
@@ -295,23 +301,40 @@ class CloneIntoPidNamespace:
         raw = ctypes.string_at(block, self._CONTROL_BLOCK_BYTES)
         needle = struct.pack("=i", threading.get_native_id())
         offsets = [i for i in range(0, len(raw) - 3, 4) if raw[i : i + 4] == needle]
-        if len(offsets) != 1:
-            self.why_not = f"the thread id is at {len(offsets)} places of the control block"
+        if not offsets:
+            self.why_not = "the thread id is nowhere in the thread control block"
             return
-        self._tid_address = block + offsets[0]
-        try:
-            pid = self._clone(CLONE_NEWPID)
-        except OSError as exc:
-            self.why_not = f"clone3: {exc.strerror}"
-            return
+        for offset in offsets:
+            self._tid_address = block + offset
+            try:
+                self.available = self._proved()
+            except OSError as exc:
+                self.why_not = f"clone3: {exc.strerror}"
+                return
+            if self.available:
+                return
+        self._tid_address = 0
+        self.why_not = (
+            f"none of the {len(offsets)} words of the thread control block that hold the "
+            "thread id is the one the C library uses"
+        )
+
+    def _proved(self) -> bool:
+        """Whether a child cloned with the candidate address finds its own tid where the C
+        library reads it (a locked mutex's owner), not the zygote's."""
+        pid = self._clone(CLONE_NEWPID)
         if pid == 0:
-            (kept,) = struct.unpack("=i", ctypes.string_at(self._tid_address, 4))
-            ok = kept == threading.get_native_id() == os.getpid() == 1
-            os._exit(0 if ok else 1)
+            ok = False
+            try:
+                mutex = ctypes.create_string_buffer(self._MUTEX_BYTES)
+                if _libc.pthread_mutex_lock(mutex) == 0:
+                    (owner,) = struct.unpack_from("=i", mutex.raw, self._MUTEX_OWNER_OFFSET)
+                    _libc.pthread_mutex_unlock(mutex)
+                    ok = owner == threading.get_native_id() == os.getpid() == 1
+            finally:
+                os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
-        self.available = os.waitstatus_to_exitcode(status) == 0
-        if not self.available:
-            self.why_not = "the test child did not find its own thread id"
+        return os.waitstatus_to_exitcode(status) == 0
 
     def fork(self) -> int:
         """0 in the child (pid 1 of its new pid namespace), the child's pid in the parent."""

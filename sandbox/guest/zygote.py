@@ -294,7 +294,11 @@ def main() -> None:
     cloner = _confine.CloneIntoPidNamespace()
     cloner.probe()  # before SIGCHLD is ignored: it waits for its test child
     if not cloner.available:
-        _log(f"forking twice per sandbox: {cloner.why_not}")
+        # Not a failure: the host logs a "note:" at INFO, not as a warning.
+        _log(
+            "note: forking twice per sandbox (slower to start one, the same isolation): "
+            f"{cloner.why_not}"
+        )
     # Children are reaped by the kernel at once, which also records a pid 1's exit status for
     # the host's pidfd (or its reaper has reported it). Orphaned pid 1s come to us.
     _confine.become_subreaper()

@@ -57,6 +57,8 @@ class ClientSessionRunner:
             policy=request.policy,
             expected_calls=request.expected_calls,
             session_id=self.session_id,
+            files=request.files,
+            on_progress=request.on_progress,
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -120,12 +122,12 @@ class EmbeddedSessionRunner:
             backend=usable.backend,
             policy="restricted" if request.policy == "restricted" else "none",
             expected_calls=request.expected_calls,
+            files=request.files,
             labels={SESSION_LABEL: session.id},
         )
         limits, adjustments = runner.engine.effective_limits(request.limits)
-        prepared = runner.engine.prepare(
-            execution, limits=(self.manager.session_limits(session, limits), adjustments)
-        )
+        limits, fixed = self.manager.session_limits(session, limits, request.limits)
+        prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
         result: ExecutionResult | None = None
         try:

@@ -114,7 +114,8 @@ class Runner:
         check_runtime(tenant, request.runtime, self.runtimes.exists)
         limits, adjustments = effective_limits(tenant, request.limits)
         if session is not None:
-            limits = self.sessions.session_limits(session, limits)
+            limits, fixed = self.sessions.session_limits(session, limits, request.limits)
+            adjustments = [*adjustments, *fixed]
         execution = self.engine.prepare(request, limits=(limits, adjustments))
         return Prepared(tenant, execution, session)
 

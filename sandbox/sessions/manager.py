@@ -9,7 +9,8 @@ one at a time, as cells (`sandbox.sessions.driver`). Its limits come in two kind
   timeout, the lifetime and the number of executions;
 * per execution, from each request: wall time, CPU time (a delta of the sandbox's usage),
   output and tool calls. The request's memory, processes, file size and open files are
-  replaced by the session's.
+  replaced by the session's: one above the session's is reported as an adjustment (action
+  ``session``), one below it is refused (a cell cannot tighten its whole sandbox).
 
 A second execution while one runs is refused with FAILED_PRECONDITION (`SessionBusy`), never
 queued: a conversation sends its cells in order, and a queue would hide a client bug behind a
@@ -49,12 +50,13 @@ from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fie
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
+    InvalidLimits,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
     quote,
 )
-from sandbox.limits import ResolvedLimits
+from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.driver import SessionSandbox
@@ -291,11 +293,31 @@ class SessionManager:
             labels={**request.labels, SESSION_LABEL: session.id},
         )
 
-    def session_limits(self, session: Session, limits: ResolvedLimits) -> ResolvedLimits:
-        """An execution's effective limits with the session's whole-sandbox ones in force."""
+    def session_limits(
+        self, session: Session, limits: ResolvedLimits, requested: Limits | None = None
+    ) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]:
+        """An execution's effective limits with the session's whole-sandbox ones in force, and
+        what that changed of ``requested`` (the request's own limits). A cell cannot tighten a
+        limit of the whole sandbox, so asking for less than the session has is refused, never
+        ignored; asking for more gets the session's, reported as an adjustment."""
         fixed = {name: getattr(session.settings.limits, name) for name in _SESSION_FIELDS}
+        adjustments: list[LimitAdjustment] = []
+        for name, value in fixed.items():
+            asked = getattr(requested, name) if requested is not None else None
+            if asked is None or asked == value:
+                continue
+            spec = SPEC_BY_FIELD[name]
+            if asked < value:
+                raise InvalidLimits(
+                    f"limits.{spec.name}: {spec.describe(asked)} is below the "
+                    f"{spec.describe(value)} of session {session.id!r}, set for its whole "
+                    "sandbox at CreateSession; a cell cannot lower it"
+                )
+            adjustments.append(
+                LimitAdjustment(spec.name, spec.to_human(asked), spec.to_human(value), "session")
+            )
         cpu = min(limits.cpu_time_ms, session.settings.limits.cpu_time_ms)
-        return replace(limits, cpu_time_ms=cpu, **fixed)
+        return replace(limits, cpu_time_ms=cpu, **fixed), tuple(adjustments)
 
     def claim(self, session: Session, execution_id: str) -> None:
         """Marks ``session`` busy with ``execution_id``; refuses a second one (never queues)."""

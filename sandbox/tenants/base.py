@@ -28,7 +28,9 @@ class Tenant:
     max_concurrent: int = 8
     queue: int = 32  # requests that may wait beyond max_concurrent; 0 = refuse at once
     rate_per_minute: int = 600
-    backends: frozenset[str] = frozenset({"process", "docker"})
+    # Every backend, as a tenants file's default: a server offers only those it was started
+    # with, so the single tenant of a server without a tenants file may use each of them.
+    backends: frozenset[str] = frozenset({"process", "docker", "gvisor"})
     tool_modes: frozenset[str] = frozenset({"echo", "mock", "host", "client"})
     script_policy: Literal["none", "restricted"] = "none"
     audit_retention_days: int = 30

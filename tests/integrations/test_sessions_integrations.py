@@ -63,6 +63,24 @@ def check_execute_tool_per_conversation(runner: ClientRunner | EmbeddedRunner) -
     assert "is closed: closed by the client" in str(closed.value)
 
 
+def check_files_and_policy_reach_a_session_cell(runner: ClientRunner | EmbeddedRunner) -> None:
+    """An execute tool's input files and script policy apply to its session's cells as to a
+    single-use run (the session runners used to drop the files)."""
+    with open_session(runner) as conversation:
+        read = ExecuteTool(conversation, files={"notes.txt": b"kept"}).run(
+            "print(open('notes.txt').read())"
+        )
+        refused = ExecuteTool(conversation, policy="restricted").run(
+            "x = 1\nprint(getattr(x, 'real'))"
+        )
+    assert (read.result.status, read.result.stdout) == ("ok", "kept\n")  # type: ignore[union-attr]
+    assert refused.result.status == "rejected"  # type: ignore[union-attr]
+
+
+def test_files_and_policy_reach_a_session_cell(embedded: EmbeddedRunner) -> None:
+    check_files_and_policy_reach_a_session_cell(embedded)
+
+
 def test_code_agent_keeps_state_between_actions_in_a_session(embedded: EmbeddedRunner) -> None:
     check_code_agent_keeps_state(embedded)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from test_sessions_integrations import (
     check_code_agent_keeps_state,
     check_execute_tool_per_conversation,
+    check_files_and_policy_reach_a_session_cell,
 )
 
 from sandbox.integrations import ClientRunner
@@ -16,3 +17,7 @@ def test_code_agent_keeps_state_between_actions_in_a_session(served: ClientRunne
 
 def test_execute_tool_bound_to_one_session_per_conversation(served: ClientRunner) -> None:
     check_execute_tool_per_conversation(served)
+
+
+def test_files_and_policy_reach_a_session_cell(served: ClientRunner) -> None:
+    check_files_and_policy_reach_a_session_cell(served)

@@ -5,12 +5,14 @@ the exact message, and the server keeps serving; at exit the server leaves no co
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import pytest
-from ptc_serve import ptc_serve
+from ptc_serve import PYTHON, ROOT, ptc_serve
 
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.spec import LABEL_OWNER
@@ -95,3 +97,37 @@ def test_a_tenant_limited_to_process_is_denied_gvisor(served: Served) -> None:
     with Client(served.address, ACME) as client:
         again = client.execute("print('still ok')", backend="gvisor")
     assert (again.status, again.stdout) == ("ok", "still ok\n")
+
+
+def test_without_a_tenants_file_the_single_tenant_may_use_gvisor() -> None:
+    """`ptc serve --gvisor` alone: its one tenant runs on the backend it offers, by `ptc run
+    --backend gvisor` and in a session made by `ptc session create --backend gvisor`."""
+    with ptc_serve("--pool-size", "1", "--audit-db", "memory", "--gvisor") as serving:
+        ran = _ptc("run", "-", "--json", "--server", serving.address, "--backend", "gvisor")
+        assert ran.returncode == 0, ran.stderr
+        created = _ptc(
+            "session", "create", "--server", serving.address, "--backend", "gvisor", stdin=""
+        )
+        assert created.returncode == 0, created.stderr
+        sid = created.stdout.strip()
+        cell = _ptc("run", "-", "--json", "--server", serving.address, "--session", sid)
+        closed = _ptc("session", "close", sid, "--server", serving.address, stdin="")
+        assert closed.returncode == 0, closed.stderr
+    for done in (ran, cell):
+        result = json.loads(done.stdout)
+        assert (result["status"], result["backend"]) == ("ok", "gvisor"), result
+        assert result["stdout"] != f"{os.uname().release}\n"  # gVisor's kernel answered
+    assert _containers_of(serving.pid) == []
+
+
+def _ptc(*args: str, stdin: str = SCRIPT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in ("PTC_SERVER", "PTC_API_KEY")},
+        timeout=120,
+        check=False,
+    )

@@ -38,6 +38,7 @@ BWRAP_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 READY_TIMEOUT_S = 20.0
 REPLY_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 4096
+NOTE_PREFIX = "ptc-zygote: note: "  # `sandbox.guest.zygote`'s lines that report no failure
 RETIRED_EXIT_TIMEOUT_S = 10.0  # at close: how long a retired zygote's sandboxes may take to go
 
 
@@ -210,7 +211,10 @@ def _log_stderr(proc: subprocess.Popen[bytes]) -> None:
         return
     with contextlib.suppress(ValueError, OSError):
         for line in stream:
-            log.warning("fork server %d: %s", proc.pid, line.decode(errors="replace").rstrip())
+            text = line.decode(errors="replace").rstrip()
+            # Its notes (how it forks) are information; anything else is one of its failures.
+            level = logging.INFO if text.startswith(NOTE_PREFIX) else logging.WARNING
+            log.log(level, "fork server %d: %s", proc.pid, text)
 
 
 class ZygoteSupervisor:

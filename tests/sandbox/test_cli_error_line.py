@@ -1,0 +1,45 @@
+"""`ptc run`'s summary names the script's line only when it is known: a script killed by a
+limit has none (it used to end in "(line 0)"), a raised exception and a rejected script do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from ptc_serve import PYTHON, ROOT
+
+pytestmark = pytest.mark.requires_bwrap
+
+
+def ptc_run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "sandbox.cli", "run", "-", "--allow-degraded", *args],
+        input=script,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PTC_AUDIT_DB"},
+        timeout=120,
+        check=False,
+    )
+
+
+def error_line(stderr: str) -> str:
+    (line,) = [x for x in stderr.splitlines() if x.startswith("── error: ")]
+    return line
+
+
+def test_a_killed_script_has_no_line() -> None:
+    done = ptc_run("import time\ntime.sleep(30)", "--limit", "wall_time=1")
+    assert done.returncode == 3
+    assert error_line(done.stderr) == "── error: Killed: the sandbox was killed by signal 9"
+
+
+def test_a_raised_exception_and_a_rejection_name_their_line() -> None:
+    raised = ptc_run("x = 1\nraise ValueError('bad')")
+    assert raised.returncode == 1
+    assert error_line(raised.stderr) == "── error: ValueError: bad (line 2)"
+    rejected = ptc_run("x = 1\nprint(getattr(x, 'real'))", "--policy", "restricted")
+    assert rejected.returncode == 4
+    assert error_line(rejected.stderr).endswith("(line 2)")
