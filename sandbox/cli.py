@@ -9,7 +9,6 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Sequence
 
