@@ -6,6 +6,7 @@ can never name code for the host to import. Example::
 
     listen = "127.0.0.1:50051"
     pool_size = 4
+    max_sandboxes = 64                     # process sandboxes alive at once (more wait)
     allow_degraded = false
     shutdown_grace_s = 10
     audit_db = "/var/lib/ptc/audit.db"     # or postgresql://...; unset: in memory
@@ -46,6 +47,9 @@ __all__ = ["ServerConfig", "load_config"]
 class ServerConfig:
     listen: str = "127.0.0.1:50051"
     pool_size: int = 4
+    # Process sandboxes alive at once, idle and running (more executions wait for one to end):
+    # with the tenants' memory ceiling it bounds what all sandboxes together may hold.
+    max_sandboxes: int = 64
     allow_degraded: bool = False
     # In-flight executions get this long to finish at shutdown; the rest are cancelled.
     shutdown_grace_s: float = 10.0
@@ -107,6 +111,10 @@ def load_config(path: str | Path) -> ServerConfig:
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
+        elif key == "max_sandboxes":
+            values[key] = _typed(path, key, value, int)
+            if values[key] < 1:
+                raise InvalidArgument(f"config {path}: max_sandboxes must be at least 1")
         elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):
