@@ -109,12 +109,8 @@ def load_config(path: str | Path) -> ServerConfig:
             "runtimes_dir",
         ):
             values[key] = _typed(path, key, value, str)
-        elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
+        elif key in ("pool_size", "max_sandboxes", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
-        elif key == "max_sandboxes":
-            values[key] = _typed(path, key, value, int)
-            if values[key] < 1:
-                raise InvalidArgument(f"config {path}: max_sandboxes must be at least 1")
         elif key in ("shutdown_grace_s", "host_handler_timeout_s", "quota_lease_ttl_s"):
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):

@@ -109,6 +109,89 @@ class DockerSettings:
     options: list[str]
     # emptyDir and ConfigMap/Secret volumes: mount path -> (kind, detail)
     volumes: dict[str, tuple[str, str]]
+    # Where this engine could not take a setting as it is and took its parts instead.
+    notes: list[str]
+
+
+# Linux capabilities by number (linux/capability.h), for naming the ones a host withholds.
+_CAPABILITIES = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+]
+
+
+def withheld_capabilities() -> list[str]:
+    """Capabilities missing from this host's bounding set, which the engine (on this host, under
+    the same set) cannot give any container: `--privileged` then fails ("unable to apply
+    caps"), as it does on a machine that itself runs confined."""
+    status = Path("/proc/self/status").read_text(encoding="ascii")
+    (line,) = [line for line in status.splitlines() if line.startswith("CapBnd:")]
+    bounding = int(line.split()[1], 16)
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text(encoding="ascii"))
+    return [
+        _CAPABILITIES[n] for n in range(min(last + 1, len(_CAPABILITIES))) if not bounding >> n & 1
+    ]
+
+
+def _privileged(notes: list[str]) -> list[str]:
+    withheld = withheld_capabilities()
+    if not withheld:
+        return ["--privileged"]
+    # What `privileged: true` gives the server, taken apart: every capability the host has, no
+    # seccomp or AppArmor profile, an unmasked /proc, and a read-write cgroup filesystem (the
+    # host's hierarchy in the host's cgroup namespace, where /proc/self/cgroup names the
+    # container's own cgroup). Host devices, which the server does not use, are left out.
+    notes.append(
+        "privileged: true taken apart: this host withholds "
+        + ", ".join(withheld)
+        + " from every container, so the engine refuses --privileged"
+    )
+    return [
+        "--cap-add", "ALL", *(item for cap in withheld for item in ("--cap-drop", cap)),
+        "--security-opt", "seccomp=unconfined",
+        "--security-opt", "apparmor=unconfined",
+        "--security-opt", "systempaths=unconfined",
+        "--cgroupns", "host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    ]  # fmt: skip
 
 
 _CONTEXT_FIELDS = {
@@ -140,9 +223,10 @@ def docker_settings(documents: list[dict[str, Any]]) -> DockerSettings:
     if unknown:
         raise ValueError(f"securityContext fields the translation lacks: {sorted(unknown)}")
     options: list[str] = []
+    notes: list[str] = []
     options += ["--user", f"{context['runAsUser']}:{context['runAsGroup']}"]
     if context.get("privileged", False):
-        options.append("--privileged")
+        options += _privileged(notes)
     caps = context.get("capabilities", {})
     for cap in caps.get("drop", []):
         options += ["--cap-drop", cap]
@@ -197,4 +281,4 @@ def docker_settings(documents: list[dict[str, Any]]) -> DockerSettings:
             volumes[mount["mountPath"]] = ("secret", volume["secret"]["secretName"])
         else:
             raise ValueError(f"volume {volume['name']!r}: no translation")
-    return DockerSettings(options, volumes)
+    return DockerSettings(options, volumes, notes)
