@@ -242,3 +242,50 @@ def test_without_allow_degraded_the_base_never_becomes_ready(pod: Pod) -> None:
         " (cgroup v1 cpu at /sys/fs/cgroup/cpu is mounted read-only;"
     ) in logs(pod.name)
     assert (pod.health(False), pod.health(True)) == ("NOT_SERVING", "NOT_SERVING")
+
+
+# 24 processes of 200 MiB each: every one within its 256 MiB RLIMIT_AS, 4.7 GiB together, past
+# the pod's 4 GiB. (Processes smaller than the server cannot pass the pod's limit here: the
+# degraded backend's RLIMIT_NPROC counts the processes of every sandbox together, about 58.)
+POD_OOM = """
+import os, time
+children = []
+for _ in range(24):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = b"x" * (200 * 1024 * 1024)
+            time.sleep(3)
+        finally:
+            os._exit(0)
+    children.append(pid)
+print(sorted({os.waitpid(pid, 0)[1] for pid in children}))
+"""
+
+
+@pytest.mark.parametrize("pod", ["base"], indirect=True)
+def test_in_the_degraded_base_a_pod_level_oom_takes_sandbox_processes_not_the_server(
+    pod: Pod,
+) -> None:
+    """Without a memory cgroup per sandbox, a sandbox within its limits (each process under
+    RLIMIT_AS) can pass the pod's: the kernel's OOM killer then chooses within the pod, and
+    takes the sandbox's processes, not the server (README.md, "Memory"). Sandbox processes
+    volunteer (oom_score_adj 1000, checked in the test above and tests/sandbox/test_oom_score.py);
+    these are also larger than the server, so this test alone would pass without that."""
+    started = pod.start()
+    serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
+    pod.wait_serving(True, serving + probe_budget_s(pod.spec["readinessProbe"]))
+    found = subprocess.run(
+        [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={pod.key}", pod.name,
+         "ptc", "run", "--server", ADDRESS, "--json", "--limit", "wall_time=120", "-"],
+        input=POD_OOM, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    result = json.loads(found.stdout)
+    # Some children were SIGKILLed (wait status 9) by the kernel, the rest exited 0; the script
+    # itself survived, so the execution is `ok` with no violation (README.md says so).
+    assert (result["status"], result["stdout"], result["violations"]) == ("ok", "[0, 9]\n", [])
+    assert pod.health(True) == "SERVING"
+    returncode, result = pod.run("print(6 * 7)\n")
+    assert (returncode, result["stdout"]) == (0, "42\n"), result
+    restarts = docker("inspect", "-f", "{{.RestartCount}}", pod.name).stdout.strip()
+    assert (pod.state("Running"), restarts) == ("true", "0")
