@@ -58,13 +58,13 @@ RUN set -eu; \
     fi; \
     python3 -m venv /opt/ptc; \
     if ls /wheelhouse/ptc_sandbox-*.whl >/dev/null 2>&1; then \
-      /opt/ptc/bin/pip install --no-index --find-links /wheelhouse 'ptc-sandbox[docker,mcp]'; \
+      /opt/ptc/bin/pip install --no-index --find-links /wheelhouse 'ptc-sandbox[docker,mcp,metrics]'; \
     else \
-      /opt/ptc/bin/pip install '.[docker,mcp]'; \
+      /opt/ptc/bin/pip install '.[docker,mcp,metrics]'; \
     fi; \
     rm -rf /wheelhouse /src; \
     /opt/ptc/bin/ptc --help >/dev/null; \
-    /opt/ptc/bin/python -c 'import mcp, docker, sandbox.integrations.mcp_server'; \
+    /opt/ptc/bin/python -c 'import mcp, docker, prometheus_client, sandbox.integrations.mcp_server'; \
     mkdir -p /var/lib/ptc
 
 # `ptc` on PATH, for `docker exec <container> ptc health` (a probe) and the rest of the CLI.

@@ -96,7 +96,7 @@ build_server() {
   started=$(date +%s)
   # The wheels are fetched here, where the package index is reachable; the image build is not.
   log "building the wheelhouse with $python"
-  "$python" -m pip wheel -q --wheel-dir "$ctx/wheelhouse" "$ctx[docker,mcp]" \
+  "$python" -m pip wheel -q --wheel-dir "$ctx/wheelhouse" "$ctx[docker,mcp,metrics]" \
     >/var/tmp/ptc-wheelhouse.log 2>&1 || { tail -n 30 /var/tmp/ptc-wheelhouse.log >&2; exit 1; }
   log "building $SERVER_IMAGE on $base"
   "$DOCKER" build --network none --pull=false --force-rm -q --build-arg "BASE_IMAGE=$base" \

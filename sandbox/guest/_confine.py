@@ -36,6 +36,7 @@ __all__ = [
     "set_death_signal",
     "unshare_sandbox_namespaces",
     "up_loopback",
+    "volunteer_for_oom_kill",
 ]
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -165,6 +166,19 @@ def unshare_sandbox_namespaces(pid: bool = True) -> None:
     # Nothing mounted from here on may reach the zygote's or a sibling's mount namespace.
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     socket.sethostname("sandbox")
+
+
+def volunteer_for_oom_kill() -> None:
+    """The kernel's first choice when memory runs out, for this process and all it forks.
+
+    Where a sandbox has no memory cgroup of its own (the degraded process backend, e.g. the
+    Kubernetes base), its processes share the server's cgroup, and when that cgroup's limit is
+    reached the OOM killer takes the largest process, which could be the server. At 1000 every
+    sandbox process is taken before any process of the server. Raising one's own score needs
+    no privilege.
+    """
+    with open("/proc/self/oom_score_adj", "w", encoding="ascii") as score:
+        score.write("1000")
 
 
 def mount_tmpfs(target: str, size_bytes: int) -> None:

@@ -8,7 +8,9 @@ manifest or a tenant's data: a fork request carries the sizes of the child's pri
 `/dev/shm` and four descriptors (the child's channel, stdout, stderr and exit-status pipe).
 
 Each child, before anything untrusted runs:
-1. keeps only its four descriptors (channel at 3, as `bootstrap` expects) and starts a session;
+1. sets its OOM score to the highest (the kernel kills sandbox processes before the server's
+   when a cgroup they share runs out of memory), keeps only its four descriptors (channel at 3,
+   as `bootstrap` expects) and starts a session;
 2. waits for one byte on its channel: the host has moved it into its cgroup, so everything it
    ever creates is born there (race-free, like bwrap's `--block-fd` before);
 3. enters new mount, pid, network, ipc, uts and cgroup namespaces, mounts its own `/tmp` and
@@ -145,6 +147,7 @@ def _enter_sandbox(request: dict[str, object], fds: list[int], pid_namespace: bo
     namespaces (a pid namespace for its next child unless it was born in one), its tmpfs
     mounts and loopback."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _confine.volunteer_for_oom_kill()
     _place_fds(fds)
     os.setsid()
     _wait_for_cgroup()

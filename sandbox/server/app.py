@@ -109,6 +109,7 @@ class SandboxServer:
             "process": ProcessBackend(
                 ProcessBackendConfig(
                     pool_size=self.config.pool_size,
+                    max_sandboxes=self.config.max_sandboxes,
                     allow_degraded=self.config.allow_degraded,
                     runtimes_dir=self.config.runtimes_dir,
                 )

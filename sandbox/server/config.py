@@ -6,6 +6,7 @@ can never name code for the host to import. Example::
 
     listen = "127.0.0.1:50051"
     pool_size = 4
+    max_sandboxes = 64                     # process sandboxes alive at once (more wait)
     allow_degraded = false
     shutdown_grace_s = 10
     audit_db = "/var/lib/ptc/audit.db"     # or postgresql://...; unset: in memory
@@ -48,6 +49,9 @@ __all__ = ["ServerConfig", "load_config"]
 class ServerConfig:
     listen: str = "127.0.0.1:50051"
     pool_size: int = 4
+    # Process sandboxes alive at once, idle and running (more executions wait for one to end):
+    # with the tenants' memory ceiling it bounds what all sandboxes together may hold.
+    max_sandboxes: int = 64
     allow_degraded: bool = False
     # In-flight executions get this long to finish at shutdown; the rest are cancelled.
     shutdown_grace_s: float = 10.0
@@ -110,7 +114,7 @@ def load_config(path: str | Path) -> ServerConfig:
             "runtimes_dir",
         ):
             values[key] = _typed(path, key, value, str)
-        elif key in ("pool_size", "host_handler_concurrency", "max_message_bytes"):
+        elif key in ("pool_size", "max_sandboxes", "host_handler_concurrency", "max_message_bytes"):
             values[key] = _typed(path, key, value, int)
         elif key in (
             "shutdown_grace_s",

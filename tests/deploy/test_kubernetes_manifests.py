@@ -1,9 +1,11 @@
-"""The Kubernetes base in deploy/kubernetes/: rendered with kustomize's rules for the fields it
-uses, every document validated (strictly: unknown fields fail) against the Kubernetes 1.33
-OpenAPI schemas that the `kubernetes-validate` package ships, and its contents held to the
-server they deploy: the container's arguments parse with `ptc serve`'s own parser, the
-ConfigMap's server.toml loads with the server's loader, the placeholder Secrets fail closed,
-and every name the Deployment refers to is an object of the base."""
+"""The Kubernetes base in deploy/kubernetes/ and its overlays: rendered with kustomize's rules for
+the fields they use, every document validated (strictly: unknown fields fail) against the
+Kubernetes 1.33 OpenAPI schemas that the `kubernetes-validate` package ships, and their contents
+held to the server they deploy: the container's arguments parse with `ptc serve`'s own parser,
+the ConfigMap's server.toml loads with the server's loader, the placeholder Secrets fail closed,
+every name the Deployment refers to is an object of the base, and the pod's memory limit covers
+every sandbox at its memory ceiling plus the server. Running each variant in a container:
+test_kubernetes_variants.py."""
 
 from __future__ import annotations
 
@@ -12,6 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from k8s_variants import (
+    SERVER_RESERVE_BYTES,
+    VARIANTS,
+    container,
+    example_tenants,
+    pod_spec,
+    quantity_bytes,
+    rendered,
+    server_toml,
+)
 from kubernetes_validate import utils as kubernetes_validate
 from kustomize_subset import render
 
@@ -25,6 +37,7 @@ BASE = ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33"  # hostUsers + procMount: Unmasked need 1.33 (see README.md)
 
 DOCUMENTS = render(BASE)
+RENDERED = {name: rendered(name) for name in VARIANTS}
 
 
 def _by_kind(kind: str, name: str) -> dict[str, Any]:
@@ -62,7 +75,9 @@ def test_the_base_renders_the_expected_objects_in_one_namespace() -> None:
 
 
 @pytest.mark.parametrize(
-    "document", DOCUMENTS, ids=[f"{d['kind']}/{d['metadata']['name']}" for d in DOCUMENTS]
+    "document",
+    [d for documents in RENDERED.values() for d in documents],
+    ids=[f"{v}:{d['kind']}/{d['metadata']['name']}" for v, ds in RENDERED.items() for d in ds],
 )
 def test_every_document_validates_against_the_kubernetes_schemas(document: dict[str, Any]) -> None:
     assert kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True) == (
@@ -174,3 +189,96 @@ def test_the_security_context_is_the_measured_minimum() -> None:
     assert context["procMount"] == "Unmasked"
     assert pod["hostUsers"] is False  # required by Kubernetes for procMount: Unmasked
     assert pod["automountServiceAccountToken"] is False
+
+
+def test_the_overlay_changes_only_what_it_says() -> None:
+    """overlays/privileged: the same objects as the base; its Deployment differs only in the
+    fields its kustomization names (the argument, the user namespace, the security context)."""
+    base, privileged = RENDERED["base"], RENDERED["privileged"]
+    key = [(d["kind"], d["metadata"]["name"]) for d in base]
+    assert [(d["kind"], d["metadata"]["name"]) for d in privileged] == key
+    for before, after in zip(base, privileged, strict=True):
+        if before["kind"] != "Deployment":
+            assert after == before
+    pod_before, pod_after = pod_spec(base), pod_spec(privileged)
+    assert pod_before["hostUsers"] is False and "hostUsers" not in pod_after
+    before, after = container(base), container(privileged)
+    assert before["args"] == [*after["args"], "--allow-degraded"]
+    assert after["securityContext"] == {
+        "privileged": True,
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "runAsNonRoot": False,
+        "allowPrivilegeEscalation": True,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "Unconfined"},
+        "appArmorProfile": {"type": "Unconfined"},
+    }
+    strip = ("args", "securityContext")
+    assert {k: v for k, v in before.items() if k not in strip} == {
+        k: v for k, v in after.items() if k not in strip
+    }
+
+
+@pytest.mark.parametrize(("variant", "degraded"), [("base", True), ("privileged", False)])
+def test_only_the_base_serves_without_cgroups(variant: str, degraded: bool, tmp_path: Path) -> None:
+    """The base must become Ready where cgroups are read-only; the privileged variant must fail
+    closed there instead of silently running without whole-sandbox limits (neither its
+    arguments nor its server.toml allow it)."""
+    documents = RENDERED[variant]
+    parsed = build_parser().parse_args(list(container(documents)["args"]))
+    toml = tmp_path / "server.toml"
+    toml.write_text(server_toml(documents))
+    assert load_config(toml).with_overrides(
+        allow_degraded=parsed.allow_degraded
+    ).allow_degraded is (degraded)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_memory_limit_covers_every_sandbox_at_its_ceiling_plus_the_server(
+    variant: str, tmp_path: Path
+) -> None:
+    """max_sandboxes x the tenants' memory ceiling + the server's reserve <= the pod's memory
+    limit (the arithmetic the manifests' comments and README.md state): otherwise sandboxes
+    within their own limits could drive the pod past its limit and the kernel could OOM-kill
+    the server itself."""
+    from sandbox.tenants.config import load_tenants
+
+    documents = RENDERED[variant]
+    toml = tmp_path / "server.toml"
+    toml.write_text(server_toml(documents))
+    config = load_config(toml)
+    tenants_toml, _ = example_tenants(documents)
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(tenants_toml)
+    ceilings = [t.tenant.ceilings.memory_bytes for t in load_tenants(tenants).tenants]
+    assert ceilings == [256 * 1024**2]
+    resources = container(documents)["resources"]
+    limit = quantity_bytes(resources["limits"]["memory"])
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]
+    assert (config.max_sandboxes, limit) == (12, 4 * 1024**3)
+    assert config.max_sandboxes * max(ceilings) + SERVER_RESERVE_BYTES <= limit
+    # The warm pool holds sandboxes too: it must leave room for executions beyond it.
+    assert config.pool_size < config.max_sandboxes
+    # The memory-backed /tmp counts against the pod's limit: it is part of the reserve.
+    (tmp,) = [v for v in pod_spec(documents)["volumes"] if v["name"] == "tmp"]
+    assert quantity_bytes(tmp["emptyDir"]["sizeLimit"]) < SERVER_RESERVE_BYTES
+
+
+def test_a_missing_patch_target_or_a_failed_test_op_is_an_error(tmp_path: Path) -> None:
+    """The renderer refuses an overlay whose guard does not hold (the argument it removes moved)
+    or whose target does not exist, as kustomize does, instead of rendering the base unchanged."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    header = f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {BASE}\n"
+    guard = (
+        "patches:\n  - target: {kind: Deployment, name: ptc-server}\n    patch: |-\n"
+        "      - {op: test, path: /spec/template/spec/containers/0/args/0, value: run}\n"
+    )
+    (overlay / "kustomization.yaml").write_text(header + guard)
+    with pytest.raises(ValueError, match=r"patches\[0\]: .*not equal to tested value"):
+        render(overlay)
+    missing = guard.replace("name: ptc-server}", "name: nothing}")
+    (overlay / "kustomization.yaml").write_text(header + missing)
+    with pytest.raises(ValueError, match=r"matches 0 objects, not one"):
+        render(overlay)

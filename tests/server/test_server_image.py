@@ -21,7 +21,6 @@ sandboxes' (and removes them when `docker stop` ends it).
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -32,14 +31,15 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from server_image import DOCKER, IMAGE, require_image
+from server_image import docker as _docker
+from server_image import logs as _logs
 
 from sandbox.client import Client
 from sandbox.errors import Unauthenticated
 
 pytestmark = pytest.mark.requires_docker
 
-IMAGE = os.environ.get("PTC_SERVER_IMAGE", "ptc-sandbox-server:latest")
-DOCKER = "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker"
 RUN_FLAGS = [
     "--cap-add", "SYS_ADMIN",
     "--security-opt", "seccomp=unconfined",
@@ -47,16 +47,9 @@ RUN_FLAGS = [
 ]  # fmt: skip
 
 
-def _docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DOCKER, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 @pytest.fixture
 def container() -> Iterator[tuple[str, int]]:
-    if _docker("image", "inspect", IMAGE).returncode != 0:
-        pytest.skip(f"{IMAGE} is not built: scripts/build_images.sh --server")
+    require_image()
     name = f"ptc-server-test-{uuid.uuid4().hex[:12]}"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -72,11 +65,6 @@ def container() -> Iterator[tuple[str, int]]:
     finally:
         _docker("rm", "-f", name)
     assert name not in _docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
-
-
-def _logs(name: str) -> str:
-    logs = _docker("logs", name)
-    return logs.stdout + logs.stderr
 
 
 def test_the_server_image_serves_grpc_to_the_host(container: tuple[str, int]) -> None:
@@ -117,8 +105,7 @@ WRITABLE_CGROUPS = ["--cgroupns", "host", "--volume", "/sys/fs/cgroup:/sys/fs/cg
 
 @pytest.fixture
 def default_container() -> Iterator[str]:
-    if _docker("image", "inspect", IMAGE).returncode != 0:
-        pytest.skip(f"{IMAGE} is not built: scripts/build_images.sh --server")
+    require_image()
     name = f"ptc-server-default-{uuid.uuid4().hex[:12]}"
     started = _docker("run", "-d", "--name", name, *RUN_FLAGS, *WRITABLE_CGROUPS,
                       "--network", "none", IMAGE)  # fmt: skip

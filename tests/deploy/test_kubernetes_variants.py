@@ -1,0 +1,291 @@
+"""Every shipped variant of the Kubernetes base, run: the server image (top-level Dockerfile,
+`scripts/build_images.sh --server`) started on the test engine with exactly the container
+settings the rendered Deployment gives (`k8s_variants.docker_settings`: user, capabilities,
+privileged, seccomp and AppArmor profiles, unmasked /proc, read-only root, the memory limit as
+the container's cgroup limit, the CPU request as its shares, the emptyDirs), its arguments with
+`$(VAR)` expanded from its environment as the kubelet does, the ConfigMap's server.toml and the
+example tenant of the tenants Secret mounted where the volumes put them. The cgroup filesystem
+is left as the engine mounts it: read-only for a container that is not privileged (this engine
+is cgroup v1, where that is Docker's and the node runtimes' behaviour alike), read-write for a
+privileged one.
+
+Each variant must become ready within its probes' budget (the startup probe's for the whole
+server, then the readiness probe's), and a memory bomb must end as the variant says: an OOM kill
+seen by the kernel where each sandbox has its own cgroup (overlays/privileged), a MemoryError
+under RLIMIT_AS reported with guest evidence where it has not (the base, degraded). The server
+is healthy and serving after the bomb, and the container was never OOM-killed.
+
+What Docker cannot reproduce: `hostUsers: false` (a pod user namespace; Docker has none per
+container), so the base's container runs in the node's user namespace, with more privilege than
+its pod would have, never less. The audit store is the SQLite fallback on the state emptyDir
+(`--network none`: no PostgreSQL), as the Secret is replaced by an operator anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from k8s_variants import (
+    SERVER_RESERVE_BYTES,
+    VARIANTS,
+    container,
+    docker_settings,
+    example_tenants,
+    pod_spec,
+    probe_budget_s,
+    quantity_bytes,
+    rendered,
+    server_toml,
+)
+from server_image import DOCKER, IMAGE, docker, logs, require_image
+
+pytestmark = [pytest.mark.requires_docker, pytest.mark.timeout(300)]
+
+ADDRESS = "127.0.0.1:50051"  # the container's own loopback: --listen=0.0.0.0:50051
+# Allocates and touches 16 MiB at a time until something stops it.
+MEMORY_BOMB = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 * 1024 * 1024))\n"
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of a container argument."""
+    for name, value in env.items():
+        arg = arg.replace(f"$({name})", value)
+    assert "$(" not in arg, f"{arg}: a variable the container's env does not define"
+    return arg
+
+
+def _pem() -> str:
+    key = Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode("ascii")
+
+
+class Pod:
+    """One variant's container, started as the manifest gives it."""
+
+    def __init__(self, variant: str, workdir: Path, without: tuple[str, ...] = ()) -> None:
+        self.documents = rendered(variant)
+        self.spec = container(self.documents)
+        self.name = f"ptc-k8s-{variant}-{uuid.uuid4().hex[:10]}"
+        settings = docker_settings(self.documents)
+        tenants, self.key = example_tenants(self.documents)
+        mounts: list[str] = []
+        for path, (kind, detail) in settings.volumes.items():
+            if kind == "configMap":
+                assert (path, detail) == ("/etc/ptc/server.toml", "server.toml")
+                source = workdir / "server.toml"
+                source.write_text(server_toml(self.documents))
+                mounts += ["--volume", f"{source}:{path}:ro"]
+            elif kind == "secret":
+                assert (path, detail) == ("/etc/ptc/tenants", "ptc-tenants")
+                directory = workdir / "tenants"
+                directory.mkdir()
+                (directory / "tenants.toml").write_text(tenants)
+                (directory / "tenants.toml").chmod(0o400)  # the volume's defaultMode
+                mounts += ["--volume", f"{directory}:{path}:ro"]
+        # The env the kubelet gives the container: its fieldRef and the replaced Secrets.
+        values = {
+            "POD_NAME": self.name,
+            "PTC_AUDIT_DB": "/var/lib/ptc/audit.db",
+            "PTC_CHECKPOINT_KEY": _pem(),
+        }
+        assert {e["name"] for e in self.spec["env"]} == set(values)
+        env = [item for name, value in values.items() for item in ("--env", f"{name}={value}")]
+        args = [_expand(arg, values) for arg in self.spec["args"] if arg not in without]
+        assert len(args) == len(self.spec["args"]) - len(without)
+        assert "command" not in self.spec  # args go to the image's entrypoint, as here
+        self.options = settings.options
+        for note in settings.notes:
+            print(f"{variant}: {note}")
+        self.command = [
+            "run", "-d", "--name", self.name, "--network", "none",
+            *settings.options, *mounts, *env, IMAGE, *args,
+        ]  # fmt: skip
+
+    def start(self) -> float:
+        started = docker(*self.command)
+        assert started.returncode == 0, started.stderr
+        return time.monotonic()
+
+    def state(self, field: str) -> str:
+        return docker("inspect", "-f", f"{{{{.State.{field}}}}}", self.name).stdout.strip()
+
+    def health(self, ready: bool) -> str:
+        args = ["ptc", "health", "--server", ADDRESS, "--timeout", "3"]
+        found = docker("exec", self.name, *args, *(["--ready"] if ready else []))
+        return found.stdout.strip() or found.stderr.strip()
+
+    def wait_serving(self, ready: bool, deadline: float) -> float:
+        """Polls the health service as the probe does until SERVING; the time it answered."""
+        while True:
+            assert self.state("Running") == "true", logs(self.name)
+            if self.health(ready) == "SERVING":
+                return time.monotonic()
+            assert time.monotonic() < deadline, (
+                f"not {'ready' if ready else 'serving'} within the probe's budget:\n"
+                + logs(self.name)
+            )
+            time.sleep(0.5)
+
+    def run(self, script: str) -> tuple[int, dict[str, Any]]:
+        found = subprocess.run(
+            [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={self.key}", self.name,
+             "ptc", "run", "--server", ADDRESS, "--json", "-"],
+            input=script, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert found.stdout, found.stderr + logs(self.name)
+        result: dict[str, Any] = json.loads(found.stdout)
+        return found.returncode, result
+
+    def working_set_bytes(self) -> int:
+        """The container's memory as the kubelet counts it: usage minus inactive file pages."""
+        full = docker("inspect", "-f", "{{.Id}}", self.name).stdout.strip()
+        (directory,) = Path("/sys/fs/cgroup/memory").glob(f"**/{full}")
+        usage = int((directory / "memory.usage_in_bytes").read_text())
+        stat = dict(line.split() for line in (directory / "memory.stat").read_text().splitlines())
+        return usage - int(stat["total_inactive_file"])
+
+
+@pytest.fixture
+def pod(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pod]:
+    require_image()
+    variant, *without = request.param.split(" without ")
+    made = Pod(variant, tmp_path, tuple(without))
+    try:
+        yield made
+        # As the kubelet ends a pod: SIGTERM, then its grace period. The server drains, removes
+        # its sandboxes' cgroups and exits 0.
+        grace = pod_spec(made.documents)["terminationGracePeriodSeconds"]
+        stopped = docker("stop", "--time", str(grace), made.name, timeout=grace + 30)
+        assert stopped.returncode == 0, stopped.stderr
+        assert made.state("ExitCode") == "0", logs(made.name)
+    finally:
+        docker("rm", "-f", "--volumes", made.name)
+    assert made.name not in docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+
+
+# variant -> (exit code of `ptc run`, status, the memory violation's action and evidence,
+# whether the kernel's peak figure is there, the isolation layers that tell the variants apart)
+EXPECTED = {
+    "base": (3, "limit_exceeded", "refused", "guest", False, "rlimits"),
+    "privileged": (3, "limit_exceeded", "killed", "kernel", True, "cgroup:memory"),
+}
+
+
+@pytest.mark.parametrize("pod", list(VARIANTS), indirect=True)
+def test_the_variant_becomes_ready_and_reports_a_memory_bomb_as_it_says(pod: Pod) -> None:
+    variant = next(v for v in VARIANTS if pod.name.startswith(f"ptc-k8s-{v}-"))
+    code, status, action, evidence, peak, layer = EXPECTED[variant]
+    started = pod.start()
+    serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
+    pod.wait_serving(True, serving + probe_budget_s(pod.spec["readinessProbe"]))
+    assert "not serving executions" not in logs(pod.name)
+
+    # The server beside its warm pool fits the reserve the manifests' arithmetic keeps for it
+    # (with room for the memory-backed /tmp, which counts against the pod's limit as well).
+    (tmp,) = [v for v in pod_spec(pod.documents)["volumes"] if v["name"] == "tmp"]
+    working_set = pod.working_set_bytes()
+    print(f"{variant}: ready after {serving - started:.1f} s, working set {working_set >> 20} MiB")
+    assert working_set + quantity_bytes(tmp["emptyDir"]["sizeLimit"]) < SERVER_RESERVE_BYTES
+
+    returncode, result = pod.run(MEMORY_BOMB)
+    assert (returncode, result["status"]) == (code, status), result
+    (violation,) = result["violations"]
+    assert (violation["limit"], violation["action"], violation["evidence"]) == (
+        "memory",
+        action,
+        evidence,
+    ), violation
+    assert violation["limit_value"] == 256 * 1024**2  # the tenant's ceiling, its default here
+    assert (violation["observed"] is not None) is peak, violation
+    assert layer in result["isolation"], result["isolation"]
+    if variant == "base":
+        assert result["error"]["type"] == "MemoryError", result
+        assert not any(item.startswith("cgroup:") for item in result["isolation"])
+    else:
+        assert "cgroup:pids" in result["isolation"]
+
+    # The server outlived the bomb: still ready, still running scripts, never OOM-killed.
+    assert pod.health(True) == "SERVING"
+    # Sandbox processes are the OOM killer's first choice in the pod, the server (pid 1) not.
+    returncode, result = pod.run("print(6 * 7, open('/proc/self/oom_score_adj').read())")
+    assert (returncode, result["status"], result["stdout"]) == (0, "ok", "42 1000\n\n"), result
+    assert docker("exec", pod.name, "cat", "/proc/1/oom_score_adj").stdout == "0\n"
+    assert (pod.state("Running"), pod.state("OOMKilled")) == ("true", "false")
+
+
+@pytest.mark.parametrize("pod", ["base without --allow-degraded"], indirect=True)
+def test_without_allow_degraded_the_base_never_becomes_ready(pod: Pod) -> None:
+    """The negative control, and the bug the base had: in a container that is not privileged
+    the cgroup filesystem is read-only, and without `--allow-degraded` the process backend
+    refuses to start, so the startup probe never passes and the pod never becomes Ready."""
+    started = pod.start()
+    deadline = started + probe_budget_s(pod.spec["startupProbe"])
+    while "process backend refuses" not in logs(pod.name):
+        assert pod.state("Running") == "true", logs(pod.name)
+        assert time.monotonic() < deadline, logs(pod.name)
+        time.sleep(0.5)
+    assert (
+        "ptc serve: not serving executions: process backend refuses to run without cgroup limits"
+        " (cgroup v1 cpu at /sys/fs/cgroup/cpu is mounted read-only;"
+    ) in logs(pod.name)
+    assert (pod.health(False), pod.health(True)) == ("NOT_SERVING", "NOT_SERVING")
+
+
+# 24 processes of 200 MiB each: every one within its 256 MiB RLIMIT_AS, 4.7 GiB together, past
+# the pod's 4 GiB. (Processes smaller than the server cannot pass the pod's limit here: the
+# degraded backend's RLIMIT_NPROC counts the processes of every sandbox together, about 58.)
+POD_OOM = """
+import os, time
+children = []
+for _ in range(24):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = b"x" * (200 * 1024 * 1024)
+            time.sleep(3)
+        finally:
+            os._exit(0)
+    children.append(pid)
+print(sorted({os.waitpid(pid, 0)[1] for pid in children}))
+"""
+
+
+@pytest.mark.parametrize("pod", ["base"], indirect=True)
+def test_in_the_degraded_base_a_pod_level_oom_takes_sandbox_processes_not_the_server(
+    pod: Pod,
+) -> None:
+    """Without a memory cgroup per sandbox, a sandbox within its limits (each process under
+    RLIMIT_AS) can pass the pod's: the kernel's OOM killer then chooses within the pod, and
+    takes the sandbox's processes, not the server (README.md, "Memory"). Sandbox processes
+    volunteer (oom_score_adj 1000, checked in the test above and tests/sandbox/test_oom_score.py);
+    these are also larger than the server, so this test alone would pass without that."""
+    started = pod.start()
+    serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
+    pod.wait_serving(True, serving + probe_budget_s(pod.spec["readinessProbe"]))
+    found = subprocess.run(
+        [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={pod.key}", pod.name,
+         "ptc", "run", "--server", ADDRESS, "--json", "--limit", "wall_time=120", "-"],
+        input=POD_OOM, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    result = json.loads(found.stdout)
+    # Some children were SIGKILLed (wait status 9) by the kernel, the rest exited 0; the script
+    # itself survived, so the execution is `ok` with no violation (README.md says so).
+    assert (result["status"], result["stdout"], result["violations"]) == ("ok", "[0, 9]\n", [])
+    assert pod.health(True) == "SERVING"
+    returncode, result = pod.run("print(6 * 7)\n")
+    assert (returncode, result["stdout"]) == (0, "42\n"), result
+    restarts = docker("inspect", "-f", "{{.RestartCount}}", pod.name).stdout.strip()
+    assert (pod.state("Running"), restarts) == ("true", "0")
