@@ -17,7 +17,8 @@ its `python` blocks sharing one namespace:
 A block in any other language fails the test, so that nothing is left unrun by accident. The
 server's documented default address `127.0.0.1:50051` is replaced in every block by a free
 loopback port of the test's, and processes a `sh` block leaves in the background (`ptc serve
-... &`) are stopped when its document ends.
+... &`) are stopped when its document ends. A document whose examples leave a process of this test
+behind (an engine never closed) fails.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from sybil import Document, Example, Region
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
@@ -192,11 +194,20 @@ def _examples(path: Path) -> Iterator[Example]:
 def test_every_block_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     run = Run(workdir=tmp_path, address=_free_address())
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
     try:
         for example in _examples(path):
             _evaluate(example, run)
     finally:
         _stop(run.groups)
+    # An example that leaves a process behind (an engine it never closed) teaches users to
+    # leak it too, and would poison every later test's leftover check.
+    left = [
+        f"{child.pid}: {' '.join(child.cmdline())[:120]}"
+        for child in psutil.Process().children(recursive=True)
+        if child.pid not in before and child.is_running() and child.status() != "zombie"
+    ]
+    assert not left, f"{path.name}'s examples left processes behind: {left}"
 
 
 def _skipped() -> list[Any]:
