@@ -119,6 +119,7 @@ def _config(parent: str) -> dict[str, object]:
             "frame_bytes": max_call_bytes,
         },
         "stubs": render_module(load_manifest([])),
+        "steps": list(STEPS),
     }
 
 
@@ -148,16 +149,32 @@ class Floor:
             self.close()
             raise SystemExit("the floor's process did not start")
 
-    def run(self, total: int, concurrency: int, steps: Iterable[str]) -> dict[str, float]:
-        """One block in the floor's process: its rate and its own accounting (seconds)."""
+    def run(
+        self,
+        total: int,
+        concurrency: int,
+        steps: Iterable[str],
+        script: str = "print(1)",
+        expect: str = "1\n",
+    ) -> dict[str, float]:
+        """One block in the floor's process: its rate and its own accounting (seconds). Every
+        sandbox must exit 0 having printed ``expect``, else RuntimeError says what it did."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        request = {"total": total, "concurrency": concurrency, "steps": sorted(steps)}
+        request = {
+            "total": total,
+            "concurrency": concurrency,
+            "steps": sorted(steps),
+            "script": script,
+            "expect": expect,
+        }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the floor's process ended (status {self.proc.wait()})")
         reply: dict[str, float] = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"the floor's block failed: {reply['error']}")
         return reply
 
     def block(self, total: int, concurrency: int, steps: Iterable[str]) -> dict[str, float]:

@@ -26,6 +26,7 @@ its children's (the sandboxes, by rusage and by their cgroups) and the children'
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import itertools
@@ -34,6 +35,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -50,7 +52,6 @@ import bootstrap  # type: ignore[import-not-found]  # noqa: E402
 HEADER = struct.Struct(">I")
 CHANNEL_FD = 3
 EXIT_SETUP_FAILED = 70
-SCRIPT = "print(1)"
 NOBODY = 65534
 CLONE_NS = {
     "mntns": _confine.CLONE_NEWNS,
@@ -114,16 +115,21 @@ class Cgroup:
         _read(f"{self.dirs['pids']}/pids.events")
         cpu_ns = int(_read(f"{self.dirs['cpuacct']}/cpuacct.usage"))
         for d in self.unique:
+            deadline = time.monotonic() + 1.0
             while True:
                 try:
                     os.rmdir(d)
                     break
+                except FileNotFoundError:
+                    break
                 except OSError:  # busy for a moment after its last task exited
+                    if time.monotonic() > deadline:
+                        raise
                     time.sleep(0.001)
         return cpu_ns
 
 
-def _child(steps: frozenset[str], fds: tuple[int, int, int], workdir: str) -> None:
+def _child(steps: frozenset[str], fds: tuple[int, int, int], workdir: str, script: str) -> None:
     """The sandbox: the steps our zygote's child and pid 1 take, in the same order."""
     try:
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
@@ -170,18 +176,25 @@ def _child(steps: frozenset[str], fds: tuple[int, int, int], workdir: str) -> No
             for name, value in CONFIG["rlimits"].items():
                 soft = int(value)
                 resource.setrlimit(RLIMITS[name], (soft, soft + 1 if name == "cpu_s" else soft))
-        exec(compile(SCRIPT, "<script>", "exec"), {"__name__": "__main__"})
-        sys.stdout.flush()
-        os._exit(0)
     except BaseException as exc:
         os.write(2, f"floor: set-up failed: {exc!r}\n".encode())
         os._exit(EXIT_SETUP_FAILED)
+    code = 0
+    try:
+        exec(compile(script, "<script>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:
+        os.write(2, f"floor: the script raised {exc!r}\n".encode())
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
 
 
 class Sandbox:
     """The host's side of one sandbox: its descriptors, its frames, its exit."""
 
-    def __init__(self, steps: frozenset[str], workdir: str, index: int, job: bytes) -> None:
+    def __init__(self, steps: frozenset[str], workdir: str, index: int, job: Job) -> None:
         self.steps = steps
         self.job = job
         self.host, guest = socket.socketpair()
@@ -190,7 +203,7 @@ class Sandbox:
         self.cgroup = Cgroup(f"{CONFIG['prefix']}-{index}") if "cgroup" in steps else None
         pid = CLONER.fork() if "pidns" in steps else os.fork()
         if pid == 0:
-            _child(steps, (guest.fileno(), out_w, err_w), workdir)
+            _child(steps, (guest.fileno(), out_w, err_w), workdir, job.script)
         self.pid = pid
         guest.close()
         os.close(out_w)
@@ -228,9 +241,10 @@ class Sandbox:
             frame = json.loads(bytes(self.frames[HEADER.size : HEADER.size + length]))
             del self.frames[: HEADER.size + length]
             if frame["t"] == "ready":
-                self.host.sendall(self.job)
+                self.host.sendall(self.job.frame)
             elif frame["t"] == "end":
-                assert frame["status"] == "ok", frame
+                if frame["status"] != "ok":
+                    raise RuntimeError(f"sandbox {self.pid} reported {frame}")
                 self.ended = True
         return True
 
@@ -245,21 +259,67 @@ class Sandbox:
         self.host.close()
         if self.cgroup is not None:
             self.cgroup.usage_and_remove()
-        if self.status != 0 or self.stdout != b"1\n" or not self.ended:
+        if self.status != 0 or self.stdout != self.job.expect or not self.ended:
             raise RuntimeError(
                 f"sandbox {self.pid} ({sorted(self.steps)}): status {self.status}, stdout "
                 f"{self.stdout!r}, ended {self.ended}, stderr {self.stderr[-500:]!r}"
             )
 
 
+class Job:
+    """What every sandbox of a block runs, its job frame, and the stdout it must print."""
+
+    def __init__(self, script: str, expect: str, rlimits: bool) -> None:
+        self.script = script
+        self.expect = expect.encode()
+        frame = {
+            "t": "job",
+            "script": script,
+            "stubs": CONFIG["stubs"],
+            "rlimits": CONFIG["rlimits"] if rlimits else {},
+            "max_call_bytes": CONFIG["max_call_bytes"],
+            "files": [],
+            "outputs": CONFIG["outputs"],
+        }
+        body = json.dumps(frame).encode()
+        self.frame = HEADER.pack(len(body)) + body
+
+
+def _kill(box: Sandbox) -> None:
+    """A sandbox left behind by a failed block: killed, reaped, its cgroup removed."""
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(box.pidfd, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(box.pid, 0)
+    box.status = 0
+    with contextlib.suppress(Exception):
+        box.close()
+
+
 def run_block(
-    total: int, concurrency: int, steps: frozenset[str], workdir: str
+    total: int, concurrency: int, steps: frozenset[str], workdir: str, job: Job
 ) -> dict[str, float]:
     poller = select.poll()
     owner: dict[int, tuple[Sandbox, str]] = {}
     live: set[Sandbox] = set()
+    try:
+        return _run(total, concurrency, steps, workdir, job, poller, owner, live)
+    finally:
+        for box in live:
+            _kill(box)
+
+
+def _run(
+    total: int,
+    concurrency: int,
+    steps: frozenset[str],
+    workdir: str,
+    job: Job,
+    poller: select.poll,
+    owner: dict[int, tuple[Sandbox, str]],
+    live: set[Sandbox],
+) -> dict[str, float]:
     started = done = 0
-    job = JOB if "rlimits" in steps else JOB_WITHOUT_RLIMITS
     me0, kids0 = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -309,33 +369,11 @@ def run_block(
     }
 
 
-def _job() -> bytes:
-    frame = {
-        "t": "job",
-        "script": SCRIPT,
-        "stubs": CONFIG["stubs"],
-        "rlimits": CONFIG["rlimits"],
-        "max_call_bytes": CONFIG["max_call_bytes"],
-        "files": [],
-        "outputs": CONFIG["outputs"],
-    }
-    body = json.dumps(frame).encode()
-    return HEADER.pack(len(body)) + body
-
-
-def _job_without_rlimits() -> bytes:
-    frame = json.loads(JOB[HEADER.size :])
-    frame["rlimits"] = {}
-    body = json.dumps(frame).encode()
-    return HEADER.pack(len(body)) + body
-
-
 with open(CONFIG["seccomp_file"], "rb") as _program:
     SECCOMP = _confine.SeccompFilter(_program.read())
 CLONER = _confine.CloneIntoPidNamespace()
-JOB = _job()
 NAMES = itertools.count()
-JOB_WITHOUT_RLIMITS = _job_without_rlimits()
+STEPS = frozenset(CONFIG["steps"])
 
 
 def main() -> None:
@@ -351,7 +389,16 @@ def main() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         steps = frozenset(request["steps"])
-        reply = run_block(request["total"], request["concurrency"], steps, workdir)
+        reply: dict[str, object]
+        if unknown := sorted(steps - STEPS):
+            reply = {"error": f"unknown steps {unknown}: the steps are {sorted(STEPS)}"}
+        else:
+            script, expect = request.get("script", "print(1)"), request.get("expect", "1\n")
+            job = Job(script, expect, "rlimits" in steps)
+            try:
+                reply = {**run_block(request["total"], request["concurrency"], steps, workdir, job)}
+            except Exception as exc:  # the block failed: say why, stay ready for the next
+                reply = {"error": str(exc)}
         print(json.dumps(reply), flush=True)
     shutil.rmtree(workdir)
 
