@@ -221,6 +221,7 @@ class Sandbox:
         self.exited = False
         self.status = -1
         self.open = 4  # descriptors still registered
+        self.cpu_ns = 0  # its cgroup's CPU time (cpuacct.usage), when it has one
 
     def fds(self) -> list[int]:
         return [self.host.fileno(), self.out, self.err, self.pidfd]
@@ -258,7 +259,7 @@ class Sandbox:
             os.close(fd)
         self.host.close()
         if self.cgroup is not None:
-            self.cgroup.usage_and_remove()
+            self.cpu_ns = self.cgroup.usage_and_remove()
         if self.status != 0 or self.stdout != self.job.expect or not self.ended:
             raise RuntimeError(
                 f"sandbox {self.pid} ({sorted(self.steps)}): status {self.status}, stdout "
@@ -319,7 +320,7 @@ def _run(
     owner: dict[int, tuple[Sandbox, str]],
     live: set[Sandbox],
 ) -> dict[str, float]:
-    started = done = 0
+    started = done = cgroup_ns = 0
     me0, kids0 = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -355,6 +356,7 @@ def _run(
             if box.open == 0:
                 live.discard(box)
                 box.close()
+                cgroup_ns += box.cpu_ns
                 done += 1
     elapsed = time.perf_counter() - t0
     me, kids = (
@@ -366,6 +368,7 @@ def _run(
         "host_zygote_s": (me.ru_utime + me.ru_stime) - (me0.ru_utime + me0.ru_stime),
         "sandboxes_s": (kids.ru_utime + kids.ru_stime) - (kids0.ru_utime + kids0.ru_stime),
         "sandbox_minflt": kids.ru_minflt - kids0.ru_minflt,
+        "sandboxes_cgroup_s": cgroup_ns / 1e9,
     }
 
 

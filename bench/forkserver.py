@@ -188,7 +188,7 @@ async def breakdown(
     for name, value in after.items():
         figures[name] = (value - before.get(name, 0.0)) * per
         rest -= value - before.get(name, 0.0)
-    figures["sandboxes"] = sandbox_cpu * per
+    figures["sandboxes (their cgroups)"] = sandbox_cpu * per
     figures["kernel threads"] = kernel * per
     figures["rest (interrupts, other load)"] = rest * per
     return figures
@@ -360,7 +360,8 @@ SECTIONS_CPU = (
     "server process",
     "client (this process)",
     "zygote",
-    "sandboxes",
+    "sandboxes (fork to exit)",
+    "sandboxes (their cgroups)",
     "kernel threads",
     "rest (interrupts, other load)",
 )
