@@ -1,25 +1,29 @@
-"""Fork-server benchmark: what a sandbox costs a shared service, against its floors.
+"""Fork-server benchmark: what a sandbox costs a shared service, against the isolation floor.
 
 Run: ``python -m bench.forkserver [--rounds N] [--per-block N]`` as root (cgroups, like the
 process backend). In interleaved blocks, so that a noisy neighbour hits every way alike:
 
-1. sustained executions/s of ``print(1)`` through the embedded `Engine` (process backend, forked
-   sandboxes) at concurrency 4 and 32, with the machine's CPU time per execution (from
-   /proc/stat: everything the host, the zygote and the sandboxes spent);
-2. the same through the code before the fork server (``--legacy-rev``, default the commit before
-   it: a bubblewrap and a fresh interpreter per sandbox), run from a git worktree in a
-   subprocess, so "10x what the current code reaches" is measured, not remembered;
-3. the bare fork+unshare floor: a parent that has imported the guest runtime's modules forks a
-   child that unshares mount, uts, ipc and network namespaces and prints, at concurrency 4;
-4. a bare ``bwrap --unshare-all python3 -I -S -c 'print(1)'`` per execution, at concurrency 4;
-5. where a Docker engine and the runtime image are there (``PTC_DOCKER_HOST``), the Docker
-   backend's sustained rate at concurrency 4 (``--docker-per-block`` executions a block: it keeps
-   a single-use container per execution, so the engine's container start is its floor).
+1. the isolation floor (`bench.floor`: exactly our isolation per sandbox and nothing else, host
+   and zygote in one process) at concurrency 4 and 32;
+2. sustained executions/s of ``print(1)`` through the embedded `Engine` (process backend, forked
+   sandboxes) at concurrency 4 and 32;
+3. the same through a real ``ptc serve`` (SQLite audit on, one tenant) and a gRPC client in this
+   process, at concurrency 4 and 32;
+4. for each of those three, CPU per execution by process: the machine's (from /proc/stat), the
+   host's, the zygote's, the sandboxes' (their cgroups), the kernel's threads', and the rest
+   (interrupts, other load);
+5. reference lines, no longer targets: the bare fork+unshare (a pre-imported parent forks a child
+   that unshares mount, uts, ipc and network namespaces and prints: no cgroup, no pid
+   namespace, no mounts, no bootstrap, so less work than a sandbox), a bare ``bwrap
+   --unshare-all python3 -I -S -c 'print(1)'`` per execution; optionally the code before the
+   fork server (``--legacy-rev``, run from a git worktree in a subprocess) and, where a Docker
+   engine and the runtime image are there (``PTC_DOCKER_HOST``), the Docker backend
+   (``--docker-per-block`` executions a block).
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its two processes) and cgroup charge; what replacing the zygote costs.
-Targets (issue 11): (1) >= 10x (2); (1) at concurrency 4 >= 0.6x (3); idle USS <= 2 MiB;
-print(1) p50 <= 0.3x python3 -I -S -c pass.
+Targets (issue 23): the engine >= 0.85x the floor at concurrency 4 and 32; ``ptc serve`` >= 0.70x
+the floor; idle USS <= 2 MiB; print(1) p50 <= 0.3x python3 -I -S -c pass.
 """
 
 from __future__ import annotations
@@ -36,10 +40,16 @@ from pathlib import Path
 
 import psutil
 
+from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s
+from bench.grpc import spawn, stop
 from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
+from sandbox.client import AsyncClient
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.result import ExecutionResult
+
+__all__ = ["busy_cpu_s", "zygote_cpu_s"]  # forkserver_cost's, besides this benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_PYTHON = os.path.realpath("/usr/bin/python3")
@@ -93,52 +103,95 @@ asyncio.run(main(int(sys.argv[1]), None))
 """
 
 
-def busy_cpu_s() -> float:
-    """Machine-wide CPU seconds spent so far (user+nice+system+irq+softirq+steal)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def zygote_cpu_s(backend: ProcessBackend) -> float:
     """CPU seconds of the backend's zygotes alive now (their forks and requests)."""
+    return _cpu_s(backend.zygote.pids() if backend.zygote is not None else [])
+
+
+def _cpu_s(pids: list[int]) -> float:
     total = 0.0
-    for pid in backend.zygote.pids() if backend.zygote is not None else []:
+    for pid in pids:
         with contextlib.suppress(psutil.Error):
             cpu = psutil.Process(pid).cpu_times()
             total += cpu.user + cpu.system
     return total
 
 
-def own_cpu_s(backend: ProcessBackend) -> float:
-    """CPU seconds of this process (every thread: the host side) and of the zygote itself
-    (its forks); sandboxes' own CPU comes from their cgroups, in each result."""
+def own_cpu_s() -> float:
+    """CPU seconds of this process, every thread (not its children)."""
     times = os.times()
-    return times.user + times.system + zygote_cpu_s(backend)
+    return times.user + times.system
 
 
-async def engine_rate(
-    engine: Engine, backend: ProcessBackend, total: int, concurrency: int
-) -> tuple[float, float, float]:
-    """Executions/s; machine CPU per execution (everything on the machine, other load
-    included); and CPU per execution of our own processes (host, zygote, sandboxes' cgroups:
-    unlike the machine's figure, other load does not inflate it, but work the kernel does in
-    its own threads, such as tearing down network namespaces, is not in it)."""
+class Served:
+    """A real ``ptc serve`` (SQLite audit on, one tenant) and a gRPC client in this process."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="ptc-bench-serve-")
+        self.proc, self.address = spawn(
+            ["-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0",
+             "--audit-db", f"{self.dir.name}/audit.db"]
+        )  # fmt: skip
+        self.client = AsyncClient(self.address)
+
+    def zygote_pids(self) -> list[int]:
+        """bwrap's and the zygote's host pids under the server (no sandbox: those are the
+        zygote's children)."""
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.proc.pid).children():
+                if child.name() == "bwrap":
+                    return [child.pid, *(p.pid for p in child.children())]
+        return []
+
+    def cpu_s(self) -> dict[str, float]:
+        return {
+            "server process": _cpu_s([self.proc.pid]),
+            "zygote": _cpu_s(self.zygote_pids()),
+            "client (this process)": own_cpu_s(),
+        }
+
+    async def close(self) -> None:
+        await self.client.close()
+        stop(self.proc)
+        self.dir.cleanup()
+
+
+async def breakdown(
+    execute: Callable[[], Awaitable[ExecutionResult]],
+    processes: Callable[[], dict[str, float]],
+    total: int,
+    concurrency: int,
+) -> dict[str, float]:
+    """One block: executions/s, and CPU per execution (ms) by process: the machine's (every
+    process, other load included), each of ``processes`` (cumulative CPU seconds by name), the
+    sandboxes' (their cgroups, as each result reports them), the kernel's threads', and the rest
+    (interrupts, other load)."""
     slots = asyncio.Semaphore(concurrency)
     sandbox_cpu = 0.0
 
     async def one() -> None:
         nonlocal sandbox_cpu
         async with slots:
-            result = await engine.execute(ExecutionRequest("print(1)"))
+            result = await execute()
             assert result.status == "ok" and result.stdout == "1\n", result.to_json()
             sandbox_cpu += result.usage.cpu_time_s
 
-    cpu, own, t = busy_cpu_s(), own_cpu_s(backend), time.perf_counter()
+    machine, kernel, before = busy_cpu_s(), kernel_threads_cpu_s(), processes()
+    t = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(total)))
-    elapsed, cpu = time.perf_counter() - t, busy_cpu_s() - cpu
-    own = own_cpu_s(backend) - own + sandbox_cpu
-    return total / elapsed, cpu / total, own / total
+    elapsed = time.perf_counter() - t
+    after, kernel = processes(), kernel_threads_cpu_s() - kernel
+    machine = busy_cpu_s() - machine
+    per = 1e3 / total
+    figures = {"executions/s": total / elapsed, "machine CPU": machine * per}
+    rest = machine - sandbox_cpu - kernel
+    for name, value in after.items():
+        figures[name] = (value - before.get(name, 0.0)) * per
+        rest -= value - before.get(name, 0.0)
+    figures["sandboxes (their cgroups)"] = sandbox_cpu * per
+    figures["kernel threads"] = kernel * per
+    figures["rest (interrupts, other load)"] = rest * per
+    return figures
 
 
 async def plain_rate(engine: Engine, total: int, concurrency: int) -> float:
@@ -300,6 +353,32 @@ async def docker_engine() -> Engine | None:
     return engine
 
 
+SECTIONS_CPU = (
+    "machine CPU",
+    "host process",
+    "host and zygote (one process)",
+    "server process",
+    "client (this process)",
+    "zygote",
+    "sandboxes (fork to exit)",
+    "sandboxes (their cgroups)",
+    "kernel threads",
+    "rest (interrupts, other load)",
+)
+
+
+def print_breakdowns(report: Report, breakdowns: dict[str, list[dict[str, float]]]) -> None:
+    """CPU per execution by process, medians over the timed blocks, one line per way."""
+    for name, blocks in breakdowns.items():
+        parts = []
+        for label in SECTIONS_CPU:
+            if label in blocks[0]:
+                value = percentile([b[label] for b in blocks], 0.5)
+                parts.append(f"{label} {value:.2f}")
+                report.data(f"{name}: {label} (ms) samples", [b[label] for b in blocks])
+        report.print(f"   {name}: " + ", ".join(parts))
+
+
 async def main(
     report: Report,
     rounds: int,
@@ -311,22 +390,43 @@ async def main(
     backend = ProcessBackend(ProcessBackendConfig())
     engine = Engine(EngineConfig(backends={"process": backend}))
     legacy = Legacy(legacy_rev, per_block) if legacy_rev else None
-    cpu_per: dict[str, list[float]] = {}
+    floor = Floor()
+    served = Served()
+    breakdowns: dict[str, list[dict[str, float]]] = {}
     await engine.start()
     docker = await docker_engine() if docker_per_block else None
     try:
         await backend.pool.wait_ready()
-        report.print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
         cases: dict[str, Callable[[], Awaitable[float]]] = {}
+
+        def keep(name: str, figures: dict[str, float]) -> float:
+            breakdowns.setdefault(name, []).append(figures)
+            return figures["executions/s"]
+
         for c in (4, 32):
 
-            async def ours(c: int = c) -> float:
-                rate, cpu, own = await engine_rate(engine, backend, per_block, c)
-                cpu_per.setdefault(f"ours c={c}: machine CPU", []).append(cpu)
-                cpu_per.setdefault(f"ours c={c}: own CPU (host, zygote, sandboxes)", []).append(own)
-                return rate
+            async def isolation_floor(c: int = c) -> float:
+                figures = await asyncio.to_thread(floor.block, per_block, c, STEPS)
+                return keep(f"isolation floor c={c}", figures)
 
-            cases[f"ours c={c}"] = ours
+            async def ours(c: int = c) -> float:
+                figures = await breakdown(
+                    lambda: engine.execute(ExecutionRequest("print(1)")),
+                    lambda: {"host process": own_cpu_s(), "zygote": zygote_cpu_s(backend)},
+                    per_block,
+                    c,
+                )
+                return keep(f"embedded engine c={c}", figures)
+
+            async def serve(c: int = c) -> float:
+                figures = await breakdown(
+                    lambda: served.client.execute("print(1)"), served.cpu_s, per_block, c
+                )
+                return keep(f"ptc serve + gRPC c={c}", figures)
+
+            cases[f"isolation floor c={c}"] = isolation_floor
+            cases[f"embedded engine c={c}"] = ours
+            cases[f"ptc serve + gRPC c={c}"] = serve
         if legacy is not None:
             for c in (4, 32):
 
@@ -335,53 +435,73 @@ async def main(
 
                 cases[f"before the fork server c={c}"] = old
 
-        async def floor() -> float:
+        async def bare() -> float:
             return await asyncio.to_thread(floor_rate, per_block, 4)
 
         async def bwrap() -> float:
             return await asyncio.to_thread(bwrap_rate, per_block, 4)
 
-        cases["bare fork+unshare c=4"] = floor
-        cases["bare bwrap python3 -c c=4"] = bwrap
+        cases["reference: bare fork+unshare c=4"] = bare
+        cases["reference: bare bwrap python3 -c c=4"] = bwrap
         if docker is not None:
 
             async def containers(engine: Engine = docker) -> float:
                 return await plain_rate(engine, docker_per_block, 4)
 
             cases["Docker backend c=4"] = containers
+
+        async def settle() -> None:
+            # Both pools full and idle (the served one is not ours to wait for: a pause
+            # several times its refill) before anything is timed.
+            await backend.pool.wait_ready()
+            await asyncio.sleep(0.3)
+
+        # Warm the served side's pool and connection before the first block.
+        await served.client.execute("print(1)")
         report.section(
             f"1. sustained executions/s of print(1), {rounds} interleaved blocks of {per_block}"
         )
-        rates = await interleave(cases, rounds, warmup=warmup, before=backend.pool.wait_ready)
+        rates = await interleave(cases, rounds, warmup=warmup, before=settle)
         med = {name: percentile(values, 0.5) for name, values in rates.items()}
         for name, value in med.items():
             report.figure(name, value, "executions/s", fmt=".1f")
             report.data(f"{name} samples", rates[name])
-        for name, values in cpu_per.items():
-            # Every block ran each case once, the warm-up blocks first: theirs are not counted.
-            timed = values[warmup:]
-            report.figure(f"{name} per execution", percentile(timed, 0.5) * 1e3, "ms")
-        floor_c4 = med["bare fork+unshare c=4"]
-        report.figure(
-            "ours c=4 / fork+unshare floor", med["ours c=4"] / floor_c4, "x", note=">= 0.6"
-        )
+        for c in (4, 32):
+            base = med[f"isolation floor c={c}"]
+            report.figure(
+                f"embedded engine / isolation floor, c={c}",
+                med[f"embedded engine c={c}"] / base,
+                "x",
+                note=">= 0.85",
+            )
+            report.figure(
+                f"ptc serve / isolation floor, c={c}",
+                med[f"ptc serve + gRPC c={c}"] / base,
+                "x",
+                note=">= 0.70",
+            )
         if legacy is not None:
             for c in (4, 32):
-                ratio = med[f"ours c={c}"] / med[f"before the fork server c={c}"]
-                report.figure(f"ours / before the fork server, c={c}", ratio, "x", note=">= 10")
+                ratio = med[f"embedded engine c={c}"] / med[f"before the fork server c={c}"]
+                report.figure(f"ours / before the fork server, c={c}", ratio, "x")
         if docker is not None:
-            ratio = med["ours c=4"] / med["Docker backend c=4"]
+            ratio = med["embedded engine c=4"] / med["Docker backend c=4"]
             report.figure("ours / Docker backend, c=4", ratio, "x")
-        report.section("2. warm print(1) latency")
+        report.section("2. CPU per execution by process, ms (medians of the timed blocks)")
+        # Every block ran each case once, the warm-up blocks first: theirs are not counted.
+        print_breakdowns(report, {k: v[warmup:] for k, v in breakdowns.items()})
+        report.section("3. warm print(1) latency")
         await latency(report, engine, backend, 30)
-        report.section("3. an idle pooled sandbox")
+        report.section("4. an idle pooled sandbox")
         await backend.pool.wait_ready()
         await backend.drain()
         idle_memory(report, backend)
-        report.section("4. replacing the zygote")
+        report.section("5. replacing the zygote")
         await rotation_cost(report, backend)
     finally:
         await engine.close()
+        await served.close()
+        floor.close()
         if docker is not None:
             await docker.close()
         if legacy is not None:
