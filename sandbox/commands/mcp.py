@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sandbox.commands._client_tls import add_tls_options, tls_options
 from sandbox.commands.run import parse_expect
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
@@ -58,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--server", metavar="ADDR", help="run scripts on a `ptc serve` server at ADDR"
     )
     parser.add_argument("--api-key", help="API key for --server")
+    add_tls_options(parser)
     parser.add_argument(
         "--audit-db",
         metavar="PATH|URL",
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.server and args.audit_db:
         raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
     if args.server:
-        runner = ClientRunner.connect(args.server, args.api_key)
+        runner = ClientRunner.connect(args.server, args.api_key, **tls_options(args))
     else:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
         from sandbox.engine import EngineConfig
