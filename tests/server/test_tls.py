@@ -12,12 +12,14 @@ half configurations are refused with the flag at fault.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -25,7 +27,7 @@ import pytest
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import AsyncClient, Client
-from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.errors import InvalidArgument, Unauthenticated, Unavailable
 from sandbox.tenants import hash_key
 from tests.ptc_serve import Serving, ptc_serve
 from tests.server.tls_support import Issued, issue, make_ca
@@ -206,6 +208,13 @@ def test_mtls_refuses_a_certificate_from_another_ca(mtls_server: Serving, pki: P
 def test_mtls_serves_the_clients_ca_sdk_and_cli(mtls_server: Serving, pki: Pki) -> None:
     with _mtls_client(mtls_server, pki, pki.client) as client:
         assert client.run("print(6 * 7)").stdout == "42\n"
+    # A client certificate is not a tenant: the API key still decides who the caller is.
+    pair = {"tls_cert": str(pki.client.cert), "tls_key": str(pki.client.key)}
+    with (
+        Client(mtls_server.address, tls_ca=str(pki.ca.cert), **pair) as keyless,
+        pytest.raises(Unauthenticated),
+    ):
+        keyless.run("print(1)")
     done = _ptc("run", "-", "--server", mtls_server.address, "--tls-ca", str(pki.ca.cert),
                 "--tls-cert", str(pki.client.cert), "--tls-key", str(pki.client.key))  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -329,3 +338,52 @@ def test_half_or_bad_configurations_are_refused(
     assert done.returncode == 2, done.stderr
     assert message.format(**paths) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_mcp_and_replay_through_mtls(mtls_server: Serving, pki: Pki) -> None:
+    """`ptc mcp --server` and `ptc replay --server` present the client certificate too."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp import types as mcp_types
+
+    tls = ("--tls-ca", str(pki.ca.cert), "--tls-cert", str(pki.client.cert),
+           "--tls-key", str(pki.client.key))  # fmt: skip
+    params = StdioServerParameters(
+        command=PYTHON,
+        args=["-m", "sandbox.cli", "mcp", "--server", mtls_server.address, "--api-key", KEY, *tls],
+        cwd=str(ROOT),
+    )
+
+    async def work() -> Any:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await session.call_tool("execute_python", {"code": "print(6 * 7)"})
+
+    called = asyncio.run(asyncio.wait_for(work(), 100))
+    assert isinstance(called, mcp_types.CallToolResult)
+    text = "\n".join(b.text for b in called.content if isinstance(b, mcp_types.TextContent))
+    assert not called.is_error, text
+    assert text == "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n42", text
+
+    with _mtls_client(mtls_server, pki, pki.client) as client:
+        execution_id = client.run("print(6 * 7)").execution_id
+    done = _ptc("replay", execution_id, "--server", mtls_server.address, "--json", *tls)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["identical"] is True, done.stdout
+
+
+def test_server_config_reads_the_tls_keys(tmp_path: Path) -> None:
+    from sandbox.server import load_config
+
+    path = tmp_path / "server.toml"
+    path.write_text(
+        'tls_cert = "/etc/ptc/tls.crt"\ntls_key = "/etc/ptc/tls.key"\n'
+        'tls_client_ca = "/etc/ptc/clients.pem"\nfleet_ca = "/etc/ptc/fleet.pem"\n'
+    )
+    config = load_config(path)
+    assert (config.tls_cert, config.tls_key, config.tls_client_ca, config.fleet_ca) == (
+        "/etc/ptc/tls.crt", "/etc/ptc/tls.key", "/etc/ptc/clients.pem", "/etc/ptc/fleet.pem",
+    )  # fmt: skip
+    path.write_text("tls_cert = 1\n")
+    with pytest.raises(InvalidArgument) as refused:
+        load_config(path)
+    assert str(refused.value) == f"config {path}: tls_cert has the wrong type"
