@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from sandbox.commands._client_tls import add_tls_options, tls_options
+from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.commands.run import _backends, _read
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import InvalidArgument, PtcError
@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.server:
         report = _remote(args, manifest, limits)
     else:
+        for flag in given(args):
+            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
         if not args.audit_db:
             raise InvalidArgument("--audit-db: is required without --server (or set PTC_AUDIT_DB)")
         report = asyncio.run(_embedded(args, manifest, limits))

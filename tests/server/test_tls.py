@@ -171,9 +171,14 @@ def test_cli_with_the_ca_bundle(tls_server: Serving, pki: Pki) -> None:
     assert ready.stdout in ("SERVING\n", "NOT_SERVING\n"), ready.stderr  # answered over TLS
 
 
-def test_cli_tls_flags_need_a_server(pki: Pki) -> None:
-    done = _ptc("run", "-", "--tls-ca", str(pki.ca.cert))
-    assert done.returncode == 2
+@pytest.mark.parametrize(
+    "command",
+    [("run", "-"), ("replay", "0123", "--audit-db", "x.db"), ("mcp",)],
+    ids=["run", "replay", "mcp"],
+)
+def test_cli_tls_flags_need_a_server(pki: Pki, command: tuple[str, ...]) -> None:
+    done = _ptc(*command, "--tls-ca", str(pki.ca.cert))
+    assert done.returncode == 2, done.stderr
     assert "--tls-ca: TLS is for a server; give --server ADDR too" in done.stderr
 
 
