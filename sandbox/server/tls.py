@@ -10,7 +10,7 @@ or inode changed (a renewal by cert-manager or certbot, an atomic rename) and ha
 configuration: connections made after a renewal get the new certificate, open connections keep
 theirs, and no restart is needed. A renewal caught half-written (a key that does not match the
 certificate, a file that does not parse) is not taken: the previous configuration stays, and a
-WARNING says why, until the files agree again.
+WARNING says why (once per state of the files), until the files agree again.
 
 With `tls_client_ca` every client must present a certificate issued by one of those CAs (mTLS):
 a connection without one, or with one from another CA, fails its handshake before any RPC.
@@ -140,17 +140,19 @@ class _Reloader:
         self.tls = tls
         self._paths = (tls.cert, tls.key, tls.client_ca, tls.fleet_ca)
         self._seen = _stamp(self._paths)
+        self._refused: tuple[tuple[int, int, int] | None, ...] = ()
         self.initial = _configuration(tls)
 
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         # Called by gRPC on each handshake, on one of its threads: cheap when nothing changed
         # (four stat calls), and never raising (gRPC would only log it).
         stamp = _stamp(self._paths)
-        if stamp == self._seen:
+        if stamp in (self._seen, self._refused):  # unchanged, or already refused (said once)
             return None
         try:
             configuration = _configuration(self.tls)
         except InvalidArgument as exc:
+            self._refused = stamp
             log.warning("tls: keeping the previous certificate: %s", exc.message)
             return None
         self._seen = stamp
