@@ -48,7 +48,7 @@ def read_pems(
 
 
 def channel_credentials(
-    tls_ca: PemLike | None, tls_cert: PemLike | None, tls_key: PemLike | None
+    tls_ca: PemLike | None = None, tls_cert: PemLike | None = None, tls_key: PemLike | None = None
 ) -> grpc.ChannelCredentials | None:
     """TLS credentials for these options; None when none is given (a plaintext channel)."""
     if tls_ca is None and tls_cert is None and tls_key is None:
