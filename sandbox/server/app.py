@@ -167,6 +167,12 @@ class SandboxServer:
         )
         # Read and checked before anything starts: a bad file fails with its name, at once.
         credentials = None if tls is None else server_credentials(tls)
+        if tls is None and not _is_loopback(host):
+            log.warning(
+                "listen: %s without TLS: API keys and scripts cross the network in plaintext; "
+                "serve TLS (--tls-cert, --tls-key) unless a proxy in front terminates it",
+                self.config.listen,
+            )
         fleet_identity = FleetIdentity(None if tls is None else tls.fleet_ca)
         if self.config.metrics_listen:  # first: a bad address fails before anything starts
             self._serve_metrics(self.config.metrics_listen)

@@ -273,6 +273,20 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
         assert reply.stdout == "1\n"
 
 
+def test_plaintext_beyond_loopback_is_warned_about(pki: Pki) -> None:
+    warning = (
+        "listen: 0.0.0.0:0 without TLS: API keys and scripts cross the network in plaintext; "
+        "serve TLS (--tls-cert, --tls-key) unless a proxy in front terminates it"
+    )
+    common = ("--audit-db", "memory", "--pool-size", "1", "--tenants", str(pki.tenants))
+    with ptc_serve(*common, "--listen", "0.0.0.0:0") as plain:
+        pass
+    assert warning in plain.stderr, plain.stderr
+    with ptc_serve(*_serve_args(pki), "--listen", "0.0.0.0:0") as tls:
+        pass
+    assert "without TLS" not in tls.stderr, tls.stderr
+
+
 # -- renewal on disk ---------------------------------------------------------------------------
 
 
