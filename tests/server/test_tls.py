@@ -269,6 +269,24 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
             )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert caught.value.details() == FORWARD_REFUSED
+        # The streamed and the session calls go through the same gate.
+        stream = stub.ExecuteStream(
+            iter([pb.ClientMessage(start=pb.ExecuteRequest(script="print(1)"))]),
+            metadata=(("ptc-forwarded-by", "10.0.0.9:50051"),),
+            timeout=60,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            list(stream)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert caught.value.details() == FORWARD_REFUSED
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ListSessions(
+                pb.ListSessionsRequest(),
+                metadata=(("ptc-forwarded-by", "10.0.0.9:50051"),),
+                timeout=60,
+            )
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert caught.value.details() == FORWARD_REFUSED
         reply = stub.Execute(pb.ExecuteRequest(script="print(1)"), timeout=60)
         assert reply.stdout == "1\n"
 
