@@ -6,6 +6,10 @@ import os
 
 # Before anything imports gRPC: see sandbox/backends/process/__init__.py.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+# gRPC logs every failed TLS handshake (a plaintext client, a certificate from another CA) as an
+# INFO line on stderr: anyone who can connect to `ptc serve` could fill its log, and a client
+# command's stderr would carry them. Its errors still show; GRPC_VERBOSITY=INFO shows the rest.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
 import contextlib

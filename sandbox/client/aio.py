@@ -29,6 +29,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
+from sandbox.client._tls import PemLike, channel_credentials
 from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import InvalidArgument, Unavailable
@@ -233,6 +234,14 @@ class Execution:
             yield chunk
 
 
+def _channel(
+    target: str, credentials: grpc.ChannelCredentials | None, options: list[tuple[str, Any]]
+) -> aio.Channel:
+    if credentials is None:
+        return aio.insecure_channel(target, options=options)
+    return aio.secure_channel(target, credentials, options=options)
+
+
 class AsyncClient:
     def __init__(
         self,
@@ -240,14 +249,22 @@ class AsyncClient:
         api_key: str | None = None,
         *,
         options: Sequence[tuple[str, Any]] = (),
+        tls_ca: PemLike | None = None,
+        tls_cert: PemLike | None = None,
+        tls_key: PemLike | None = None,
     ) -> None:
+        """A client of the server at ``target``; with ``tls_ca`` (the CA bundle to trust) or a
+        client certificate (``tls_cert`` and ``tls_key``, for mTLS), over TLS. Each is a PEM
+        file's path or its bytes; TLS without ``tls_ca`` trusts the system's CAs."""
         self.target = target
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {api_key}"),) if api_key else ()
         )
-        self._channel = aio.insecure_channel(
+        credentials = channel_credentials(tls_ca, tls_cert, tls_key)
+        self._channel = _channel(
             target,
-            options=[
+            credentials,
+            [
                 # Any result the server's limits allow (`result_bytes_bound`), with its request.
                 (
                     "grpc.max_receive_message_length",

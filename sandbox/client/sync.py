@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
     Approve,
     AsyncClient,
@@ -74,13 +75,23 @@ class SyncExecution:
 
 
 class Client:
-    def __init__(self, target: str, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        api_key: str | None = None,
+        *,
+        tls_ca: PemLike | None = None,
+        tls_cert: PemLike | None = None,
+        tls_key: PemLike | None = None,
+    ) -> None:
+        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS)."""
+        tls = read_pems(tls_ca, tls_cert, tls_key)  # a bad file is refused here, at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ptc-client", daemon=True
         )
         self._thread.start()
-        self._async: AsyncClient = self._call(_make(target, api_key))
+        self._async: AsyncClient = self._call(_make(target, api_key, tls))
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -278,5 +289,9 @@ async def _shutdown(client: AsyncClient) -> None:
     await asyncio.gather(*rest, return_exceptions=True)
 
 
-async def _make(target: str, api_key: str | None) -> AsyncClient:
-    return AsyncClient(target, api_key)  # the channel binds to the running loop
+async def _make(
+    target: str, api_key: str | None, tls: tuple[bytes | None, bytes | None, bytes | None]
+) -> AsyncClient:
+    ca, cert, key = tls
+    # The channel binds to the running loop: made here, on the private one.
+    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key)

@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sandbox.client._tls import channel_credentials
+from sandbox.commands._client_tls import add_tls_options, tls_options
 from sandbox.errors import Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 
@@ -37,12 +39,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--service", default=None, help="ask about another service name (default: the server)"
     )
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS")
+    add_tls_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     service = READINESS_SERVICE if args.ready else (args.service or "")
-    with grpc.insecure_channel(args.server) as channel:
+    credentials = channel_credentials(**tls_options(args))
+    channel = (
+        grpc.insecure_channel(args.server)
+        if credentials is None
+        else grpc.secure_channel(args.server, credentials)
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=args.timeout)

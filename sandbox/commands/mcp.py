@@ -2,7 +2,8 @@
 
 Serves the execute tool over MCP (see `sandbox.integrations.mcp_server`). With stdio, standard
 output is the protocol channel: nothing else is ever printed there. Scripts run on an embedded
-engine unless `--server HOST:PORT` names a `ptc serve` to run them on; embedded, `--audit-db`
+engine unless `--server HOST:PORT` names a `ptc serve` to run them on (over TLS with `--tls-ca`,
+mTLS with `--tls-cert`/`--tls-key`); embedded, `--audit-db`
 records each execution as the server would (`sandbox.recording.Recorder`). Needs the `mcp` extra.
 """
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.commands.run import parse_expect
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
@@ -58,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--server", metavar="ADDR", help="run scripts on a `ptc serve` server at ADDR"
     )
     parser.add_argument("--api-key", help="API key for --server")
+    add_tls_options(parser)
     parser.add_argument(
         "--audit-db",
         metavar="PATH|URL",
@@ -121,8 +124,11 @@ def run(args: argparse.Namespace) -> int:
     runner: ScriptRunner
     if args.server and args.audit_db:
         raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
+    for flag in given(args):
+        if not args.server:
+            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
     if args.server:
-        runner = ClientRunner.connect(args.server, args.api_key)
+        runner = ClientRunner.connect(args.server, args.api_key, **tls_options(args))
     else:
         from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
         from sandbox.engine import EngineConfig

@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.commands.run import _backends, _read
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import InvalidArgument, PtcError
@@ -69,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=os.environ.get("PTC_API_KEY"),
         help="API key for --server (default $PTC_API_KEY)",
     )
+    add_tls_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -103,7 +105,7 @@ def _remote(args: argparse.Namespace, manifest: str | None, limits: Limits) -> R
     from sandbox.client import Client
 
     try:
-        with Client(args.server, args.api_key) as client:
+        with Client(args.server, args.api_key, **tls_options(args)) as client:
             return client.replay(
                 args.execution_id, tools=manifest, limits=limits, backend=args.backend
             )
@@ -118,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.server:
         report = _remote(args, manifest, limits)
     else:
+        for flag in given(args):
+            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
         if not args.audit_db:
             raise InvalidArgument("--audit-db: is required without --server (or set PTC_AUDIT_DB)")
         report = asyncio.run(_embedded(args, manifest, limits))

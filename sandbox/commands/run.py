@@ -34,6 +34,7 @@ from typing import Any
 
 from sandbox.backends.base import Backend
 from sandbox.capture import OutputCallback
+from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
@@ -103,6 +104,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--api-key",
         help="API key for --server (default $PTC_API_KEY)",
     )
+    add_tls_options(parser)
     parser.add_argument(
         "--file",
         action="append",
@@ -262,7 +264,7 @@ def _execute_remote(
     try:
         # When this process traces, its span is the parent of the server's (sent by the client).
         with (
-            Client(server, args.api_key) as client,
+            Client(server, args.api_key, **tls_options(args)) as client,
             step_span("ptc.run", **{"ptc.server": server}),
         ):
             return client.run(
@@ -374,6 +376,9 @@ def check_options(args: argparse.Namespace) -> None:
         raise InvalidArgument("--session: sessions live on a server; give --server ADDR too")
     if args.api_key and not args.server:
         raise InvalidArgument("--api-key: keys are for a server; give --server ADDR too")
+    for flag in given(args):
+        if not args.server:
+            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
     if args.server:
         args.api_key = args.api_key or os.environ.get("PTC_API_KEY")
         for name, why in _EMBEDDED_ONLY.items():

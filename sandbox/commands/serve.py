@@ -5,7 +5,9 @@ requests. SIGTERM or SIGINT stop it gracefully: health and readiness turn NOT_SE
 new executions get UNAVAILABLE while it still listens, in-flight executions get the grace period
 to finish and are then stopped and recorded as `interrupted`, the listener closes, the warm pool
 is drained, and the process exits 0 with no sandbox left behind. With a PostgreSQL audit store,
-tenants' quotas hold across every server sharing it (``--quota-lease-ttl``).
+tenants' quotas hold across every server sharing it (``--quota-lease-ttl``). With ``--tls-cert``
+and ``--tls-key`` it serves TLS (re-reading the files when they change), and with
+``--tls-client-ca`` it requires client certificates (mTLS); see docs/server.md.
 """
 
 from __future__ import annotations
@@ -100,6 +102,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--checkpoint-dir", metavar="DIR", help="write signed audit checkpoints here"
     )
+    parser.add_argument(
+        "--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)"
+    )
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="mTLS: require a client certificate issued by one of these CAs",
+    )
+    parser.add_argument(
+        "--fleet-ca",
+        metavar="PEM",
+        help="the CA that issues the fleet's servers their client certificates (needs "
+        "--tls-client-ca); only its certificates may carry calls between servers",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -132,6 +149,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
         checkpoint_dir=args.checkpoint_dir,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        fleet_ca=args.fleet_ca,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from sandbox.commands._client_tls import add_tls_options, tls_options
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
 
@@ -30,7 +31,7 @@ __all__ = ["check_cell_limits", "register"]
 def _client(args: argparse.Namespace) -> Any:
     from sandbox.client import Client
 
-    return Client(args.server, args.api_key)
+    return Client(args.server, args.api_key, **tls_options(args))
 
 
 def _server_options(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +47,7 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("PTC_API_KEY"),
         help="API key (default $PTC_API_KEY)",
     )
+    add_tls_options(parser)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from sandbox.audit.base import AuditStore
 from sandbox.client import Client
+from sandbox.client._tls import PemLike
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.errors import InvalidArgument
@@ -73,8 +74,12 @@ class ClientRunner:
         self.client = client
 
     @classmethod
-    def connect(cls, target: str, api_key: str | None = None) -> ClientRunner:
-        return cls(Client(target, api_key))
+    def connect(
+        cls, target: str, api_key: str | None = None, **tls: PemLike | None
+    ) -> ClientRunner:
+        """A runner on the server at ``target``; ``tls`` as `Client`'s (tls_ca, tls_cert,
+        tls_key)."""
+        return cls(Client(target, api_key, **tls))
 
     def run(self, request: RunRequest) -> ExecutionResult:
         return self.client.run(

@@ -43,10 +43,12 @@ from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
+from sandbox.server.peers import FleetIdentity
 from sandbox.server.runner import Runner
 from sandbox.server.service import SandboxServicer
 from sandbox.server.store_memory import MemoryAuditStore
 from sandbox.server.tenancy import SingleTenant
+from sandbox.server.tls import ServerTls, server_credentials
 from sandbox.tenants.base import Tenancy
 
 if TYPE_CHECKING:
@@ -158,6 +160,21 @@ class SandboxServer:
                 f"listen: {self.config.listen} is not a loopback address, and without a tenants "
                 "file nothing authenticates callers; configure tenants or listen on 127.0.0.1"
             )
+        tls = ServerTls.from_options(
+            self.config.tls_cert,
+            self.config.tls_key,
+            self.config.tls_client_ca,
+            self.config.fleet_ca,
+        )
+        # Read and checked before anything starts: a bad file fails with its name, at once.
+        credentials = None if tls is None else server_credentials(tls)
+        if tls is None and not _is_loopback(host):
+            log.warning(
+                "listen: %s without TLS: API keys and scripts cross the network in plaintext; "
+                "serve TLS (--tls-cert, --tls-key) unless a proxy in front terminates it",
+                self.config.listen,
+            )
+        fleet_identity = FleetIdentity(None if tls is None else tls.fleet_ca)
         if self.config.metrics_listen:  # first: a bad address fails before anything starts
             self._serve_metrics(self.config.metrics_listen)
         try:
@@ -168,7 +185,7 @@ class SandboxServer:
         await fleet.start_tenancy(self.tenancy)
         limit = self.config.max_message_bytes
         server = aio.server(
-            interceptors=[ErrorInterceptor(self.tenancy)],
+            interceptors=[ErrorInterceptor(self.tenancy, fleet_identity)],
             options=[
                 ("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES),
                 # A result (or a record: its request and result) as large as the limits allow
@@ -184,7 +201,11 @@ class SandboxServer:
             server,
         )
         host, _, _port = self.config.listen.rpartition(":")
-        port = server.add_insecure_port(self.config.listen)
+        port = (
+            server.add_insecure_port(self.config.listen)
+            if credentials is None
+            else server.add_secure_port(self.config.listen, credentials)
+        )
         if port == 0:
             raise Unavailable(f"cannot listen on {self.config.listen}")
         await server.start()

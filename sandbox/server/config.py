@@ -23,6 +23,10 @@ can never name code for the host to import. Example::
     checkpoint_interval_s = 300            # sign audit checkpoints this often (default 300)
     checkpoint_key = "/etc/ptc/checkpoint.key"   # Ed25519 PEM; unset: $PTC_CHECKPOINT_KEY
     checkpoint_dir = "/var/lib/ptc/checkpoints"  # latest per tenant + checkpoints.jsonl
+    tls_cert = "/etc/ptc/tls/server.crt"   # serve TLS with this PEM chain and key (both or
+    tls_key = "/etc/ptc/tls/server.key"    # neither; re-read when they change on disk)
+    tls_client_ca = "/etc/ptc/tls/clients-ca.crt"  # mTLS: require client certs from these CAs
+    fleet_ca = "/etc/ptc/tls/fleet-ca.crt" # the CA of the fleet's servers' client certificates
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -83,6 +87,11 @@ class ServerConfig:
     checkpoint_interval_s: float | None = None
     checkpoint_key: str | None = None
     checkpoint_dir: str | None = None
+    # TLS (`sandbox.server.tls`): PEM files, picked up again when they change; None: plaintext.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    fleet_ca: str | None = None
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -112,6 +121,10 @@ def load_config(path: str | Path) -> ServerConfig:
             "instance_id",
             "metrics_listen",
             "runtimes_dir",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "fleet_ca",
         ):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "max_sandboxes", "host_handler_concurrency", "max_message_bytes"):

@@ -12,7 +12,9 @@ passes through untouched.
 Each method is registered with `boundary.tolerant_decoder` of its request type instead of
 gRPC's, so that undecodable bytes reach the wrapper (which raises `MalformedRequest`) rather
 than failing inside gRPC as UNKNOWN. With a tenancy, a unary call's credential is checked from
-its metadata before its request is read (`boundary.authenticate`).
+its metadata before its request is read (`boundary.authenticate`). A call that says it was carried
+from another server (`peers.FORWARDED_BY`) must come over a fleet server's connection
+(`peers.FleetIdentity`), or it is refused with UNAUTHENTICATED before its method runs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import MalformedRequest, PtcError, ResourceExhausted, bounded
 from sandbox.server.boundary import ClientMistakes, authenticate, checked, tolerant_decoder
+from sandbox.server.peers import FORWARDED_BY, FleetIdentity
 from sandbox.tenants.base import Tenancy
 
 __all__ = ["ErrorInterceptor", "abort_for"]
@@ -93,6 +96,25 @@ def _wrap_stream(
     return wrapped
 
 
+def _gated(behaviour: Any, fleet: FleetIdentity) -> Any:
+    """``behaviour``, run only for a fleet server's connection (the check needs the call's
+    auth context, which only the handler sees)."""
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def stream(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            fleet.check_forwarded(context)
+            async for item in behaviour(request, context):
+                yield item
+
+        return stream
+
+    async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        fleet.check_forwarded(context)
+        return await behaviour(request, context)
+
+    return call
+
+
 def _refuse(error: PtcError, method: str) -> Callable[..., Awaitable[Any]]:
     async def refuse(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> Any:
         await abort_for(error, context, method)
@@ -101,8 +123,9 @@ def _refuse(error: PtcError, method: str) -> Callable[..., Awaitable[Any]]:
 
 
 class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
-    def __init__(self, tenancy: Tenancy | None = None) -> None:
+    def __init__(self, tenancy: Tenancy | None = None, fleet: FleetIdentity | None = None) -> None:
         self.tenancy = tenancy
+        self.fleet = fleet or FleetIdentity(None)  # without a fleet CA nobody is a server
 
     async def intercept_service(
         self,
@@ -130,19 +153,26 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
                 # refusal and saw "Internal error from Core" (6 of 60 tries), so the servicer
                 # reads that message (bounded by the receive limit) before refusing.
                 return grpc.stream_unary_rpc_method_handler(_refuse(exc, name), **common)
+        forwarded = any(
+            key == FORWARDED_BY for key, _ in handler_call_details.invocation_metadata or ()
+        )
+
+        def gate(behaviour: Any) -> Any:
+            return _gated(behaviour, self.fleet) if forwarded else behaviour
+
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, name), **common
+                _wrap_unary(gate(handler.unary_unary), name), **common
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, name), **common
+                _wrap_unary(gate(handler.stream_unary), name), **common
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, name), **common
+                _wrap_stream(gate(handler.unary_stream), name), **common
             )
-        behaviour = handler.stream_stream
+        behaviour = gate(handler.stream_stream)
         # A handler that reads and writes through its context is a coroutine, not a generator.
         wrap = _wrap_stream if inspect.isasyncgenfunction(behaviour) else _wrap_unary
         return grpc.stream_stream_rpc_method_handler(wrap(behaviour, name), **common)
