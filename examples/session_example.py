@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.client import RunOptions
 from sandbox.integrations import EmbeddedRunner, RunRequest
 from sandbox.integrations.session_runners import open_session
 from sandbox.limits import Limits
@@ -40,7 +41,7 @@ def main() -> None:
     with EmbeddedRunner() as runner, open_session(runner) as session:
         for index, cell in enumerate(CELLS, 1):
             limits = Limits(wall_time_ms=1000) if "while True" in cell else Limits()
-            result = session.run(RunRequest(cell, [get_weather], limits=limits))
+            result = session.run(RunRequest(cell, [get_weather], RunOptions(limits=limits)))
             stopped = ", ".join(f"{v.limit} {v.action}" for v in result.violations)
             print(f"cell {index}: {result.status}" + (f" ({stopped})" if stopped else ""))
             if result.stdout:

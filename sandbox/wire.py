@@ -18,7 +18,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
-from sandbox.expectations import ExpectedCalls
 from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile, check_inputs
 from sandbox.limits import (
     CEILINGS,
@@ -30,6 +29,7 @@ from sandbox.limits import (
     check_manifest_size,
     check_script_size,
 )
+from sandbox.options import RunOptions
 from sandbox.result import (
     CallRecord,
     CallStatus,
@@ -66,6 +66,7 @@ POLICIES: dict[int, Literal["none", "restricted"]] = {
     pb.SCRIPT_POLICY_NONE: "none",
     pb.SCRIPT_POLICY_RESTRICTED: "restricted",
 }
+_POLICY_ENUM = {"none": pb.SCRIPT_POLICY_NONE, "restricted": pb.SCRIPT_POLICY_RESTRICTED}
 _ACTIONS = {
     "killed": pb.VIOLATION_ACTION_KILLED,
     "truncated": pb.VIOLATION_ACTION_TRUNCATED,
@@ -139,45 +140,39 @@ def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
 
 # -- requests ----------------------------------------------------------------------------------
 def request_to_proto(
-    script: str,
-    manifest_json: str,
-    limits: Limits | None = None,
-    backend: str | None = None,
-    policy: str | None = None,
-    expected_calls: tuple[ExpectedCalls, ...] = (),
-    labels: Mapping[str, str] | None = None,
-    session_id: str = "",
-    files: tuple[InputFile, ...] = (),
+    script: str, manifest_json: str | None, options: RunOptions | None = None
 ) -> pb.ExecuteRequest:
-    """The request as the client sends it, refused before sending (with the message the server
-    or the embedded engine would give) when it is larger than any server accepts: the
-    script and manifest caps, and the input files under the ceilings (a tenant's may be lower,
-    which only its server knows)."""
+    """The request as the client sends it (``manifest_json`` None: a session cell keeps the
+    session's tools), refused before sending (with the message the server or the embedded
+    engine would give) when it is larger than any server accepts: the script and manifest caps,
+    and the input files under the ceilings (a tenant's may be lower, which only its server
+    knows). ``options.timeout`` is the call's, not the request's."""
+    options = options or RunOptions()
     check_script_size(script)
-    check_manifest_size(manifest_json)
-    check_inputs(files, CEILINGS)
-    check_labels(labels or {})
+    if manifest_json is not None:
+        check_manifest_size(manifest_json)
+    check_inputs(options.files, CEILINGS)
+    check_labels(options.labels)
     message = pb.ExecuteRequest(
-        script=script,
-        manifest=pb.ToolManifest(json=manifest_json),
-        labels=dict(labels or {}),
-        session_id=session_id,
+        script=script, labels=dict(options.labels), session_id=options.session_id
     )
-    if limits is not None:
-        message.limits.CopyFrom(limits_to_proto(limits))
-    if backend is not None:
-        message.backend = BACKEND_ENUM[backend]
-    if policy is not None:
-        message.policy = {"none": pb.SCRIPT_POLICY_NONE, "restricted": pb.SCRIPT_POLICY_RESTRICTED}[
-            policy
-        ]
-    for item in expected_calls:
+    if manifest_json is not None:
+        message.manifest.json = manifest_json
+    if options.limits is not None:
+        message.limits.CopyFrom(limits_to_proto(options.limits))
+    if options.backend is not None:
+        message.backend = BACKEND_ENUM[options.backend]
+    if options.policy is not None:
+        message.policy = _POLICY_ENUM[options.policy]
+    if options.runtime:
+        message.runtime = options.runtime
+    for item in options.expected_calls:
         entry = message.expected_calls.add(tool=item.tool)
         if item.min is not None:
             entry.min = item.min
         if item.max is not None:
             entry.max = item.max
-    for input_file in files:
+    for input_file in options.files:
         message.input_files.add(name=input_file.name, content=input_file.data)
     return message
 

@@ -1,5 +1,9 @@
 """The client SDK: `Client` (blocking) and `AsyncClient` (asyncio) for the sandbox service, and
-`tool` / `function_tool` to turn plain Python functions into client-side tools."""
+`tool` / `function_tool` to turn plain Python functions into client-side tools.
+
+How to run a script is one `RunOptions` value (or the same names as keyword arguments); how to
+create a session, one `SessionOptions`. Every method returns the SDK's own types (results,
+records, session states), never a `sandbox._proto` message."""
 
 from sandbox.client.aio import (
     ApprovalRequest,
@@ -9,10 +13,18 @@ from sandbox.client.aio import (
     Progress,
     Stubs,
 )
+from sandbox.client.records import (
+    ExecutionPage,
+    ExecutionQuery,
+    ExecutionRecord,
+    SessionInfo,
+    SessionState,
+)
 from sandbox.client.sessions import AsyncSession, SyncSession
 from sandbox.client.sync import Client, SyncExecution
 from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
 from sandbox.files import InputFile, OmittedOutput, OutputFile
+from sandbox.options import RunOptions, SessionOptions
 
 __all__ = [
     "ApprovalRequest",
@@ -21,11 +33,18 @@ __all__ = [
     "Client",
     "ClientTool",
     "Execution",
+    "ExecutionPage",
+    "ExecutionQuery",
+    "ExecutionRecord",
     "InputFile",
     "OmittedOutput",
     "OutputChunk",
     "OutputFile",
     "Progress",
+    "RunOptions",
+    "SessionInfo",
+    "SessionOptions",
+    "SessionState",
     "Stubs",
     "SyncExecution",
     "SyncSession",

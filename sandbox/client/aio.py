@@ -21,7 +21,7 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 from grpc import aio
@@ -30,12 +30,27 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client._tls import PemLike, channel_credentials
+from sandbox.client.records import (
+    ExecutionPage,
+    ExecutionQuery,
+    ExecutionRecord,
+    SessionInfo,
+    page_from_proto,
+    query_to_proto,
+    record_from_proto,
+    session_from_proto,
+)
 from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.errors import InvalidArgument, Unavailable
-from sandbox.expectations import ExpectedCalls
-from sandbox.files import FilesLike, input_files
-from sandbox.limits import CEILINGS, Limits, request_bytes_bound, result_bytes_bound
+from sandbox.errors import Unavailable
+from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
+from sandbox.options import (
+    LimitsLike,
+    RunOptions,
+    RunOverrides,
+    SessionOptions,
+    SessionOverrides,
+)
 from sandbox.replay.report import ReplayReport
 from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
@@ -83,13 +98,6 @@ Approve = Callable[
 ]
 OnOutput = Callable[[OutputChunk], Any]
 OnProgress = Callable[[Progress], Any]
-LimitsLike = Limits | Mapping[str, int] | None
-
-
-def _limits(limits: LimitsLike) -> Limits | None:
-    if limits is None or isinstance(limits, Limits):
-        return limits
-    return Limits.from_mapping(limits)
 
 
 class Execution:
@@ -290,40 +298,20 @@ class AsyncClient:
         self,
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
         *,
-        limits: LimitsLike = None,
         on_output: OnOutput | None = None,
         approve: Approve | None = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        runtime: str | None = None,
-        session_id: str = "",
-        files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs; with ``session_id``, as
         that session's next cell (its tools replaced by ``tools``, kept when ``tools`` is None).
+        ``options`` (`RunOptions`) or the same names as keywords say how to run it.
         ``on_progress`` gets a `Progress` about once a second once a run is past a second."""
-        manifest, local = build_manifest(tools or ())
-        request = request_to_proto(
-            script,
-            manifest,
-            _limits(limits),
-            backend,
-            policy,
-            tuple(expected_calls),
-            labels,
-            files=input_files(files),
-        )
-        if runtime:
-            request.runtime = runtime
-        request.session_id = session_id
-        if tools is None and session_id:
-            request.ClearField("manifest")  # a session's cell keeps the session's tools
-        call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
+        chosen = RunOptions.of(options, **overrides)
+        request, local = execute_request(script, tools, chosen)
+        call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=chosen.timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
         except (grpc.RpcError, asyncio.InvalidStateError) as exc:
@@ -340,35 +328,20 @@ class AsyncClient:
         self,
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
         *,
-        limits: LimitsLike = None,
         on_output: OnOutput | None = None,
         approve: Approve | None = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        runtime: str | None = None,
-        session_id: str = "",
-        files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result."""
         execution = await self.start(
             script,
             tools,
-            limits=limits,
+            RunOptions.of(options, **overrides),
             on_output=on_output,
             approve=approve,
-            backend=backend,
-            policy=policy,
-            expected_calls=expected_calls,
-            labels=labels,
-            timeout=timeout,
-            runtime=runtime,
-            session_id=session_id,
-            files=files,
             on_progress=on_progress,
         )
         return await execution.result()
@@ -376,36 +349,18 @@ class AsyncClient:
     async def execute(
         self,
         script: str,
-        tools: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        limits: LimitsLike = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        files: FilesLike | None = None,
-        runtime: str | None = None,
+        tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
-        manifest, local = build_manifest(tools)
+        chosen = RunOptions.of(options, **overrides)
+        request, local = execute_request(script, tools, chosen)
         if local:
             raise ValueError("execute() cannot run client functions; use run()")
-        request = request_to_proto(
-            script,
-            manifest,
-            _limits(limits),
-            backend,
-            policy,
-            tuple(expected_calls),
-            labels,
-            files=input_files(files),
-        )
-        if runtime:
-            request.runtime = runtime
         async with translated():
             message = await self._stub.Execute(
-                request, metadata=self._call_metadata(), timeout=timeout
+                request, metadata=self._call_metadata(), timeout=chosen.timeout
             )
         return result_from_proto(message)
 
@@ -431,58 +386,45 @@ class AsyncClient:
             response.manifest_hash,
         )
 
-    async def get_execution(self, execution_id: str) -> pb.ExecutionRecord:
+    async def get_execution(self, execution_id: str) -> ExecutionRecord:
+        """The audit record of one of this tenant's executions (`RUNNING` while it runs)."""
         async with translated():
-            record: pb.ExecutionRecord = await self._stub.GetExecution(
+            record = await self._stub.GetExecution(
                 pb.GetExecutionRequest(execution_id=execution_id), metadata=self._metadata
             )
-        return record
+        return record_from_proto(record)
 
-    async def list_executions(
-        self, request: pb.ListExecutionsRequest | None = None
-    ) -> pb.ListExecutionsResponse:
+    async def list_executions(self, query: ExecutionQuery | None = None) -> ExecutionPage:
+        """One page of this tenant's records, newest first, filtered by ``query``."""
         async with translated():
-            response: pb.ListExecutionsResponse = await self._stub.ListExecutions(
-                request or pb.ListExecutionsRequest(), metadata=self._metadata
+            response = await self._stub.ListExecutions(
+                query_to_proto(query), metadata=self._metadata
             )
-        return response
+        return page_from_proto(response)
 
     def session(
         self,
         tools: str | Sequence[Mapping[str, Any]] = (),
+        options: SessionOptions | None = None,
         *,
-        limits: LimitsLike = None,
-        backend: str | None = None,
-        idle_timeout: float | None = None,
-        max_lifetime: float | None = None,
-        max_executions: int | None = None,
-        labels: Mapping[str, str] | None = None,
         session_id: str | None = None,
-        runtime: str | None = None,
+        **overrides: Unpack[SessionOverrides],
     ) -> AsyncSession:
         """A session (`sandbox.client.sessions`): ``async with client.session(...) as s``.
-        Times in seconds; ``limits`` are the whole session's (``cpu_time`` its total CPU);
-        every cell runs in ``runtime`` (`ptc runtime list`). With ``session_id`` it attaches
-        to an existing session instead of creating one."""
+        ``options`` (`SessionOptions`) or the same names as keywords: times in seconds;
+        ``limits`` are the whole session's (``cpu_time`` its total CPU); every cell runs in
+        ``runtime`` (`ptc runtime list`). With ``session_id`` it attaches to an existing
+        session instead of creating one."""
         return AsyncSession(
-            self,
-            tools=tools,
-            limits=limits,
-            backend=backend,
-            idle_timeout=idle_timeout,
-            max_lifetime=max_lifetime,
-            max_executions=max_executions,
-            labels=labels,
-            session_id=session_id,
-            runtime=runtime,
+            self, tools, SessionOptions.of(options, **overrides), session_id=session_id
         )
 
-    async def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:
+    async def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:
         async with translated():
-            response: pb.ListSessionsResponse = await self._stub.ListSessions(
+            response = await self._stub.ListSessions(
                 pb.ListSessionsRequest(include_ended=include_ended), metadata=self._metadata
             )
-        return list(response.sessions)
+        return [session_from_proto(info) for info in response.sessions]
 
     async def replay(
         self,
@@ -500,13 +442,21 @@ class AsyncClient:
         if tools is not None:
             manifest, _local = build_manifest(tools)  # functions are never called by a replay
             request.manifest.json = manifest
-        chosen = _limits(limits)
-        if chosen is not None:
-            request.limits.CopyFrom(limits_to_proto(chosen))
-        if backend is not None:
-            if backend not in BACKEND_ENUM:
-                raise InvalidArgument(f"backend: unknown backend {backend!r}")
-            request.backend = BACKEND_ENUM[backend]
+        chosen = RunOptions.of(limits=limits, backend=backend)
+        if chosen.limits is not None:
+            request.limits.CopyFrom(limits_to_proto(chosen.limits))
+        if chosen.backend is not None:
+            request.backend = BACKEND_ENUM[chosen.backend]
         async with translated():
             message = await self._stub.Replay(request, metadata=self._metadata, timeout=timeout)
         return report_from_proto(message)
+
+
+def execute_request(
+    script: str, tools: str | Sequence[ToolLike] | None, options: RunOptions
+) -> tuple[pb.ExecuteRequest, dict[str, ClientTool]]:
+    """The request for ``script`` and the client's own functions among ``tools``; a session's
+    cell given no ``tools`` (None) keeps the session's."""
+    manifest, local = build_manifest(tools or ())
+    keep = tools is None and bool(options.session_id)
+    return request_to_proto(script, None if keep else manifest, options), local

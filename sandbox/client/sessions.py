@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client._errors import translated
+from sandbox.client.records import SessionInfo, session_from_proto
 from sandbox.client.tools import build_manifest
 from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.expectations import ExpectedCalls
-from sandbox.files import FilesLike, input_files
 from sandbox.limits import check_labels
+from sandbox.options import RunOptions, RunOverrides, SessionOptions
 from sandbox.result import ExecutionResult
-from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
+from sandbox.wire import BACKEND_ENUM, limits_to_proto
 
 if TYPE_CHECKING:
-    from sandbox.client.aio import AsyncClient, LimitsLike
+    from sandbox.client.aio import AsyncClient
     from sandbox.client.sync import Client
 
 __all__ = ["AsyncSession", "SyncSession"]
@@ -46,28 +47,16 @@ class AsyncSession:
     def __init__(
         self,
         client: AsyncClient,
-        *,
         tools: str | Sequence[Mapping[str, Any]] = (),
-        limits: LimitsLike = None,
-        backend: str | None = None,
-        idle_timeout: float | None = None,
-        max_lifetime: float | None = None,
-        max_executions: int | None = None,
-        labels: Mapping[str, str] | None = None,
+        options: SessionOptions | None = None,
+        *,
         session_id: str | None = None,
-        runtime: str | None = None,
     ) -> None:
         self._client = client
-        self._runtime = runtime
         self._tools = tools
-        self._limits = limits
-        self._backend = backend
-        self._idle_timeout = idle_timeout
-        self._max_lifetime = max_lifetime
-        self._max_executions = max_executions
-        self._labels = dict(labels or {})
+        self.options = options or SessionOptions()
         self.id: str = session_id or ""
-        self.info: pb.SessionInfo | None = None
+        self.info: SessionInfo | None = None
 
     async def __aenter__(self) -> AsyncSession:
         if not self.id:
@@ -79,34 +68,33 @@ class AsyncSession:
         with contextlib.suppress(NotFound, FailedPrecondition):
             await self.close()
 
-    async def create(self) -> pb.SessionInfo:
+    async def create(self) -> SessionInfo:
         manifest, local = build_manifest(self._tools)
         if local:
             raise ValueError("a session's tools must be served by the server (echo, mock, host)")
-        check_labels(self._labels or {})  # before sending, as the server would refuse them
+        options = self.options
+        check_labels(options.labels)  # before sending, as the server would refuse them
         request = pb.CreateSessionRequest(
-            manifest=pb.ToolManifest(json=manifest), labels=self._labels
+            manifest=pb.ToolManifest(json=manifest), labels=dict(options.labels)
         )
-        from sandbox.client.aio import _limits
-
-        limits = _limits(self._limits)
-        if limits is not None:
-            request.limits.CopyFrom(limits_to_proto(limits))
-        if self._backend is not None:
-            request.backend = BACKEND_ENUM[self._backend]
-        if self._runtime is not None:
-            request.runtime = self._runtime
+        if options.limits is not None:
+            request.limits.CopyFrom(limits_to_proto(options.limits))
+        if options.backend is not None:
+            request.backend = BACKEND_ENUM[options.backend]
+        if options.runtime is not None:
+            request.runtime = options.runtime
         for field, value in (
-            ("idle_timeout_ms", _ms(self._idle_timeout)),
-            ("max_lifetime_ms", _ms(self._max_lifetime)),
-            ("max_executions", self._max_executions),
+            ("idle_timeout_ms", _ms(options.idle_timeout)),
+            ("max_lifetime_ms", _ms(options.max_lifetime)),
+            ("max_executions", options.max_executions),
         ):
             if value is not None:
                 setattr(request, field, value)
         async with translated():
-            info: pb.SessionInfo = await self._client._stub.CreateSession(
+            message = await self._client._stub.CreateSession(
                 request, metadata=self._client._metadata
             )
+        info = session_from_proto(message)
         self.id, self.info = info.session_id, info
         return info
 
@@ -114,62 +102,34 @@ class AsyncSession:
         self,
         script: str,
         tools: str | Sequence[Mapping[str, Any]] | None = None,
-        *,
-        limits: LimitsLike = None,
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        files: FilesLike | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        backend: str | None = None,
-        runtime: str | None = None,
+        options: RunOptions | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         """Runs ``script`` as the session's next cell; ``tools`` replaces its tools; ``files``
         are placed in its working directory before it runs; ``policy`` and ``expected_calls``
         apply to the cell as to a single-use execution. The session's backend and runtime were
         fixed when it was created: ``backend`` or ``runtime`` naming another is refused
         (`InvalidArgument`), never ignored."""
-        from sandbox.client.aio import _limits
-
-        manifest, local = build_manifest(tools or ())
-        if local:
+        chosen = replace(RunOptions.of(options, **overrides), session_id=self.id)
+        if tools is not None and build_manifest(tools)[1]:
             raise ValueError("a session's tools must be served by the server (echo, mock, host)")
-        request = request_to_proto(
-            script,
-            manifest,
-            _limits(limits),
-            backend,
-            policy,
-            tuple(expected_calls),
-            labels=labels,
-            session_id=self.id,
-            files=input_files(files),
-        )
-        if runtime:
-            request.runtime = runtime
-        if tools is None:
-            request.ClearField("manifest")  # the session keeps its tools
-        async with translated():
-            message = await self._client._stub.Execute(
-                request, metadata=self._client._metadata, timeout=timeout
-            )
-        return result_from_proto(message)
+        return await self._client.execute(script, tools, chosen)
 
-    async def get(self) -> pb.SessionInfo:
+    async def get(self) -> SessionInfo:
         async with translated():
-            info: pb.SessionInfo = await self._client._stub.GetSession(
+            message = await self._client._stub.GetSession(
                 pb.GetSessionRequest(session_id=self.id), metadata=self._client._metadata
             )
-        self.info = info
-        return info
+        self.info = session_from_proto(message)
+        return self.info
 
-    async def close(self) -> pb.SessionInfo:
+    async def close(self) -> SessionInfo:
         async with translated():
-            info: pb.SessionInfo = await self._client._stub.CloseSession(
+            message = await self._client._stub.CloseSession(
                 pb.CloseSessionRequest(session_id=self.id), metadata=self._client._metadata
             )
-        self.info = info
-        return info
+        self.info = session_from_proto(message)
+        return self.info
 
 
 class SyncSession:
@@ -183,6 +143,11 @@ class SyncSession:
     def id(self) -> str:
         return self._session.id
 
+    @property
+    def info(self) -> SessionInfo | None:
+        """What the last `create`, `get` or `close` said about the session."""
+        return self._session.info
+
     def __enter__(self) -> SyncSession:
         self._client._call(self._session.__aenter__())
         return self
@@ -190,40 +155,22 @@ class SyncSession:
     def __exit__(self, *exc: object) -> None:
         self._client._call(self._session.__aexit__(*exc))
 
-    def create(self) -> pb.SessionInfo:
+    def create(self) -> SessionInfo:
         return self._client._call(self._session.create())
 
     def execute(
         self,
         script: str,
         tools: str | Sequence[Mapping[str, Any]] | None = None,
-        *,
-        limits: LimitsLike = None,
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        files: FilesLike | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        backend: str | None = None,
-        runtime: str | None = None,
+        options: RunOptions | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         return self._client._call(
-            self._session.execute(
-                script,
-                tools,
-                limits=limits,
-                labels=labels,
-                timeout=timeout,
-                files=files,
-                policy=policy,
-                expected_calls=expected_calls,
-                backend=backend,
-                runtime=runtime,
-            )
+            self._session.execute(script, tools, RunOptions.of(options, **overrides))
         )
 
-    def get(self) -> pb.SessionInfo:
+    def get(self) -> SessionInfo:
         return self._client._call(self._session.get())
 
-    def close(self) -> pb.SessionInfo:
+    def close(self) -> SessionInfo:
         return self._client._call(self._session.close())

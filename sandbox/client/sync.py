@@ -13,25 +13,23 @@ import queue
 import threading
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
     Approve,
     AsyncClient,
     Execution,
-    LimitsLike,
     OnOutput,
     OnProgress,
     OutputChunk,
     Progress,
     Stubs,
 )
+from sandbox.client.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tools import ToolLike
-from sandbox.expectations import ExpectedCalls
-from sandbox.files import FilesLike
+from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 
@@ -117,73 +115,39 @@ class Client:
         self,
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
         *,
-        limits: LimitsLike = None,
         on_output: OnOutput | None = None,
         approve: Approve | None = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        runtime: str | None = None,
-        session_id: str = "",
-        files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here; with
         ``session_id``, as that session's next cell. (The caller's current trace context goes
         with it: the loop thread's task starts from a copy of this thread's context.)"""
+        chosen = RunOptions.of(options, **overrides)
         return self._call(
             self._async.run(
-                script,
-                tools,
-                limits=limits,
-                on_output=on_output,
-                approve=approve,
-                backend=backend,
-                policy=policy,
-                expected_calls=expected_calls,
-                labels=labels,
-                timeout=timeout,
-                runtime=runtime,
-                session_id=session_id,
-                files=files,
-                on_progress=on_progress,
+                script, tools, chosen, on_output=on_output, approve=approve, on_progress=on_progress
             )
         )
 
     def stream(
         self,
         script: str,
-        tools: str | Sequence[ToolLike] = (),
+        tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
         *,
-        limits: LimitsLike = None,
+        on_output: OnOutput | None = None,
         approve: Approve | None = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        files: FilesLike | None = None,
         on_progress: OnProgress | None = None,
-        runtime: str | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
+        chosen = RunOptions.of(options, **overrides)
         execution = self._call(
             self._async.start(
-                script,
-                tools,
-                limits=limits,
-                approve=approve,
-                backend=backend,
-                policy=policy,
-                expected_calls=expected_calls,
-                labels=labels,
-                timeout=timeout,
-                files=files,
-                on_progress=on_progress,
-                runtime=runtime,
+                script, tools, chosen, on_output=on_output, approve=approve, on_progress=on_progress
             )
         )
         return SyncExecution(self, execution)
@@ -191,74 +155,35 @@ class Client:
     def execute(
         self,
         script: str,
-        tools: str | Sequence[Mapping[str, Any]] = (),
-        *,
-        limits: LimitsLike = None,
-        backend: str | None = None,
-        policy: str | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        files: FilesLike | None = None,
-        runtime: str | None = None,
+        tools: str | Sequence[ToolLike] | None = (),
+        options: RunOptions | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server."""
-        return self._call(
-            self._async.execute(
-                script,
-                tools,
-                limits=limits,
-                backend=backend,
-                policy=policy,
-                expected_calls=expected_calls,
-                labels=labels,
-                timeout=timeout,
-                files=files,
-                runtime=runtime,
-            )
-        )
+        return self._call(self._async.execute(script, tools, RunOptions.of(options, **overrides)))
 
     def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
         return self._call(self._async.stubs(tools))
 
-    def get_execution(self, execution_id: str) -> pb.ExecutionRecord:
+    def get_execution(self, execution_id: str) -> ExecutionRecord:
         return self._call(self._async.get_execution(execution_id))
 
-    def list_executions(
-        self, request: pb.ListExecutionsRequest | None = None
-    ) -> pb.ListExecutionsResponse:
-        return self._call(self._async.list_executions(request))
+    def list_executions(self, query: ExecutionQuery | None = None) -> ExecutionPage:
+        return self._call(self._async.list_executions(query))
 
     def session(
         self,
         tools: str | Sequence[Mapping[str, Any]] = (),
+        options: SessionOptions | None = None,
         *,
-        limits: LimitsLike = None,
-        backend: str | None = None,
-        idle_timeout: float | None = None,
-        max_lifetime: float | None = None,
-        max_executions: int | None = None,
-        labels: Mapping[str, str] | None = None,
         session_id: str | None = None,
-        runtime: str | None = None,
+        **overrides: Unpack[SessionOverrides],
     ) -> SyncSession:
         """A session: ``with client.session(...) as s: s.execute(...)`` (see `AsyncClient`)."""
-        return SyncSession(
-            self,
-            self._async.session(
-                tools,
-                limits=limits,
-                backend=backend,
-                idle_timeout=idle_timeout,
-                max_lifetime=max_lifetime,
-                max_executions=max_executions,
-                labels=labels,
-                session_id=session_id,
-                runtime=runtime,
-            ),
-        )
+        chosen = SessionOptions.of(options, **overrides)
+        return SyncSession(self, self._async.session(tools, chosen, session_id=session_id))
 
-    def list_sessions(self, include_ended: bool = False) -> list[pb.SessionInfo]:
+    def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:
         return self._call(self._async.list_sessions(include_ended))
 
     def replay(

@@ -39,7 +39,9 @@ from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecu
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
+from sandbox.integrations.runners import execution_request
 from sandbox.limits import parse_limit_args
+from sandbox.options import RunOptions
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.telemetry.live import StatusLine
@@ -248,8 +250,9 @@ async def _execute_prepared(
 
 def _execute_remote(
     args: argparse.Namespace,
-    request: ExecutionRequest,
+    script: str,
     manifest: str | None,
+    options: RunOptions,
     on_output: OutputCallback | None = None,
     status: StatusLine | None = None,
 ) -> ExecutionResult:
@@ -268,16 +271,10 @@ def _execute_remote(
             step_span("ptc.run", **{"ptc.server": server}),
         ):
             return client.run(
-                request.script,
+                script,
                 manifest,
-                limits=request.limits,
-                backend=args.backend,  # None: the server's default (a session's: its own)
-                policy=args.policy,  # None: the tenant's
-                expected_calls=request.expected_calls,
-                runtime=request.runtime,
-                session_id=args.session or "",
+                options,
                 on_output=forward,
-                files=request.files,
                 on_progress=status.update if status is not None else None,
             )
     except PtcError as exc:  # the same class, naming the server it came from
@@ -324,15 +321,15 @@ def run(args: argparse.Namespace) -> int:
     check_options(args)
     script = _read(args.script, "script")
     manifest = _read(args.tools, "manifest") if args.tools else "[]"
-    request = ExecutionRequest(
-        script=script,
-        manifest=manifest,
+    # None where not given: a session keeps its own backend, a server its tenant's policy.
+    options = RunOptions(
         limits=parse_limit_args(args.limit),
-        backend=args.backend or "process",
-        policy=args.policy or "none",
+        backend=args.backend,
+        policy=args.policy,
         expected_calls=parse_expect(args.expect),
         files=parse_files(args.file),
         runtime=args.runtime,
+        session_id=args.session or "",
     )
     # On a terminal, a status line for long runs (elapsed, tool calls, usage) on stderr.
     status = None if args.json or not sys.stderr.isatty() else StatusLine(sys.stderr)
@@ -340,8 +337,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.server:  # a session's cell too: streamed, its output shown as it arrives
             tools = manifest if args.tools or not args.session else None  # None: the session's
-            result = _execute_remote(args, request, tools, live, status)
+            result = _execute_remote(args, script, tools, options, live, status)
         else:
+            request = execution_request(script, manifest, options)
             backends = _backends(request, args.allow_degraded)
             audit_db = args.audit_db or os.environ.get("PTC_AUDIT_DB") or None
             result = asyncio.run(_execute(request, backends, audit_db, live, status))

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
-
-from google.protobuf.json_format import MessageToDict
+from typing import TYPE_CHECKING, Any
 
 from sandbox.commands._client_tls import add_tls_options, tls_options
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
+
+if TYPE_CHECKING:
+    from sandbox.client import SessionInfo
 
 __all__ = ["check_cell_limits", "register"]
 
@@ -84,8 +85,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     listing.set_defaults(handler=_list)
 
 
-def _print(message: Any) -> None:
-    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), sort_keys=True))
+def _print(info: SessionInfo) -> None:
+    print(json.dumps(info.to_json(), sort_keys=True))
 
 
 def _create(args: argparse.Namespace) -> int:

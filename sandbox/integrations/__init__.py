@@ -15,6 +15,7 @@ from sandbox.integrations.observation import (
     summarize_result,
 )
 from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, RunRequest, ScriptRunner
+from sandbox.options import RunOptions, SessionOptions
 
 __all__ = [
     "CALLING_CONVENTION",
@@ -24,8 +25,10 @@ __all__ = [
     "ForwardedTool",
     "Observation",
     "ObservationBudget",
+    "RunOptions",
     "RunRequest",
     "ScriptRunner",
+    "SessionOptions",
     "forwarded_tool",
     "render_observation",
     "summarize_result",

@@ -9,10 +9,10 @@
 The tool's description carries the calling convention and the compact stub module
 (`stubs_gen.render_compact`), so the model knows every typed function it may call without one
 JSON definition per tool. The same object runs a call — through any `ScriptRunner`, with the
-limits and the expected call counts the agent builder set for the request — and renders the
-observation (`sandbox.integrations.observation`). A request the service refuses (a script too
-large, an unknown tool in `expected_calls`) comes back as an error observation, so the model can
-correct itself; it never raises into the framework's loop.
+`RunOptions` the agent builder set (limits, expected call counts, policy, input files) — and
+renders the observation (`sandbox.integrations.observation`). A request the service refuses (a
+script too large, an unknown tool in `expected_calls`) comes back as an error observation, so
+the model can correct itself; it never raises into the framework's loop.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
@@ -30,7 +30,7 @@ from sandbox.expectations import ExpectedCalls
 from sandbox.files import FilesLike, input_files
 from sandbox.integrations.observation import ObservationBudget, ScriptSource, render_observation
 from sandbox.integrations.runners import RunRequest, ScriptRunner
-from sandbox.limits import Limits
+from sandbox.options import RunOptions, RunOverrides
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import Manifest, load_manifest, render_compact
@@ -81,22 +81,18 @@ class ExecuteTool:
         tools: Sequence[ToolLike] = (),
         *,
         name: str = "execute_python",
-        limits: Limits | None = None,
-        expected_calls: Sequence[ExpectedCalls] = (),
+        options: RunOptions | None = None,
         budget: ObservationBudget | None = None,
-        policy: str | None = None,
         instructions: str = "",
-        files: FilesLike | None = None,
+        **overrides: Unpack[RunOverrides],
     ) -> None:
         self.runner = runner
         self.tools = list(tools)
         self.name = name
-        self.limits = limits or Limits()
-        self.expected_calls = tuple(expected_calls)
+        # How every run of this tool goes (limits, expected calls, policy, input files such as
+        # a conversation's uploads, ...): ``options`` or the same names as keywords.
+        self.options = RunOptions.of(options, **overrides)
         self.budget = budget or ObservationBudget()
-        self.policy = policy
-        # Input files every run of this tool gets (e.g. a conversation's uploads).
-        self.files = input_files(files)
         manifest_json, _local = build_manifest(self.tools)
         self.manifest: Manifest = load_manifest(manifest_json)
         self.stubs = render_compact(self.manifest)
@@ -161,9 +157,14 @@ class ExecuteTool:
         expected_calls: Sequence[ExpectedCalls] | None = None,
         files: FilesLike | None = None,
     ) -> RunRequest:
-        expected = self.expected_calls if expected_calls is None else tuple(expected_calls)
-        extra = input_files(files)
-        return RunRequest(code, self.tools, self.limits, expected, self.policy, self.files + extra)
+        """The run of ``code`` with this tool's options, its expected calls replaced and
+        ``files`` added to its own when given."""
+        options = self.options
+        if expected_calls is not None:
+            options = replace(options, expected_calls=tuple(expected_calls))
+        if files is not None:
+            options = replace(options, files=options.files + input_files(files))
+        return RunRequest(code, self.tools, options)
 
     def observe(self, result: ExecutionResult, script: ScriptSource | None = None) -> Observation:
         text = render_observation(result, self.summary_fields, self.budget, script)

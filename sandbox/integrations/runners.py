@@ -29,34 +29,60 @@ from sandbox.client._tls import PemLike
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.errors import InvalidArgument
-from sandbox.expectations import ExpectedCalls
-from sandbox.files import InputFile
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
+from sandbox.options import RunOptions
 from sandbox.recording import Recorder
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 from sandbox.sessions.manager import SessionManager
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot
 
-__all__ = ["ClientRunner", "EmbeddedRunner", "RunRequest", "ScriptRunner"]
+__all__ = [
+    "ClientRunner",
+    "EmbeddedRunner",
+    "RunRequest",
+    "ScriptRunner",
+    "execution_request",
+]
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One script to run, with everything the request implies about it."""
+    """One script to run, its tools, and how (`RunOptions`: limits, expected calls, policy,
+    input files, ...)."""
 
     script: str
     tools: Sequence[ToolLike] = ()
-    limits: Limits = field(default_factory=Limits)
-    expected_calls: tuple[ExpectedCalls, ...] = ()
-    policy: str | None = None
-    files: tuple[InputFile, ...] = ()  # placed in the script's working directory
+    options: RunOptions = field(default_factory=RunOptions)
     # Live progress of a long run (about once a second past the first); called on a thread of
     # the runner's, not the caller's.
     on_progress: Callable[[ProgressSnapshot], Any] | None = None
+
+
+def execution_request(script: str, manifest: str, options: RunOptions) -> ExecutionRequest:
+    """The engine's request for ``options`` (their None: the engine's defaults). Refuses what
+    an engine in this process cannot honour rather than ignoring it: the timeout is the SDK's
+    call deadline, and a session's cell runs through its session runner."""
+    if options.timeout is not None:
+        raise InvalidArgument("timeout: the client SDK's call deadline; not for an embedded run")
+    if options.session_id:
+        raise InvalidArgument(
+            "session_id: an embedded session's cells run through its runner (open_session)"
+        )
+    return ExecutionRequest(
+        script=script,
+        manifest=manifest,
+        limits=options.limits or Limits(),
+        backend=options.backend,
+        policy=options.policy or "none",
+        expected_calls=options.expected_calls,
+        labels=dict(options.labels),
+        runtime=options.runtime,
+        files=options.files,
+    )
 
 
 class ScriptRunner(Protocol):
@@ -83,13 +109,7 @@ class ClientRunner:
 
     def run(self, request: RunRequest) -> ExecutionResult:
         return self.client.run(
-            request.script,
-            list(request.tools),
-            limits=request.limits,
-            policy=request.policy,
-            expected_calls=request.expected_calls,
-            files=request.files,
-            on_progress=request.on_progress,
+            request.script, list(request.tools), request.options, on_progress=request.on_progress
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -174,15 +194,7 @@ class EmbeddedRunner:
 
     async def _execute(self, request: RunRequest) -> ExecutionResult:
         manifest, local = build_manifest(list(request.tools))
-        execution = ExecutionRequest(
-            script=request.script,
-            manifest=manifest,
-            limits=request.limits,
-            policy="restricted" if request.policy == "restricted" else "none",
-            expected_calls=request.expected_calls,
-            files=request.files,
-        )
-        prepared = self.engine.prepare(execution)
+        prepared = self.engine.prepare(execution_request(request.script, manifest, request.options))
         if request.on_progress is None:
             return await self.recorder.run(
                 self.engine, prepared, handlers={"client": _client_handler(local)}

@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from dataclasses import replace
+from typing import Unpack
 
 from sandbox.client.tools import build_manifest
-from sandbox.engine import ExecutionRequest
-from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, RunRequest, _client_handler
+from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
+from sandbox.integrations.runners import (
+    ClientRunner,
+    EmbeddedRunner,
+    RunRequest,
+    _client_handler,
+    execution_request,
+)
 from sandbox.limits import Limits
+from sandbox.options import SessionOptions, SessionOverrides
 from sandbox.result import ExecutionResult
 from sandbox.sessions.manager import (
     SESSION_LABEL,
@@ -40,9 +47,9 @@ DEFAULT_LIFETIME_S = 3600.0
 class ClientSessionRunner:
     """A session on a server; runs go through `Client.run` with the session's id."""
 
-    def __init__(self, runner: ClientRunner, **options: Any) -> None:
+    def __init__(self, runner: ClientRunner, options: SessionOptions | None = None) -> None:
         self._runner = runner
-        self._session = runner.client.session(**options)
+        self._session = runner.client.session((), options)
         self._session.create()
 
     @property
@@ -50,15 +57,9 @@ class ClientSessionRunner:
         return self._session.id
 
     def run(self, request: RunRequest) -> ExecutionResult:
+        options = replace(request.options, session_id=self.session_id)
         return self._runner.client.run(
-            request.script,
-            list(request.tools),
-            limits=request.limits,
-            policy=request.policy,
-            expected_calls=request.expected_calls,
-            session_id=self.session_id,
-            files=request.files,
-            on_progress=request.on_progress,
+            request.script, list(request.tools), options, on_progress=request.on_progress
         )
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
@@ -81,28 +82,29 @@ class EmbeddedSessionRunner:
     def __init__(
         self,
         runner: EmbeddedRunner,
-        *,
-        limits: Limits | None = None,
-        backend: str | None = None,
-        idle_timeout: float = DEFAULT_IDLE_S,
-        max_lifetime: float = DEFAULT_LIFETIME_S,
-        max_executions: int = 0,
+        options: SessionOptions | None = None,
     ) -> None:
+        options = options or SessionOptions()
+        if options.runtime or options.labels:
+            raise InvalidArgument(
+                "an embedded session takes limits, backend, idle_timeout, max_lifetime and "
+                "max_executions; runtime and labels are a server's session's"
+            )
         self._runner = runner
         engine = runner.engine
         self.manager: SessionManager = runner.session_manager()
         settings = SessionSettings(
-            limits=engine.effective_limits(limits or Limits())[0],
-            idle_timeout_s=idle_timeout,
-            max_lifetime_s=max_lifetime,
-            max_executions=max_executions,
+            limits=engine.effective_limits(options.limits or Limits())[0],
+            idle_timeout_s=_or(options.idle_timeout, DEFAULT_IDLE_S),
+            max_lifetime_s=_or(options.max_lifetime, DEFAULT_LIFETIME_S),
+            max_executions=options.max_executions or 0,
         )
         self.session: Session = runner._loop.call(
             self.manager.create(
                 runner.recorder.tenant,
                 manifest=engine.manifest("[]"),
                 manifest_json="[]",
-                backend=engine.backend(backend).name,
+                backend=engine.backend(options.backend).name,
                 settings=settings,
             )
         )
@@ -115,18 +117,14 @@ class EmbeddedSessionRunner:
         runner, session = self._runner, self.session
         usable = self.manager.usable(session.tenant, session.id)
         manifest, local = build_manifest(list(request.tools))
-        execution = ExecutionRequest(
-            script=request.script,
-            manifest=manifest,
-            limits=request.limits,
-            backend=usable.backend,
-            policy="restricted" if request.policy == "restricted" else "none",
-            expected_calls=request.expected_calls,
-            files=request.files,
-            labels={SESSION_LABEL: session.id},
+        options = request.options
+        cell = replace(
+            options, backend=usable.backend, labels={**options.labels, SESSION_LABEL: session.id}
         )
-        limits, adjustments = runner.engine.effective_limits(request.limits)
-        limits, fixed = self.manager.session_limits(session, limits, request.limits)
+        execution = execution_request(request.script, manifest, cell)
+        asked = options.limits or Limits()
+        limits, adjustments = runner.engine.effective_limits(asked)
+        limits, fixed = self.manager.session_limits(session, limits, asked)
         prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
         result: ExecutionResult | None = None
@@ -159,11 +157,18 @@ class EmbeddedSessionRunner:
 
 
 def open_session(
-    runner: ClientRunner | EmbeddedRunner, **options: Any
+    runner: ClientRunner | EmbeddedRunner,
+    options: SessionOptions | None = None,
+    **overrides: Unpack[SessionOverrides],
 ) -> ClientSessionRunner | EmbeddedSessionRunner:
-    """A runner bound to a new session of ``runner``'s server or engine. Options: ``limits``
-    (the session's), ``backend``, ``idle_timeout``, ``max_lifetime`` (seconds),
-    ``max_executions``."""
+    """A runner bound to a new session of ``runner``'s server or engine, created with
+    ``options`` (`SessionOptions`: ``limits`` (the session's), ``backend``, ``idle_timeout``,
+    ``max_lifetime`` (seconds), ``max_executions``) or the same names as keywords."""
+    chosen = SessionOptions.of(options, **overrides)
     if isinstance(runner, ClientRunner):
-        return ClientSessionRunner(runner, **options)
-    return EmbeddedSessionRunner(runner, **options)
+        return ClientSessionRunner(runner, chosen)
+    return EmbeddedSessionRunner(runner, chosen)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

@@ -26,7 +26,6 @@ from test_mcp_server import SCRIPT
 from test_mcp_session import assert_state_kept_across_two_calls
 from test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.integrations import ClientRunner
 from sandbox.integrations.smolagents import SandboxExecutor
 
@@ -127,4 +126,4 @@ def test_ptc_mcp_session_over_a_server_keeps_state_and_closes_it(address: str) -
     # The conversation's session lived on the server and ended with the conversation.
     with ClientRunner.connect(address) as runner:
         sessions = runner.client.list_sessions(include_ended=True)
-    assert [(s.state, len(s.execution_ids)) for s in sessions] == [(pb.SESSION_STATE_CLOSED, 2)]
+    assert [(s.state, len(s.execution_ids)) for s in sessions] == [("closed", 2)]

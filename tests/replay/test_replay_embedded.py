@@ -15,6 +15,7 @@ from sandbox.engine import EngineConfig
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.expectations import ExpectedCalls
 from sandbox.integrations import EmbeddedRunner, RunRequest
+from sandbox.options import RunOptions
 
 calls: list[str] = []
 
@@ -56,7 +57,11 @@ def test_functions_replay_identically_with_their_errors(runner: EmbeddedRunner) 
 
 def test_an_expected_calls_violation_is_reproduced(runner: EmbeddedRunner) -> None:
     recorded = runner.run(
-        RunRequest(SCRIPT, tools=[search], expected_calls=(ExpectedCalls("search", min=3),))
+        RunRequest(
+            SCRIPT,
+            tools=[search],
+            options=RunOptions(expected_calls=(ExpectedCalls("search", min=3),)),
+        )
     )
     assert [(v.limit, v.observed) for v in recorded.violations] == [("expected_calls", 2.0)]
     report = runner.replay(recorded.execution_id)

@@ -278,7 +278,7 @@ def test_bad_requests_are_invalid_and_the_server_keeps_serving(served: Served) -
     assert limits.value.message == "limits.wall_time_ms: must be a positive integer, got 0"
     with pytest.raises(InvalidArgument) as backend:
         served.acme.replay(recorded.execution_id, backend="vm")
-    assert backend.value.message == "backend: unknown backend 'vm'"
+    assert backend.value.message == "backend: unknown backend 'vm' (known: process, docker, gvisor)"
     result = served.acme.execute("print('still ok')")
     assert (result.status, result.stdout) == ("ok", "still ok\n")
 

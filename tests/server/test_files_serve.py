@@ -93,7 +93,8 @@ open('outputs/sub/note.txt', 'w').write('h\\u00e9')
     ]
     # The audit record has the hashes, never the bytes.
     record = fserver.client.get_execution(result.execution_id)
-    assert [(f.name, f.size_bytes, f.sha256, f.content) for f in record.result.output_files] == [
+    assert record.result is not None
+    assert [(f.name, f.size, f.sha256, f.data) for f in record.result.output_files] == [
         (f.name, f.size, f.sha256, b"") for f in result.output_files
     ]
     assert [d.sha256 for d in record.result.input_files] == [

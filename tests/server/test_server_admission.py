@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.backends.fake import FakeBackend
-from sandbox.client import AsyncClient
+from sandbox.client import AsyncClient, ExecutionPage
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import ResourceExhausted, Unauthenticated
 from sandbox.server import SandboxServer, ServerConfig
@@ -89,7 +88,7 @@ def test_concurrency_and_queue_per_tenant_with_other_tenants_unaffected(
 ) -> None:
     backend = fake_server.backend
 
-    async def scenario() -> tuple[list[Any], Any, ResourceExhausted, pb.ListExecutionsResponse]:
+    async def scenario() -> tuple[list[Any], Any, ResourceExhausted, ExecutionPage]:
         async with (
             AsyncClient(fake_server.address, api_key="key-a") as acme,
             AsyncClient(fake_server.address, api_key="key-g") as globex,
@@ -121,7 +120,7 @@ def test_concurrency_and_queue_per_tenant_with_other_tenants_unaffected(
     assert backend.peak_running == 2  # acme's one and globex's one
     # Only what was admitted is recorded, each under its own tenant.
     acme_ids = {r.execution_id for r in done}
-    assert {rec.result.execution_id for rec in records.records} == acme_ids
+    assert {rec.execution_id for rec in records.records} == acme_ids
     assert {rec.tenant for rec in records.records} == {"acme"}
 
 

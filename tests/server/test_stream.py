@@ -11,7 +11,15 @@ import pytest
 from server_support import manifest
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.client import ApprovalRequest, AsyncClient, OutputChunk, tool
+from sandbox.client import (
+    ApprovalRequest,
+    AsyncClient,
+    ExecutionQuery,
+    ExecutionRecord,
+    OutputChunk,
+    tool,
+)
+from sandbox.client.records import RUNNING
 from sandbox.errors import PtcError
 
 
@@ -31,10 +39,10 @@ def explode(reason: str) -> None:
     raise RuntimeError(f"client tool failed: {reason}")
 
 
-def _wait_completed(server, execution_id: str) -> pb.ExecutionRecord:
+def _wait_completed(server, execution_id: str) -> ExecutionRecord:
     for _ in range(1000):
         record = server.client.get_execution(execution_id)
-        if record.result.status != pb.EXECUTION_STATUS_UNSPECIFIED:
+        if record.status != RUNNING:
             return record
         time.sleep(0.01)
     raise AssertionError(f"{execution_id} never completed")
@@ -147,7 +155,7 @@ def test_approvals_granted_and_denied(server):
     ]
     assert [c.status for c in result.calls] == ["ok", "denied"]
     record = server.client.get_execution(result.execution_id)
-    assert [c.status for c in record.result.calls] == [pb.CALL_STATUS_OK, pb.CALL_STATUS_DENIED]
+    assert [c.status for c in record.result.calls] == ["ok", "denied"]
 
 
 def test_approval_with_async_approver_and_client_tool(server):
@@ -215,7 +223,7 @@ def test_cancel_message_mid_run_is_recorded_cancelled(server):
     result = server.run_async(main)
     assert result.status == "cancelled"
     record = _wait_completed(server, result.execution_id)
-    assert record.result.status == pb.EXECUTION_STATUS_CANCELLED
+    assert record.status == "cancelled"
 
 
 def test_client_disconnect_mid_run_is_recorded_cancelled(server):
@@ -232,7 +240,7 @@ def test_client_disconnect_mid_run_is_recorded_cancelled(server):
 
     execution_id = server.run_async(main)
     record = _wait_completed(server, execution_id)
-    assert record.result.status == pb.EXECUTION_STATUS_CANCELLED
+    assert record.status == "cancelled"
 
 
 def test_deadline_cancels_the_execution(server):
@@ -240,10 +248,10 @@ def test_deadline_cancels_the_execution(server):
         server.client.execute("import time\ntime.sleep(30)", timeout=0.5)
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert info.value.message.startswith("DEADLINE_EXCEEDED: ")
-    listed = server.client.list_executions(pb.ListExecutionsRequest(page_size=20))
+    listed = server.client.list_executions(ExecutionQuery(page_size=20))
     mine = [r for r in listed.records if r.script == "import time\ntime.sleep(30)"]
-    record = _wait_completed(server, mine[0].result.execution_id)
-    assert record.result.status == pb.EXECUTION_STATUS_CANCELLED
+    record = _wait_completed(server, mine[0].execution_id)
+    assert (record.status, record.result.status) == ("cancelled", "cancelled")
 
 
 def test_client_that_never_answers_hits_the_wall_time_limit(server):

@@ -9,7 +9,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from server_support import manifest
 
-from sandbox._proto import sandbox_pb2 as pb
+from sandbox.client import ExecutionQuery
 from sandbox.errors import NotFound
 
 
@@ -72,18 +72,20 @@ def test_host_handler_error_and_timeout_are_tool_errors(server):
 def test_get_and_list_executions(server):
     first = server.client.execute("print('a')", labels={"team": "qa"})
     record = server.client.get_execution(first.execution_id)
-    assert record.result.status == pb.EXECUTION_STATUS_OK
+    assert (record.status, record.result.status) == ("ok", "ok")
     assert record.script == "print('a')"
     assert record.tenant == "default"
     assert dict(record.labels) == {"team": "qa"}
     assert len(record.record_hash) == 64
-    listed = server.client.list_executions(pb.ListExecutionsRequest(page_size=1))
+    listed = server.client.list_executions(ExecutionQuery(page_size=1))
     assert len(listed.records) == 1
     assert listed.next_page_token
     again = server.client.list_executions(
-        pb.ListExecutionsRequest(page_size=1, page_token=listed.next_page_token)
+        ExecutionQuery(page_size=1, page_token=listed.next_page_token)
     )
-    assert again.records[0].result.execution_id != listed.records[0].result.execution_id
+    assert again.records[0].execution_id != listed.records[0].execution_id
+    nothing = server.client.list_executions(ExecutionQuery(status="ok", tool="nope"))
+    assert (nothing.records, nothing.next_page_token) == ([], "")
 
 
 def test_unknown_execution_is_not_found(server):

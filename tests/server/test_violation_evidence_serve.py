@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from server_support import manifest
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.expectations import ExpectedCalls
 
 MiB = 1 << 20
@@ -30,13 +29,11 @@ def test_evidence_round_trips_through_the_server_and_its_audit_record(server):
         ("expected_calls", 1, "reported", "host"),
     ]
     record = server.client.get_execution(result.execution_id)
-    assert [
-        (v.limit, v.HasField("observed"), v.observed, v.action, v.evidence)
-        for v in record.result.violations
-    ] == [
-        ("file_size", True, MiB, pb.VIOLATION_ACTION_REFUSED, pb.VIOLATION_EVIDENCE_HOST),
-        ("stdout_bytes", True, 2000, pb.VIOLATION_ACTION_TRUNCATED, pb.VIOLATION_EVIDENCE_HOST),
-        ("expected_calls", True, 1, pb.VIOLATION_ACTION_REPORTED, pb.VIOLATION_EVIDENCE_HOST),
+    assert record.result is not None
+    assert [(v.limit, v.observed, v.action, v.evidence) for v in record.result.violations] == [
+        ("file_size", MiB, "refused", "host"),
+        ("stdout_bytes", 2000, "truncated", "host"),
+        ("expected_calls", 1, "reported", "host"),
     ]
 
 
@@ -48,11 +45,9 @@ def test_guest_evidence_and_nothing_measured_round_trip(server):
         ("open_files", None, "guest")
     ]
     record = server.client.get_execution(result.execution_id)
+    assert record.result is not None
     [violation] = record.result.violations
-    assert (violation.HasField("observed"), violation.evidence) == (
-        False,
-        pb.VIOLATION_EVIDENCE_GUEST,
-    )
+    assert (violation.observed, violation.evidence) == (None, "guest")
 
 
 def test_a_raised_memory_error_is_an_error_over_the_wire(server):

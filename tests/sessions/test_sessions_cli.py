@@ -50,12 +50,12 @@ def test_session_commands_through_ptc_serve(tmp_path: Path) -> None:
         out = json.loads(second.stdout)
         assert (out["status"], out["value"], out["session_id"]) == ("ok", "21", sid)
         shown = json.loads(ptc("session", "show", sid, "--server", address).stdout)
-        assert (shown["state"], len(shown["execution_ids"])) == ("SESSION_STATE_ACTIVE", 2)
+        assert (shown["state"], len(shown["execution_ids"])) == ("active", 2)
         listed = ptc("session", "list", "--server", address)
         assert [json.loads(x)["session_id"] for x in listed.stdout.splitlines()] == [sid]
         closed = json.loads(ptc("session", "close", sid, "--server", address).stdout)
         assert (closed["state"], closed["end_reason"]) == (
-            "SESSION_STATE_CLOSED",
+            "closed",
             "closed by the client",
         )
         after = ptc("run", "-", "--server", address, "--session", sid, stdin="x")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit import open_store
+from sandbox.client import ExecutionQuery
 
 from .conftest import SessionServer
 
@@ -21,8 +21,8 @@ def test_sessions_in_a_postgres_audit_store(tmp_path: Path, pg_url: str) -> None
             one = session.execute("z = 3")
             two = session.execute("z * 2")
         assert two.value == "6"
-        listed = srv.a.list_executions(pb.ListExecutionsRequest(session_id=session.id))
-        assert [r.result.execution_id for r in listed.records] == [
+        listed = srv.a.list_executions(ExecutionQuery(session_id=session.id))
+        assert [r.execution_id for r in listed.records] == [
             two.execution_id,
             one.execution_id,
         ]

@@ -16,7 +16,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit import open_store
 from sandbox.audit.base import AuditQuery
-from sandbox.client import AsyncClient
+from sandbox.client import AsyncClient, ExecutionQuery
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -60,9 +60,9 @@ def test_state_persists_across_three_executions(srv: SessionServer) -> None:
         third.execution_id,
         fourth.execution_id,
     ]
-    assert info.state == pb.SESSION_STATE_ACTIVE
+    assert info.state == "active"
     closed = srv.a.session(session_id=session.id).get()
-    assert (closed.state, closed.end_reason) == (pb.SESSION_STATE_CLOSED, "closed by the client")
+    assert (closed.state, closed.end_reason) == ("closed", "closed by the client")
 
 
 def test_files_in_and_out_per_cell(srv: SessionServer) -> None:
@@ -164,7 +164,7 @@ def test_out_of_memory_ends_the_session_with_the_reason(srv: SessionServer) -> N
         f"session_lost: session '{session.id}' is lost: "
         "memory: the sandbox ran out of memory and was killed"
     )
-    assert (info.state, info.end_reason) == (pb.SESSION_STATE_LOST, oom.session_lost)
+    assert (info.state, info.end_reason) == ("lost", oom.session_lost)
     srv.assert_healthy()
 
 
@@ -178,7 +178,7 @@ def test_idle_session_expires(srv: SessionServer) -> None:
     assert str(gone.value) == (
         f"session_lost: session '{session.id}' is expired: idle: no execution for 0.3 s"
     )
-    assert session.get().state == pb.SESSION_STATE_EXPIRED
+    assert session.get().state == "expired"
     with pytest.raises(NotFound):
         session.close()
 
@@ -295,11 +295,11 @@ def test_audit_records_sessions_and_their_executions(srv: SessionServer) -> None
         }
     finally:
         store.close()
-    served = srv.a.list_executions(pb.ListExecutionsRequest(session_id=session.id))
-    assert [r.result.execution_id for r in served.records] == [two.execution_id, one.execution_id]
-    assert srv.b.list_executions(pb.ListExecutionsRequest(session_id=session.id)).records == []
+    served = srv.a.list_executions(ExecutionQuery(session_id=session.id))
+    assert [r.execution_id for r in served.records] == [two.execution_id, one.execution_id]
+    assert srv.b.list_executions(ExecutionQuery(session_id=session.id)).records == []
     with pytest.raises(InvalidArgument) as bad:
-        srv.a.list_executions(pb.ListExecutionsRequest(session_id="s-%"))
+        srv.a.list_executions(ExecutionQuery(session_id="s-%"))
     assert str(bad.value) == "session_id: 's-%' is not a session id"
 
 
@@ -372,5 +372,5 @@ def test_tenant_ceilings_clamp_idle_timeout_and_lifetime(srv: SessionServer) -> 
         asked.close()
         default.close()
     ended = {s.session_id: s.state for s in srv.a.list_sessions(include_ended=True)}
-    assert ended[asked.id] == ended[default.id] == pb.SESSION_STATE_CLOSED
+    assert ended[asked.id] == ended[default.id] == "closed"
     assert asked.id not in {s.session_id for s in srv.a.list_sessions()}

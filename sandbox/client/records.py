@@ -1,0 +1,192 @@
+"""The SDK's own types for what the service answers besides a result: an audit record
+(`ExecutionRecord`), a page of them (`ExecutionPage`) and the query for one (`ExecutionQuery`),
+and a session's state (`SessionInfo`) — with their conversions from and to the wire, here and
+nowhere else, on top of `sandbox.wire`'s (a record's result is `sandbox.wire.result_from_proto`'s
+`ExecutionResult`). No public SDK method returns a `sandbox._proto` message.
+
+Times are seconds since the epoch (floats), as in `ExecutionResult`; durations keep the unit in
+their name (``idle_timeout_ms``); enums are their lower-case names (``"active"``, ``"process"``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from sandbox._proto import sandbox_pb2 as pb
+from sandbox.errors import InvalidArgument
+from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.wire import BACKENDS, enum_name, limits_fields_from_proto, result_from_proto, timestamp
+
+__all__ = [
+    "RUNNING",
+    "ExecutionPage",
+    "ExecutionQuery",
+    "ExecutionRecord",
+    "SessionInfo",
+    "SessionState",
+    "page_from_proto",
+    "query_to_proto",
+    "record_from_proto",
+    "session_from_proto",
+]
+
+RUNNING = "running"  # an `ExecutionRecord`'s status before its execution has ended
+
+
+class SessionState(enum.StrEnum):
+    ACTIVE = "active"  # open: executions may run in it
+    CLOSED = "closed"  # closed by the client or by the server stopping
+    EXPIRED = "expired"  # idle timeout, lifetime or number of executions reached
+    LOST = "lost"  # its sandbox died (out of memory, protocol violation, ...)
+    UNSPECIFIED = "unspecified"
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """One execution as the audit store holds it."""
+
+    execution_id: str
+    # The result's status, or `RUNNING` while it runs (an interrupted one says "interrupted").
+    status: str
+    result: ExecutionResult | None  # None while it runs
+    tenant: str = ""
+    script: str = ""
+    script_sha256: str = ""
+    manifest_sha256: str = ""
+    prev_hash: str = ""  # the tenant's previous record's hash, and this one's: the audit chain
+    record_hash: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    replay_of: str = ""  # the execution this one replays, when it is a replay
+    runtime: str = ""  # the runtime it ran in; empty for the standard library
+
+
+@dataclass(frozen=True)
+class ExecutionPage:
+    records: list[ExecutionRecord]
+    next_page_token: str = ""  # empty on the last page
+
+
+@dataclass(frozen=True)
+class ExecutionQuery:
+    """Which records `list_executions` returns; every filter is optional."""
+
+    since: float | None = None  # started at or after (seconds since the epoch)
+    until: float | None = None  # started before
+    status: str | None = None  # an `ExecutionStatus` value
+    tool: str | None = None  # with a call to this tool (its original name)
+    violation: str | None = None  # with a violation of this limit
+    page_size: int | None = None  # at most this many (default 50, at most 1000)
+    page_token: str = ""  # a previous page's `next_page_token`
+    session_id: str = ""  # only this session's executions
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    state: SessionState
+    end_reason: str = ""  # why it ended (empty while active), e.g. "idle: no execution for 600 s"
+    backend: str = ""
+    limits: dict[str, int] = field(default_factory=dict)  # whole-session limits, by field
+    idle_timeout_ms: int = 0
+    max_lifetime_ms: int = 0
+    max_executions: int = 0
+    execution_ids: list[str] = field(default_factory=list)  # oldest first
+    running_execution_id: str = ""
+    created_at: float = 0.0
+    last_used_at: float = 0.0
+    ended_at: float | None = None
+    isolation: list[str] = field(default_factory=list)
+    runtime: str = ""  # empty for the standard library
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "state": str(self.state),
+            "end_reason": self.end_reason,
+            "backend": self.backend,
+            "limits": dict(self.limits),
+            "idle_timeout_ms": self.idle_timeout_ms,
+            "max_lifetime_ms": self.max_lifetime_ms,
+            "max_executions": self.max_executions,
+            "execution_ids": list(self.execution_ids),
+            "running_execution_id": self.running_execution_id,
+            "created_at": self.created_at,
+            "last_used_at": self.last_used_at,
+            "ended_at": self.ended_at,
+            "isolation": list(self.isolation),
+            "runtime": self.runtime,
+        }
+
+
+def _seconds(stamp: Timestamp) -> float:
+    return stamp.ToNanoseconds() / 1e9
+
+
+def record_from_proto(message: pb.ExecutionRecord) -> ExecutionRecord:
+    running = message.result.status == pb.EXECUTION_STATUS_UNSPECIFIED
+    result = None if running else result_from_proto(message.result)
+    return ExecutionRecord(
+        execution_id=message.result.execution_id,
+        status=RUNNING if result is None else str(result.status),
+        result=result,
+        tenant=message.tenant,
+        script=message.script,
+        script_sha256=message.script_sha256,
+        manifest_sha256=message.manifest_sha256,
+        prev_hash=message.prev_hash,
+        record_hash=message.record_hash,
+        labels=dict(message.labels),
+        replay_of=message.replay_of,
+        runtime=message.runtime,
+    )
+
+
+def page_from_proto(message: pb.ListExecutionsResponse) -> ExecutionPage:
+    return ExecutionPage([record_from_proto(r) for r in message.records], message.next_page_token)
+
+
+def query_to_proto(query: ExecutionQuery | None) -> pb.ListExecutionsRequest:
+    message = pb.ListExecutionsRequest()
+    if query is None:
+        return message
+    if query.since is not None:
+        message.since.CopyFrom(timestamp(query.since))
+    if query.until is not None:
+        message.until.CopyFrom(timestamp(query.until))
+    if query.status is not None:
+        if query.status not in set(ExecutionStatus):
+            raise InvalidArgument(f"status: unknown status {query.status!r}")
+        message.MergeFrom(
+            pb.ListExecutionsRequest(status="EXECUTION_STATUS_" + query.status.upper())
+        )
+    message.tool = query.tool or ""
+    message.violation = query.violation or ""
+    message.page_size = query.page_size or 0
+    message.page_token = query.page_token
+    message.session_id = query.session_id
+    return message
+
+
+def session_from_proto(message: pb.SessionInfo) -> SessionInfo:
+    return SessionInfo(
+        session_id=message.session_id,
+        state=SessionState(enum_name(message.state, "SESSION_STATE_", pb.SessionState)),
+        end_reason=message.end_reason,
+        backend=BACKENDS.get(message.backend, "unspecified"),
+        limits=limits_fields_from_proto(message.limits),
+        idle_timeout_ms=message.idle_timeout_ms,
+        max_lifetime_ms=message.max_lifetime_ms,
+        max_executions=message.max_executions,
+        execution_ids=list(message.execution_ids),
+        running_execution_id=message.running_execution_id,
+        created_at=_seconds(message.created_at),
+        last_used_at=_seconds(message.last_used_at),
+        ended_at=_seconds(message.ended_at) if message.HasField("ended_at") else None,
+        isolation=list(message.isolation),
+        runtime=message.runtime,
+    )
