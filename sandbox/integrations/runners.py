@@ -249,10 +249,9 @@ class EmbeddedRunner:
         # Closing a backend while its warm pool is still starting a sandbox leaks that
         # sandbox's channel (see sandbox/backends/process/sandbox.py): let refills finish.
         for backend in self.engine.config.backends.values():
-            pool = getattr(backend, "pool", None)
-            wait_ready = getattr(pool, "wait_ready", None)
-            if wait_ready is not None:
-                await wait_ready()
+            pool = backend.pool
+            if pool is not None:
+                await pool.wait_ready()
 
     def __enter__(self) -> EmbeddedRunner:
         return self
