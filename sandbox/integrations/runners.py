@@ -27,7 +27,7 @@ from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
@@ -249,7 +249,10 @@ class EmbeddedRunner:
         # Closing a backend while its warm pool is still starting a sandbox leaks that
         # sandbox's channel (see sandbox/backends/process/sandbox.py): let refills finish.
         for backend in self.engine.config.backends.values():
-            pool = backend.pool
+            try:
+                pool = backend.pool
+            except Unavailable:
+                continue  # never started (a Docker backend with no engine): nothing is starting
             if pool is not None:
                 await pool.wait_ready()
 
