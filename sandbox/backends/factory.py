@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKEND_NAMES",
+    "DOCKER",
     "GVISOR",
     "BackendName",
     "BackendOptions",
+    "DockerVariant",
     "build_backend",
     "build_backends",
     "command_backend",
@@ -92,21 +94,17 @@ def build_backend(
     name: str, options: BackendOptions | ProcessBackendConfig | DockerBackendConfig | None = None
 ) -> Backend:
     """The backend called ``name``, not started, built with ``options`` (see the module)."""
+    _check_name(name)
     if name == "process":
         return _process(options)
-    variant = _DOCKER_VARIANTS.get(name)
-    if variant is None:
-        known = ", ".join(BACKEND_NAMES)
-        raise InvalidArgument(f"backend: unknown backend {name!r} (known: {known})")
-    return _docker(variant, options)
+    return _docker(_DOCKER_VARIANTS[name], options)
 
 
 def build_backends(config: Mapping[str, BackendOptions]) -> dict[str, Backend]:
     """One backend per name, in the mapping's order; refuses the whole mapping when a name is
     unknown, before any backend is built."""
     for name in config:
-        if name not in BACKEND_NAMES:
-            build_backend(name)  # raises the clear error
+        _check_name(name)
     return {name: build_backend(name, options) for name, options in config.items()}
 
 
@@ -115,6 +113,12 @@ def command_backend(name: str, allow_degraded: bool = False) -> dict[str, Backen
     alone, a process backend with a warm pool of one sandbox, a Docker one at its defaults."""
     pool_size = 1 if name == "process" else None
     return {name: build_backend(name, BackendOptions(pool_size, allow_degraded=allow_degraded))}
+
+
+def _check_name(name: str) -> None:
+    if name not in BACKEND_NAMES:
+        known = ", ".join(BACKEND_NAMES)
+        raise InvalidArgument(f"backend: unknown backend {name!r} (known: {known})")
 
 
 def _process(
