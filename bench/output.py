@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.harness import Report, bench_parser, interleave, percentile
+from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.backends.session import block_buffered_output
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.limits import parse_limit_args
@@ -44,15 +45,7 @@ LIMITS = parse_limit_args(["stdout_bytes=16777216", "wall_time=120", "cpu_time=1
 
 
 def _backend(name: str) -> Any:
-    if name == "process":
-        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
-
-        return ProcessBackend(ProcessBackendConfig(pool_size=2))
-    from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
-
-    if name == "gvisor":
-        return DockerBackend(DockerBackendConfig(pool_size=2, name="gvisor", oci_runtime="runsc"))
-    return DockerBackend(DockerBackendConfig(pool_size=2))
+    return build_backend(name, BackendOptions(pool_size=2))
 
 
 def _case(

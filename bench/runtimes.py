@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.harness import Report, bench_parser, interleave, percentile
+from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.backends.process.backend import (
     ProcessBackend,
     ProcessBackendConfig,
@@ -64,12 +65,12 @@ async def _rate(engine: Engine, backend: str, burst: int) -> float:
 async def docker_tiers(report: Report, rounds: int, warmup: int, blocks: int, burst: int) -> None:
     try:
         from sandbox.backends.docker import engine_client
-        from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+
+        runc = build_backend("docker", BackendOptions(pool_size=2))
+        runsc = build_backend("gvisor", BackendOptions(pool_size=2))
     except Unavailable as exc:
         report.print(f"skipped: {exc.message}")
         return
-    runc = DockerBackend(DockerBackendConfig(pool_size=2))
-    runsc = DockerBackend(DockerBackendConfig(pool_size=2, name="gvisor", oci_runtime="runsc"))
     engine = Engine(EngineConfig(backends={"docker": runc, "gvisor": runsc}))
     async with engine:
         for backend in (runc, runsc):

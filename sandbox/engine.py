@@ -129,9 +129,9 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         if not self.config.backends:
-            from sandbox.backends.process.backend import ProcessBackend
+            from sandbox.backends.factory import build_backend
 
-            self.config.backends["process"] = ProcessBackend()
+            self.config.backends["process"] = build_backend("process")
         self._stubs: dict[str, str] = {}
         self._manifests: dict[str, Manifest] = {}
 
@@ -437,9 +437,7 @@ async def acquire_sandbox(
 ) -> SandboxHandle:
     """A fresh sandbox from ``backend``, in ``runtime`` when one is named (a runtime
     `check_runtime` let through: only backends that take runtimes get one)."""
-    if runtime is None:
-        return await backend.acquire(limits)
-    return await backend.acquire(limits, runtime=runtime)  # type: ignore[call-arg]
+    return await backend.acquire(limits, runtime)
 
 
 def check_runtime(backend: Backend, runtime: str | None) -> str | None:
@@ -450,8 +448,7 @@ def check_runtime(backend: Backend, runtime: str | None) -> str | None:
     if runtime is None or runtime in ("", DEFAULT_RUNTIME):
         return None
     validate_name(runtime)
-    check = getattr(backend, "check_runtime", None)
-    if check is None:
+    if not backend.capabilities.runtimes:
         raise InvalidArgument(f"runtime: the {backend.name} backend does not support runtimes")
-    check(runtime)
+    backend.check_runtime(runtime)
     return runtime

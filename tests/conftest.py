@@ -43,7 +43,8 @@ from postgres_support import (
     postgres_required,
 )
 
-from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+from sandbox.backends.factory import build_backend
+from sandbox.backends.process.backend import ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
@@ -175,7 +176,9 @@ class EngineHarness:
         self._thread.start()
         self.baseline_mounts = _mounts()
         self.baseline_tmp = _own_tmp_entries(os.getpid())
-        self.backend = ProcessBackend(ProcessBackendConfig(pool_size=pool_size, **backend_options))
+        self.backend = build_backend(
+            "process", ProcessBackendConfig(pool_size=pool_size, **backend_options)
+        )
         self.engine = Engine(EngineConfig(backends={"process": self.backend}))
         self.call(self.engine.start())
         self.call(self.backend.pool.wait_ready())

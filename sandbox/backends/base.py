@@ -2,10 +2,14 @@
 
 A backend owns where a script runs (a namespaced process, a container); everything else (the
 broker, limits, output capture, result assembly) is shared. The service talks to backends only
-through `Backend`; a backend hands out single-use `SandboxHandle`s from its warm pool and
+through `Backend`; a backend hands out single-use `SandboxHandle`s from its warm `Pool` and
 `sandbox.backends.session.run_session` drives one handle through one job, identically for every
 backend. A session (`sandbox.sessions`) keeps one handle for many jobs instead, driven cell by
 cell by `sandbox.sessions.driver`; the handle interface is the same.
+
+Where backends differ in what the host can see of a sandbox or enforce on it, they say so in a
+`Capabilities` value (the backend's, and each handle's own, which can be less), never by the
+presence of an attribute. Backends are built from configuration by `sandbox.backends.factory`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,67 @@ from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import Violation
 
-__all__ = ["Backend", "Job", "Outcome", "ResourceUsage", "SandboxHandle", "TmpfsUsage"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "CapabilityFlags",
+    "Job",
+    "Outcome",
+    "Pool",
+    "ResourceUsage",
+    "SandboxHandle",
+    "TmpfsUsage",
+]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the host can observe of a sandbox and enforce on it, beyond what every backend does
+    (rlimits set by the guest, the host's deadline, capture and broker counts).
+
+    The evidence rules read it to decide whose word a refusal or a death is: where a cgroup
+    counts and caps something, its counters are the kernel's word; where none does, the guest's
+    rlimits do (RLIMIT_NPROC, RLIMIT_AS) and a refusal is the guest's word. A backend's value is
+    what its sandboxes have when the host provides it; a handle's is that sandbox's own (a
+    Docker container whose cgroup the host cannot read has no `cgroup_cpu`).
+    """
+
+    # A cgroup accounts the sandbox's CPU time: usage is the kernel's figure, and the guest's
+    # RLIMIT_CPU is a second off the limit so that the host's reading decides.
+    cgroup_cpu: bool = False
+    # A cgroup counts and caps the script's own processes and threads.
+    cgroup_pids: bool = False
+    # A cgroup counts and caps the sandbox's memory.
+    cgroup_memory: bool = False
+    # The script's kernel delivers to it the signals it sends itself even where it is its pid
+    # namespace's init (gVisor's does; Linux drops an init's default-action signals). Where it
+    # does, a SIGXFSZ death is the kernel's word only when a full tmpfs corroborates it.
+    own_signals_delivered: bool = False
+    # The backend runs named runtimes (`sandbox.runtimes`): `Backend.check_runtime` can pass.
+    runtimes: bool = False
+
+
+class CapabilityFlags:
+    """A handle's capabilities under the flag names that `sandbox.backends.session` and
+    `sandbox.sessions.driver` still read; they go once those read `capabilities`."""
+
+    capabilities: Capabilities
+
+    @property
+    def has_cgroup_cpu(self) -> bool:
+        return self.capabilities.cgroup_cpu
+
+    @property
+    def has_cgroup_pids(self) -> bool:
+        return self.capabilities.cgroup_pids
+
+    @property
+    def has_cgroup_memory(self) -> bool:
+        return self.capabilities.cgroup_memory
+
+    @property
+    def own_signals_delivered(self) -> bool:
+        return self.capabilities.own_signals_delivered
 
 
 @dataclass(frozen=True)
@@ -93,15 +157,20 @@ class SandboxHandle(Protocol):
     stdout: OutputStream
     stderr: OutputStream
     isolation: list[str]
-    has_cgroup_cpu: bool
-    # Whether a cgroup counts and caps the script's own processes and memory; where one does
-    # not, the guest's rlimits do (RLIMIT_NPROC, RLIMIT_AS), and refusals are the guest's word.
-    has_cgroup_pids: bool
-    has_cgroup_memory: bool
-    # Whether the script's kernel delivers to it the signals it sends itself even where it is
-    # its pid namespace's init (gVisor's does; Linux drops an init's default-action signals).
-    # Where it does, a SIGXFSZ death is the kernel's word only when a full tmpfs corroborates it.
-    own_signals_delivered: bool
+    capabilities: Capabilities  # this sandbox's own
+
+    # `capabilities` under their older names (`CapabilityFlags`).
+    @property
+    def has_cgroup_cpu(self) -> bool: ...
+
+    @property
+    def has_cgroup_pids(self) -> bool: ...
+
+    @property
+    def has_cgroup_memory(self) -> bool: ...
+
+    @property
+    def own_signals_delivered(self) -> bool: ...
 
     @property
     def alive(self) -> bool:
@@ -122,14 +191,49 @@ class SandboxHandle(Protocol):
         """Releases everything the sandbox held; idempotent."""
 
 
+class Pool(Protocol):
+    """A backend's warm pool as the service watches it (`sandbox.backends.pool.WarmPool`)."""
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes started and waiting."""
+
+    @property
+    def target(self) -> int:
+        """How many it keeps warm now; 0: none (the pool is off)."""
+
+    @property
+    def failed_starts(self) -> int:
+        """Starts that failed in a row (a success resets it): a pool that cannot start
+        sandboxes."""
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Waits until the pool is full, for at most ``timeout`` seconds."""
+
+
 class Backend(Protocol):
     name: str
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend's sandboxes can be observed and held to where the host provides
+        it (a started process backend knows whether its host has cgroups)."""
+
+    @property
+    def pool(self) -> Pool | None:
+        """The warm pool; None for a backend that keeps none. Raises `Unavailable` while the
+        backend is not started (or, for Docker, has no engine)."""
+
     async def start(self) -> None: ...
 
-    async def acquire(self, limits: ResolvedLimits) -> SandboxHandle:
-        """A fresh sandbox for these limits: from the warm pool when one there fits, else
-        started on demand."""
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> SandboxHandle:
+        """A fresh sandbox for these limits, in ``runtime`` when one is named (one that
+        `check_runtime` let through): from the warm pool when one there fits, else started on
+        demand."""
+
+    def check_runtime(self, name: str) -> object:
+        """Raises a clear error when runtime ``name`` cannot run here, before any sandbox is
+        taken; only called where `capabilities.runtimes` says the backend runs runtimes."""
 
     def isolation(self) -> list[str]: ...
 

@@ -42,9 +42,10 @@ import struct
 import threading
 from typing import Any
 
-from sandbox.backends.base import ResourceUsage
+from sandbox.backends.base import Capabilities, CapabilityFlags, ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.capture import OutputStream
+from sandbox.errors import InvalidArgument
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import encode_frame
 
@@ -65,13 +66,10 @@ class _End(Exception):
         self.error = error
 
 
-class FakeSandbox:
+class FakeSandbox(CapabilityFlags):
     """One single-use fake sandbox: the guest is a thread interpreting the job's script."""
 
-    has_cgroup_cpu = False
-    has_cgroup_pids = False
-    has_cgroup_memory = False
-    own_signals_delivered = False
+    capabilities = Capabilities()  # no cgroup, no runtimes: every refusal is the guest's word
 
     def __init__(self, backend: FakeBackend, name: str) -> None:
         self._backend = backend
@@ -245,10 +243,23 @@ class FakeBackend:
         with self._lock:
             return self._gates.setdefault(name, threading.Event())
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return FakeSandbox.capabilities
+
+    @property
+    def pool(self) -> None:
+        return None  # every sandbox is started on demand
+
     async def start(self) -> None:
         return None
 
-    async def acquire(self, limits: ResolvedLimits) -> FakeSandbox:
+    def check_runtime(self, name: str) -> None:
+        raise InvalidArgument(f"runtime: the {self.name} backend does not support runtimes")
+
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> FakeSandbox:
+        if runtime is not None:
+            self.check_runtime(runtime)
         self.started += 1
         sandbox = FakeSandbox(self, f"{self.name}-{self.started}")
         self._open.add(sandbox)

@@ -130,13 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.server:
         runner = ClientRunner.connect(args.server, args.api_key, **tls_options(args))
     else:
-        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+        from sandbox.backends.factory import command_backend
         from sandbox.engine import EngineConfig
 
-        backend = ProcessBackend(
-            ProcessBackendConfig(pool_size=1, allow_degraded=args.allow_degraded)
-        )
-        runner = EmbeddedRunner(EngineConfig(backends={"process": backend}), audit=args.audit_db)
+        backends = command_backend("process", args.allow_degraded)
+        runner = EmbeddedRunner(EngineConfig(backends=backends), audit=args.audit_db)
     # SIGTERM stops like Ctrl-C: the sandboxes, cgroups and runtime files go with the runner.
     # (uvicorn handles it for the HTTP transport, then raises it again: it lands here too.)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -20,9 +20,10 @@ import os
 import sys
 from typing import Any
 
+from sandbox.backends.factory import command_backend
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
-from sandbox.commands.run import _backends, _read
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.commands.run import _read
+from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.limits import Limits, parse_limit_args
 from sandbox.replay.report import ReplayReport
@@ -83,10 +84,7 @@ async def _embedded(args: argparse.Namespace, manifest: str | None, limits: Limi
         store.mark_interrupted()  # replays this command left running when it was killed
         record = find_record(store, args.execution_id, args.tenant)
         backend = args.backend or record.admission.backend
-        backends = _backends(
-            ExecutionRequest(script="", backend=backend, runtime=record.admission.runtime or None),
-            args.allow_degraded,
-        )
+        backends = command_backend(backend, args.allow_degraded)
         async with Engine(EngineConfig(backends=backends, default_backend=backend)) as engine:
             return await replay(
                 engine,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backends.base import Backend
+from sandbox.backends.factory import command_backend
 from sandbox.capture import OutputCallback
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution
@@ -186,22 +187,6 @@ def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
     return tuple(out)
 
 
-def _backends(request: ExecutionRequest, allow_degraded: bool) -> dict[str, Backend]:
-    if request.backend == "docker":
-        from sandbox.backends.docker.backend import DockerBackend
-
-        return {"docker": DockerBackend()}
-    if request.backend == "gvisor":
-        from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
-
-        return {"gvisor": DockerBackend(DockerBackendConfig(name="gvisor", oci_runtime="runsc"))}
-    from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
-
-    return {
-        "process": ProcessBackend(ProcessBackendConfig(pool_size=1, allow_degraded=allow_degraded))
-    }
-
-
 async def _execute(
     request: ExecutionRequest,
     backends: dict[str, Backend],
@@ -340,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
             result = _execute_remote(args, script, tools, options, live, status)
         else:
             request = execution_request(script, manifest, options)
-            backends = _backends(request, args.allow_degraded)
+            backends = command_backend(request.backend or "process", args.allow_degraded)
             audit_db = args.audit_db or os.environ.get("PTC_AUDIT_DB") or None
             result = asyncio.run(_execute(request, backends, audit_db, live, status))
     finally:

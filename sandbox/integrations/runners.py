@@ -28,7 +28,7 @@ from sandbox.client import Client
 from sandbox.client._tls import PemLike
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
-from sandbox.errors import InvalidArgument
+from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits
 from sandbox.options import RunOptions
@@ -266,10 +266,12 @@ class EmbeddedRunner:
         # Closing a backend while its warm pool is still starting a sandbox leaks that
         # sandbox's channel (see sandbox/backends/process/sandbox.py): let refills finish.
         for backend in self.engine.config.backends.values():
-            pool = getattr(backend, "pool", None)
-            wait_ready = getattr(pool, "wait_ready", None)
-            if wait_ready is not None:
-                await wait_ready()
+            try:
+                pool = backend.pool
+            except Unavailable:
+                continue  # never started (a Docker backend with no engine): nothing is starting
+            if pool is not None:
+                await pool.wait_ready()
 
     def __enter__(self) -> EmbeddedRunner:
         return self

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 from typing import TYPE_CHECKING, Any
@@ -105,33 +106,24 @@ class SandboxServer:
         self._checkpointing: asyncio.Task[None] | None = None
 
     def _default_backends(self) -> dict[str, Backend]:
-        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+        from sandbox.backends.factory import BackendOptions, build_backends
 
-        backends: dict[str, Backend] = {
-            "process": ProcessBackend(
-                ProcessBackendConfig(
-                    pool_size=self.config.pool_size,
-                    max_sandboxes=self.config.max_sandboxes,
-                    allow_degraded=self.config.allow_degraded,
-                    runtimes_dir=self.config.runtimes_dir,
-                )
+        # The pool size, the sandbox count and degraded mode are the process backend's; a Docker
+        # one keeps its own.
+        shared = BackendOptions(runtimes_dir=self.config.runtimes_dir)
+        wanted = {
+            "process": dataclasses.replace(
+                shared,
+                pool_size=self.config.pool_size,
+                max_sandboxes=self.config.max_sandboxes,
+                allow_degraded=self.config.allow_degraded,
             )
         }
         if self.config.docker:
-            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
-
-            backends["docker"] = DockerBackend(
-                DockerBackendConfig(runtimes_dir=self.config.runtimes_dir)
-            )
+            wanted["docker"] = shared
         if self.config.gvisor:
-            from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
-
-            backends["gvisor"] = DockerBackend(
-                DockerBackendConfig(
-                    name="gvisor", oci_runtime="runsc", runtimes_dir=self.config.runtimes_dir
-                )
-            )
-        return backends
+            wanted["gvisor"] = shared
+        return build_backends(wanted)
 
     def _open_store(self) -> AuditStore:
         if self.config.audit_db is None:
@@ -252,8 +244,8 @@ class SandboxServer:
     async def _set_readiness(self) -> None:
         default = self.engine.config.backends.get(self.engine.config.default_backend)
         try:
-            pool = getattr(default, "pool", None)
-            idle = None if pool is None or not pool.target else int(pool.idle)
+            pool = default.pool if default is not None else None
+            idle = None if pool is None or not pool.target else pool.idle
         except PtcError:
             idle = 0  # not started: cold
         ready = await self.readiness.check(
@@ -362,11 +354,10 @@ def _is_loopback(host: str) -> bool:
 
 def _backend_ok(backend: Backend) -> bool:
     try:
-        pool = getattr(backend, "pool", None)
+        pool = backend.pool
     except PtcError:
         return False  # not started
-    failed = getattr(pool, "failed_starts", 0)
-    return not (isinstance(failed, int) and failed >= FAILED_STARTS_UNHEALTHY)
+    return pool is None or pool.failed_starts < FAILED_STARTS_UNHEALTHY
 
 
 DEFAULT_CHECKPOINT_INTERVAL_S = 300.0

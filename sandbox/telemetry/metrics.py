@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sandbox.audit.checkpoints import Checkpoint
-    from sandbox.backends.base import Backend
+    from sandbox.backends.base import Backend, Pool
     from sandbox.result import ExecutionResult
     from stubs_gen import Manifest
 
@@ -167,8 +167,8 @@ class Metrics:
         with self._lock:
             busy = dict(self._busy)
         for name, backend in self._backends.items():
-            idle = getattr(_pool(backend), "idle", 0)
-            yield name, "idle", idle if isinstance(idle, int) else 0
+            pool = _pool(backend)
+            yield name, "idle", pool.idle if pool is not None else 0
             yield name, "busy", busy.get(name, 0)
 
     def watch(self, backends: Mapping[str, Backend]) -> None:
@@ -187,10 +187,10 @@ class Metrics:
             self._busy[backend] += delta
 
 
-def _pool(backend: object) -> object:
+def _pool(backend: Backend) -> Pool | None:
     try:
-        return getattr(backend, "pool", None)
-    except Exception:  # a backend not started yet has no pool
+        return backend.pool
+    except Exception:  # a backend not started yet has no pool (Unavailable)
         return None
 
 

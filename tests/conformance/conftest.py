@@ -75,7 +75,7 @@ def _process_harness() -> Iterator[Any]:
 def _docker_harness(oci_runtime: str = "runc") -> Iterator[Any]:
     module = _load(TESTS / "backends" / "docker" / "conftest.py", "ptc_tests_docker_harness")
     if oci_runtime == "runsc":  # its `requires_gvisor` mark skipped (or failed) it without runsc
-        harness = module.DockerHarness(name="gvisor", oci_runtime="runsc")
+        harness = module.DockerHarness(backend="gvisor")
         harness.name = "gvisor"
     else:
         harness = module.DockerHarness()

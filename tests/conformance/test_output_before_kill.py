@@ -18,10 +18,9 @@ import pytest
 from output_kills import KILLS, SESSION_KILLS, STDERR_LINES, STDOUT_LINES, Kill
 
 from sandbox.backends.docker import engine_client
-from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 from sandbox.backends.docker.janitor import owner_label
 from sandbox.backends.docker.spec import LABEL_OWNER
-from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.engine import EngineConfig
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.session_runners import open_session
@@ -41,11 +40,7 @@ def _limits(kill: Kill) -> Limits:
 
 
 def _backend(name: str) -> Any:
-    if name == "process":
-        return ProcessBackend(ProcessBackendConfig(pool_size=1))
-    if name == "gvisor":
-        return DockerBackend(DockerBackendConfig(pool_size=1, name="gvisor", oci_runtime="runsc"))
-    return DockerBackend(DockerBackendConfig(pool_size=1))
+    return build_backend(name, BackendOptions(pool_size=1))
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from integration_support import leftover_children
 
-from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.engine import EngineConfig
 from sandbox.integrations import ClientRunner, EmbeddedRunner
 
 
 @pytest.fixture(scope="module")
 def embedded() -> Iterator[EmbeddedRunner]:
-    backend = ProcessBackend(ProcessBackendConfig(pool_size=2))
+    backend = build_backend("process", BackendOptions(pool_size=2))
     runner = EmbeddedRunner(EngineConfig(backends={"process": backend}))
     yield runner
     runner.close()

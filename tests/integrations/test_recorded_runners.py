@@ -14,7 +14,7 @@ from integration_support import PYTHON, UPSTREAM_SERVER, get_weather, leftover_c
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from sandbox.audit import AuditQuery, open_store
-from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.engine import EngineConfig
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.limits import Limits
@@ -33,7 +33,7 @@ def _records(db: Path) -> list[Any]:
 
 def test_embedded_runner_records_each_execution(tmp_path: Path) -> None:
     db = tmp_path / "audit.db"
-    backend = ProcessBackend(ProcessBackendConfig(pool_size=1))
+    backend = build_backend("process", BackendOptions(pool_size=1))
     runner = EmbeddedRunner(EngineConfig(backends={"process": backend}), audit=str(db))
     try:
         execute = ExecuteTool(runner, [get_weather], limits=Limits(wall_time_ms=3000))

@@ -58,7 +58,7 @@ def images(runtimes_dir: Path, runtimes_env: dict[str, str]) -> Iterator[str]:
     params=["runc", pytest.param("runsc", marks=pytest.mark.requires_gvisor)],
 )
 def docker(request: pytest.FixtureRequest, runtimes_dir: Path, images: str) -> Iterator[Any]:
-    config = {"name": "gvisor", "oci_runtime": "runsc"} if request.param == "runsc" else {}
+    config = {"backend": "gvisor"} if request.param == "runsc" else {}
     harness = _docker_module().DockerHarness(pool_size=1, runtimes_dir=str(runtimes_dir), **config)
     yield harness
     harness.close()

@@ -35,10 +35,10 @@ except ImportError as exc:  # the SDK is an optional extra; say which one
         f" ({type(exc).__name__}: {exc})"
     ) from exc
 
-from sandbox.backends.base import SandboxHandle
+from sandbox.backends.base import Capabilities, SandboxHandle
 from sandbox.backends.docker import engine_client, janitor
 from sandbox.backends.docker.container import DockerSandbox, remove_container, spawn_container
-from sandbox.backends.docker.spec import ContainerSettings
+from sandbox.backends.docker.spec import ContainerSettings, container_capabilities
 from sandbox.backends.pool import WarmPool
 from sandbox.limits import DEFAULTS, ResolvedLimits
 
@@ -219,6 +219,12 @@ class DockerBackend:
         if self._pool is None:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")
         return self._pool
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Its containers' under its OCI runtime, where the host can read their cgroups (a
+        container's own says whether it could)."""
+        return container_capabilities(self.config.oci_runtime, cgroup_readable=True)
 
     def check_runtime(self, name: str) -> str:
         """The image of runtime ``name`` (built on this backend's image); NotFound when it is

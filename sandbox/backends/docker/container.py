@@ -26,10 +26,15 @@ import docker.errors
 from docker import DockerClient
 from docker.models.containers import Container
 
-from sandbox.backends.base import ResourceUsage
+from sandbox.backends.base import CapabilityFlags, ResourceUsage
 from sandbox.backends.docker.cgroup import CgroupCounters, ContainerCgroup
 from sandbox.backends.docker.channel import Connected, HostSockets
-from sandbox.backends.docker.spec import ContainerSettings, container_kwargs, isolation_layers
+from sandbox.backends.docker.spec import (
+    ContainerSettings,
+    container_capabilities,
+    container_kwargs,
+    isolation_layers,
+)
 from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.errors import Unavailable
 from sandbox.limits import ResolvedLimits
@@ -56,12 +61,8 @@ class Fate:
     oom_killed: bool
 
 
-class DockerSandbox:
+class DockerSandbox(CapabilityFlags):
     """A started, ready container; see `sandbox.backends.base.SandboxHandle`."""
-
-    # The engine's memory cgroup caps the container (under gVisor: the script and gVisor's
-    # kernel together, which is stricter).
-    has_cgroup_memory = True
 
     def __init__(
         self,
@@ -81,13 +82,7 @@ class DockerSandbox:
         self._sockets = sockets
         self._reap = reap
         self.cgroup = ContainerCgroup.locate(pid, container.id or "") if pid > 0 else None
-        self.has_cgroup_cpu = self.cgroup is not None
-        # Under gVisor the pids cgroup counts gVisor's own threads as well (see
-        # `spec.host_pids_limit`): gVisor's kernel counts the script's tasks (RLIMIT_NPROC).
-        self.has_cgroup_pids = settings.oci_runtime != "runsc"
-        # gVisor's kernel kills its pid 1 with a signal the script sent itself, and the host
-        # cannot measure gVisor's tmpfs: a SIGXFSZ exit there is uncorroborated.
-        self.own_signals_delivered = settings.oci_runtime == "runsc"
+        self.capabilities = container_capabilities(settings.oci_runtime, self.cgroup is not None)
         self.isolation = isolation_layers(settings, self.cgroup is not None)
         self._counters = CgroupCounters()
         self._sampled = False

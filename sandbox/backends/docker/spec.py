@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.backends.base import Capabilities
 from sandbox.backends.docker.channel import GUEST_MOUNT
 from sandbox.backends.docker.seccomp_profile import profile_json
 
@@ -22,6 +23,7 @@ __all__ = [
     "LABEL_MANAGED",
     "LABEL_OWNER",
     "ContainerSettings",
+    "container_capabilities",
     "container_kwargs",
     "isolation_layers",
 ]
@@ -154,3 +156,22 @@ def isolation_layers(settings: ContainerSettings, cgroup_readable: bool) -> list
     if settings.oci_runtime == "runsc":
         layers.append("gvisor")
     return [*layers, "rlimits", f"tmpfs:{settings.tmp_bytes}", "stdin:empty"]
+
+
+def container_capabilities(oci_runtime: str, cgroup_readable: bool) -> Capabilities:
+    """A container's, under ``oci_runtime``; ``cgroup_readable``: the host can read its cgroup
+    (the engine runs on this host), where its CPU time is the kernel's figure."""
+    gvisor = oci_runtime == "runsc"
+    return Capabilities(
+        cgroup_cpu=cgroup_readable,
+        # Under gVisor the pids cgroup counts gVisor's own threads as well (see
+        # `host_pids_limit`): gVisor's kernel counts the script's tasks (RLIMIT_NPROC).
+        cgroup_pids=not gvisor,
+        # The engine's memory cgroup caps the container (under gVisor: the script and gVisor's
+        # kernel together, which is stricter).
+        cgroup_memory=True,
+        # gVisor's kernel kills its pid 1 with a signal the script sent itself, and the host
+        # cannot measure gVisor's tmpfs: a SIGXFSZ exit there is uncorroborated.
+        own_signals_delivered=gvisor,
+        runtimes=True,
+    )

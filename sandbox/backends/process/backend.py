@@ -18,14 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sandbox.backends.base import SandboxHandle
+from sandbox.backends.base import Capabilities, SandboxHandle
 from sandbox.backends.pool import WarmPool
 from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.runtimes import RuntimeEnvs
-from sandbox.backends.process.sandbox import ProcessSandbox, SpawnSettings, spawn_sandbox
+from sandbox.backends.process.sandbox import (
+    ProcessSandbox,
+    SpawnSettings,
+    process_capabilities,
+    spawn_sandbox,
+)
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
@@ -227,6 +232,12 @@ class ProcessBackend:
         if self._pool is None:
             raise Unavailable("the process backend is not started")
         return self._pool
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Its sandboxes' (`process_capabilities`): cgroups where the host has them, which a
+        started backend knows (before `start`: none)."""
+        return process_capabilities(self.cgroups is not None)
 
     def check_runtime(self, name: str) -> Runtime:
         """Raises a clear error when runtime ``name`` cannot run here (before any sandbox)."""

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandbox.backends.base import ResourceUsage
+from sandbox.backends.base import Capabilities, CapabilityFlags, ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
@@ -45,7 +45,7 @@ from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS, ResolvedLimits
 from sandbox.protocol import ProtocolViolation
 
-__all__ = ["ProcessSandbox", "SpawnSettings", "spawn_sandbox"]
+__all__ = ["ProcessSandbox", "SpawnSettings", "process_capabilities", "spawn_sandbox"]
 
 CGROUP_CPU_CORES = 1.0
 STATUS_MAX_BYTES = 64
@@ -86,7 +86,19 @@ def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
     return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
 
 
-class ProcessSandbox:
+def process_capabilities(cgroup: bool) -> Capabilities:
+    """A process sandbox's: its own cgroup, where the host has cgroups, counts and caps it all;
+    Linux drops the signals an init sends itself, so a SIGXFSZ death there is the kernel's."""
+    return Capabilities(
+        cgroup_cpu=cgroup,
+        cgroup_pids=cgroup,
+        cgroup_memory=cgroup,
+        own_signals_delivered=False,
+        runtimes=True,
+    )
+
+
+class ProcessSandbox(CapabilityFlags):
     """A started, ready sandbox; see `sandbox.backends.base.SandboxHandle`."""
 
     def __init__(
@@ -110,11 +122,8 @@ class ProcessSandbox:
         self.reaper: Callable[[ProcessSandbox], None] | None = None
         self.on_disposed: Callable[[], None] | None = None  # the backend's count of the living
         self.applied = started.applied
-        self.has_cgroup_cpu = self.cgroup is not None
-        self.has_cgroup_pids = self.cgroup is not None
-        self.has_cgroup_memory = self.cgroup is not None
         # Linux: the host measures the sandbox's tmpfs, which corroborates a SIGXFSZ first.
-        self.own_signals_delivered = False
+        self.capabilities = process_capabilities(self.cgroup is not None)
         self._disposed = False
         self._fds_closed = False
         self.namespace_fds: list[int] = []  # see hold_namespaces

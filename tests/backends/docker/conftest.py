@@ -13,14 +13,15 @@ import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 
 from sandbox.backends.docker import engine_client
-from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
+from sandbox.backends.docker.backend import DockerBackendConfig
 from sandbox.backends.docker.janitor import owner_label
 from sandbox.backends.docker.spec import LABEL_MANAGED, LABEL_OWNER
+from sandbox.backends.factory import build_backend
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
@@ -46,12 +47,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class DockerHarness:
     """A started Engine with only the docker backend; its loop runs in a daemon thread."""
 
-    def __init__(self, pool_size: int = POOL_SIZE, **config: Any) -> None:
+    def __init__(
+        self,
+        pool_size: int = POOL_SIZE,
+        backend: Literal["docker", "gvisor"] = "docker",
+        **config: Any,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.backend = DockerBackend(DockerBackendConfig(pool_size=pool_size, **config))
-        name = self.backend.name  # "docker", or e.g. "gvisor" for an OCI runtime runsc one
+        # ``backend``: "docker", or "gvisor" (the same under the OCI runtime runsc).
+        self.backend = build_backend(backend, DockerBackendConfig(pool_size=pool_size, **config))
+        name = self.backend.name
         self.engine = Engine(EngineConfig(backends={name: self.backend}, default_backend=name))
         self.call(self.engine.start())
         assert self.backend.unavailable_reason is None, self.backend.unavailable_reason
@@ -150,7 +157,7 @@ def oci_harness(request: pytest.FixtureRequest) -> Iterator[DockerHarness]:
     """The Docker backend under each OCI runtime: runc, then runsc (gVisor, as backend
     ``gvisor``); `harness.backend.name` says which, for the rows where they differ."""
     if request.param == "runsc":
-        yield from _checked_harness(name="gvisor", oci_runtime="runsc")
+        yield from _checked_harness(backend="gvisor")
     else:
         yield from _checked_harness()
 

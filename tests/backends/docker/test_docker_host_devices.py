@@ -50,7 +50,7 @@ def test_an_execution_leaves_the_hosts_device_inodes_alone(
     harness_context: Callable[..., contextlib.AbstractContextManager[DockerHarness]],
     runtime: str,
 ) -> None:
-    config = {"name": "gvisor", "oci_runtime": "runsc"} if runtime == "runsc" else {}
+    config = {"backend": "gvisor"} if runtime == "runsc" else {}
     for _ in range(ATTEMPTS):
         before = _host_state()
         started = time.monotonic()
