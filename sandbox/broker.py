@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from sandbox.execution import evidence
 from sandbox.handlers import (
     Approver,
     ToolCall,
@@ -47,7 +48,7 @@ from sandbox.handlers import (
 )
 from sandbox.limits import ResolvedLimits
 from sandbox.protocol import GuestCall, encode_frame
-from sandbox.result import CallRecord, CallStatus, Evidence, Violation
+from sandbox.result import CallRecord, CallStatus, Violation
 from sandbox.telemetry.spans import CallTracer
 from stubs_gen import Manifest, ToolOptions
 
@@ -101,22 +102,12 @@ class Broker:
         self._t0 = time.monotonic()
 
     def violations(self) -> list[Violation]:
-        log = self._log.violation()
-        if not self._refused_over_budget:
-            return [log] if log is not None else []
-        attempted = self.limits.max_tool_calls + self._refused_over_budget
-        return [
-            Violation(
-                "max_tool_calls",
-                float(self.limits.max_tool_calls),
-                float(attempted),
-                "count",
-                "refused",
-                f"{self._refused_over_budget} calls over the budget were refused",
-                evidence=Evidence.HOST,
-            ),
-            *([log] if log is not None else []),
+        """The broker's own counts: the tool-call budget, then the call log's cap."""
+        found = [
+            evidence.tool_budget_violation(self.limits.max_tool_calls, self._refused_over_budget),
+            self._log.violation(),
         ]
+        return [v for v in found if v is not None]
 
     def receive(self, call: GuestCall) -> tuple[CallRecord, bytes | None]:
         """Records a call as it arrives (its seq is its arrival order) and, when it completes
@@ -369,18 +360,8 @@ class _LogBudget:
         return kept + _marker(len(data) - len(kept.encode("utf-8", "surrogatepass")), "error")
 
     def violation(self) -> Violation | None:
-        if not (self.refused_calls or self.cut_values):
-            return None
-        return Violation(
-            "call_log_bytes",
-            float(self.limit),
-            float(self.wanted),
-            "bytes",
-            "refused" if self.refused_calls else "truncated",
-            f"the call log kept {self.used} of {self.wanted} bytes: {self.refused_calls} calls "
-            f"refused (no room for their arguments; {self.unrecorded} of them not recorded), "
-            f"{self.cut_values} results or errors kept as a marker",
-            evidence=Evidence.HOST,
+        return evidence.call_log_violation(
+            self.limit, self.wanted, self.used, self.refused_calls, self.unrecorded, self.cut_values
         )
 
 

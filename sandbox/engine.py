@@ -38,6 +38,7 @@ from sandbox.backends.session import run_session
 from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
+from sandbox.execution import evidence
 from sandbox.expectations import ExpectedCalls, check_expected_calls
 from sandbox.files import InputFile, check_inputs
 from sandbox.handlers import Approver, ToolHandler, builtin_handlers
@@ -343,7 +344,7 @@ class Engine:
         result.output_files = list(outcome.outputs)
         result.omitted_outputs = list(outcome.omitted_outputs)
         end = outcome.end
-        if end is not None and not _report_agrees(end.exit_code, outcome.exit_code):
+        if end is not None and not evidence.report_agrees(end.exit_code, outcome.exit_code):
             # The report is advisory: one that contradicts how the sandbox really ended was
             # forged by the script (an `end` frame sent over the channel, then another exit).
             end = None
@@ -401,11 +402,6 @@ def _manifest_text(raw: object) -> str:
     if isinstance(raw, Manifest):
         return ""  # parsed by the caller; its hash still identifies it
     return json.dumps(raw, sort_keys=True, ensure_ascii=False)
-
-
-def _report_agrees(reported: int, observed: int) -> bool:
-    """The guest's exit code matches the host's (which reads codes over 128 as signals)."""
-    return observed == reported or (reported > 128 and observed == 128 - reported)
 
 
 def _line(value: Any) -> int:

@@ -33,12 +33,10 @@ not a refusal: no violation.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import base64
 import contextlib
 import math
-import signal
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -48,6 +46,7 @@ from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
 from sandbox.backends.outputs import OutputCollector
 from sandbox.broker import Broker
 from sandbox.capture import CappedOutput, OutputCallback
+from sandbox.execution import evidence
 from sandbox.protocol import (
     GuestCall,
     GuestEnd,
@@ -57,7 +56,7 @@ from sandbox.protocol import (
     ProtocolViolation,
     encode_frame,
 )
-from sandbox.result import CallRecord, Evidence, Violation
+from sandbox.result import CallRecord, Violation
 
 __all__ = ["block_buffered_output", "run_session"]
 
@@ -276,244 +275,26 @@ class _Session:
         )
 
     def _violations(self, exit_code: int, wall: float, resources: ResourceUsage) -> list[Violation]:
-        """What the host and kernel observed; `_claimed_violation` weighs the guest's report."""
-        limits = self.job.limits
-        out: list[Violation] = []
-        if self.killed_for == "protocol":
-            out.append(
-                Violation(
-                    "protocol",
-                    0,
-                    None,
-                    "count",
-                    "killed",
-                    self.protocol_error or "",
-                    evidence=Evidence.HOST,
-                )
+        """What the host and kernel observed, and the guest's report weighed
+        (`sandbox.execution.evidence`)."""
+        return evidence.violations(
+            evidence.Observations(
+                limits=self.job.limits,
+                exit_code=exit_code,
+                wall_time_s=wall,
+                killed_for=self.killed_for,
+                protocol_error=self.protocol_error,
+                resources=resources,
+                captures=tuple(
+                    evidence.Capture(s.name, s.limit, s.total, s.dropped)
+                    for s in (self.stdout, self.stderr)
+                ),
+                report=self.end.error if self.end is not None else None,
+                script=self.job.script,
+                pids_counted=self.handle.has_cgroup_pids,
+                own_signals_delivered=self.handle.own_signals_delivered,
             )
-        if self.killed_for == "wall_time":
-            out.append(
-                Violation(
-                    "wall_time",
-                    limits.wall_time_ms / 1000,
-                    round(wall, 3),
-                    "s",
-                    "killed",
-                    evidence=Evidence.HOST,
-                )
-            )
-        peak_memory = resources.peak_memory_bytes if resources.accounted else None
-        if resources.oom_killed:
-            out.append(
-                Violation(
-                    "memory",
-                    limits.memory_bytes,
-                    peak_memory,
-                    "bytes",
-                    "killed",
-                    "the sandbox ran out of memory and was killed",
-                    evidence=Evidence.KERNEL,
-                )
-            )
-        # A signal is the kernel's word only where the counters agree: a script can send
-        # SIGXCPU or SIGXFSZ to itself. RLIMIT_CPU is looser than the whole-sandbox budget, so
-        # a real SIGXCPU comes with the cgroup's usage past the limit; a real SIGXFSZ with a
-        # full tmpfs (it is as large as the file size limit). Where the tmpfs cannot be
-        # measured, SIGXFSZ is trusted only if the kernel spares the script its own signals.
-        cpu_signal = exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) and (
-            not resources.accounted or resources.cpu_time_s * 1000 >= limits.cpu_time_ms
         )
-        fsize_signal = exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) and (
-            any(t.full for t in resources.tmpfs)
-            if resources.tmpfs
-            else not self.handle.own_signals_delivered
-        )
-        if self.killed_for == "cpu_time" or cpu_signal:
-            out.append(
-                Violation(
-                    "cpu_time",
-                    limits.cpu_time_ms / 1000,
-                    round(resources.cpu_time_s, 3) if resources.accounted else None,
-                    "s",
-                    "killed",
-                    evidence=Evidence.KERNEL,
-                )
-            )
-        if resources.pids_limit_hit or resources.pids_limit_hits:
-            refused = resources.pids_limit_hits
-            out.append(
-                Violation(
-                    "processes",
-                    limits.processes,
-                    resources.peak_pids,
-                    "count",
-                    "refused",
-                    f"the kernel refused {refused or 'some'} process or thread creations"
-                    " at the limit",
-                    evidence=Evidence.KERNEL,
-                )
-            )
-        fullest = max(resources.tmpfs, key=lambda t: t.used_bytes, default=None)
-        if fsize_signal:
-            out.append(
-                Violation(
-                    "file_size",
-                    limits.file_size_bytes,
-                    fullest.used_bytes if fullest else None,
-                    "bytes",
-                    "killed",
-                    "a write past the file size limit was killed by SIGXFSZ",
-                    evidence=Evidence.KERNEL,
-                )
-            )
-        else:
-            claimed = self._claimed_violation(resources)
-            if claimed is not None:
-                out.append(claimed)
-        for sink in (self.stdout, self.stderr):
-            if sink.dropped:
-                out.append(
-                    Violation(
-                        f"{sink.name}_bytes",
-                        sink.limit,
-                        sink.total,
-                        "bytes",
-                        "truncated",
-                        f"{sink.dropped} bytes dropped",
-                        evidence=Evidence.HOST,
-                    )
-                )
-        return out
-
-    def _claimed_violation(self, resources: ResourceUsage) -> Violation | None:
-        """The violation behind the guest's report of a refusal, if the host can stand by it.
-
-        The report (`end` frame) is the script's to forge: it names a refusal only the guest
-        saw (MemoryError, EMFILE, EFBIG, ENOSPC). Where the host has a counter for that limit,
-        the counter decides and the report alone proves nothing; where it has none, the
-        violation says ``guest``, unless the line the report names is the script's own
-        ``raise`` statement.
-        """
-        if self.end is None or not self.end.error:
-            return None
-        error = self.end.error
-        limits = self.job.limits
-        kind = str(error.get("type", ""))
-        errno_name = error.get("errno")
-        if kind == "MemoryError":
-            if resources.oom_killed:
-                return None  # reported above, from the kernel's own event
-            if resources.accounted:
-                if not resources.memory_limit_hits:
-                    return None
-                return Violation(
-                    "memory",
-                    limits.memory_bytes,
-                    resources.peak_memory_bytes,
-                    "bytes",
-                    "refused",
-                    "an allocation was refused; the memory cgroup reached its limit "
-                    f"{resources.memory_limit_hits} times",
-                    evidence=Evidence.KERNEL,
-                )
-            if self._script_raised(error):
-                return None
-            return Violation(
-                "memory",
-                limits.memory_bytes,
-                None,
-                "bytes",
-                "refused",
-                "the script reported a MemoryError under the address-space rlimit",
-                evidence=Evidence.GUEST,
-            )
-        if errno_name in ("EFBIG", "ENOSPC"):
-            if resources.tmpfs:
-                full = [t for t in resources.tmpfs if t.full]
-                if not full:
-                    return None
-                where = full[0]
-                return Violation(
-                    "file_size",
-                    limits.file_size_bytes,
-                    where.used_bytes,
-                    "bytes",
-                    "refused",
-                    f"a write failed with {errno_name}; the sandbox's {where.mount} was full"
-                    f" ({where.used_bytes} of {where.size_bytes} bytes)",
-                    evidence=Evidence.HOST,
-                )
-            if self._script_raised(error):
-                return None
-            return Violation(
-                "file_size",
-                limits.file_size_bytes,
-                None,
-                "bytes",
-                "refused",
-                f"the script reported a write that failed with {errno_name}",
-                evidence=Evidence.GUEST,
-            )
-        thread_refused = kind == "RuntimeError" and error.get("message") == "can't start new thread"
-        # A refused fork raises BlockingIOError (EAGAIN), which non-blocking I/O raises too:
-        # only one the guest saw come out of a process start under the job's RLIMIT_NPROC
-        # (`refused_by`, see the bootstrap's `_process_start_refused`) is claimed.
-        fork_refused = (
-            kind == "BlockingIOError"
-            and errno_name == "EAGAIN"
-            and error.get("refused_by") == "RLIMIT_NPROC"
-        )
-        if (thread_refused or fork_refused) and not self.handle.has_cgroup_pids:
-            # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's
-            # tasks) refused it: no host counter saw it.
-            if self._script_raised(error):
-                return None
-            what = "thread" if thread_refused else "process"
-            return Violation(
-                "processes",
-                limits.processes,
-                None,
-                "count",
-                "refused",
-                f"the script reported a {what} start refused at the limit",
-                evidence=Evidence.GUEST,
-            )
-        if errno_name == "EMFILE":
-            # RLIMIT_NOFILE has no kernel counter, and the descriptors are closed as the error
-            # unwinds, before the report: only the guest ever sees this refusal.
-            if self._script_raised(error):
-                return None
-            return Violation(
-                "open_files",
-                limits.open_files,
-                None,
-                "count",
-                "refused",
-                "the script reported an open that failed with EMFILE",
-                evidence=Evidence.GUEST,
-            )
-        return None
-
-    def _script_raised(self, error: dict[str, Any]) -> bool:
-        """Whether the report's line is a ``raise`` statement of the script: the script made
-        the error up itself, no kernel refused anything."""
-        line = error.get("line")
-        if not isinstance(line, int) or isinstance(line, bool) or line <= 0:
-            return False
-        return line in _raise_lines(self.job.script)
-
-
-def _raise_lines(script: str) -> set[int]:
-    """The lines of every ``raise`` statement in the script."""
-    try:
-        tree = ast.parse(script)
-    except (SyntaxError, ValueError):
-        return set()
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Raise):
-            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    return lines
 
 
 async def run_session(

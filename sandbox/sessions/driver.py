@@ -23,15 +23,15 @@ import asyncio
 import contextlib
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
 from sandbox.backends.session import FRAME_OVERHEAD, _Session, job_frame
 from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
+from sandbox.execution import evidence
 from sandbox.protocol import GuestCall, GuestEnd, GuestMessage, ProtocolViolation, encode_frame
-from sandbox.result import Evidence, Violation
 
 __all__ = ["INTERRUPT_GRACE_S", "CellOutcome", "SessionSandbox"]
 
@@ -253,27 +253,14 @@ class _Cell(_Session):
                 self.lost = f"exited: the sandbox ended with exit code {exit_code}"
         elif self.lost is not None and resources.oom_killed:
             self.lost = "memory: the sandbox ran out of memory and was killed"
-        cell_usage = cell_share(self.usage_base, resources)
-        killed_for = self.killed_for
-        if killed_for == "session_cpu_time":
-            self.killed_for = None  # reported below as the session's own limit
+        cell_usage = evidence.cell_share(self.usage_base, resources)
         violations = self._violations(exit_code, wall, cell_usage)
-        if killed_for == "session_cpu_time":
+        if self.killed_for == "session_cpu_time":
             violations.append(
-                Violation(
-                    "cpu_time",
-                    self.sandbox.total_cpu_s,
-                    round(resources.cpu_time_s, 3),
-                    "s",
-                    "killed",
-                    "the session's total CPU budget was spent; the session ended",
-                    evidence=Evidence.KERNEL,
-                )
+                evidence.session_cpu_violation(self.sandbox.total_cpu_s, resources.cpu_time_s)
             )
         if self.interrupted and alive:
-            violations = [
-                replace(v, action="interrupted") if v.limit == killed_for else v for v in violations
-            ]
+            violations = evidence.interrupted(violations, self.killed_for)
         outcome = Outcome(
             exit_code=exit_code,
             end=self.end,
@@ -289,21 +276,3 @@ class _Cell(_Session):
             omitted_outputs=self.outputs.omitted,
         )
         return CellOutcome(outcome, None if alive else self.lost)
-
-
-def cell_share(before: ResourceUsage, after: ResourceUsage) -> ResourceUsage:
-    """The cell's own part of the session cgroup's counters, which count from the sandbox's
-    start: a refusal an earlier cell met is not this cell's violation. Peaks and the OOM
-    event stay the sandbox's (memory and processes are limits of the whole session)."""
-    pids_hits = max(0, after.pids_limit_hits - before.pids_limit_hits)
-    if after.pids_limit_hits or before.pids_limit_hits:
-        pids_hit = pids_hits > 0
-    else:  # a flag without a count: only its change is this cell's
-        pids_hit = after.pids_limit_hit and not before.pids_limit_hit
-    return replace(
-        after,
-        cpu_time_s=max(0.0, after.cpu_time_s - before.cpu_time_s),
-        memory_limit_hits=max(0, after.memory_limit_hits - before.memory_limit_hits),
-        pids_limit_hits=pids_hits,
-        pids_limit_hit=pids_hit,
-    )
