@@ -3,9 +3,9 @@
 A backend owns where a script runs (a namespaced process, a container); everything else (the
 broker, limits, output capture, result assembly) is shared. The service talks to backends only
 through `Backend`; a backend hands out single-use `SandboxHandle`s from its warm pool and
-`sandbox.backends.session.run_session` drives one handle through one job, identically for every
-backend. A session (`sandbox.sessions`) keeps one handle for many jobs instead, driven cell by
-cell by `sandbox.sessions.driver`; the handle interface is the same.
+`sandbox.execution.drive` drives one handle through one job, identically for every backend. A
+session (`sandbox.sessions`) keeps one handle for many jobs instead, driven cell by cell by the
+same loop (`sandbox.execution.cell`); the handle interface is the same.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from sandbox.backends.base import ResourceUsage, TmpfsUsage
-from sandbox.backends.outputs import OutputCollector
 from sandbox.execution import evidence
 from sandbox.execution.evidence import Capture, Observations
+from sandbox.execution.outputs import OutputCollector
 from sandbox.expectations import ExpectedCalls, check_expected_calls
 from sandbox.limits import DEFAULTS
 from sandbox.protocol import GuestOmit, GuestOutput
