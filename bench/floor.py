@@ -104,7 +104,7 @@ def _config(parent: str) -> dict[str, object]:
         "memory_bytes": limits.memory_bytes,
         "processes": limits.processes,
         "tmp_bytes": limits.file_size_bytes,
-        # As `sandbox.backends.session.job_frame` sends them to a sandbox with a cgroup.
+        # As `sandbox.execution.drive.job_frame` sends them to a sandbox with a cgroup.
         "rlimits": {
             "cpu_s": math.ceil(limits.cpu_time_ms / 1000) + 1,
             "fsize_bytes": limits.file_size_bytes,

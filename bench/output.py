@@ -3,7 +3,7 @@
 Run: ``python -m bench.output [--rounds N] [--backend process|docker|gvisor]``. The guest makes
 its stdout line-buffered so that every complete line reaches the host before any kill
 (`sandbox/guest/bootstrap.py`); the baseline is the same bootstrap with the interpreter's block
-buffer left in place (`sandbox.backends.session.block_buffered_output`, for this benchmark
+buffer left in place (`sandbox.execution.drive.block_buffered_output`, for this benchmark
 only), run interleaved with it block by block in the same run (`bench.harness`):
 
 1. A 100,000-line print loop (``print(i)``, about 590 KB): the loop's own time inside the
@@ -23,8 +23,8 @@ from typing import Any
 
 from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.factory import BackendOptions, build_backend
-from sandbox.backends.session import block_buffered_output
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.execution.drive import block_buffered_output
 from sandbox.limits import parse_limit_args
 
 LINES = 100_000

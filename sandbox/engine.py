@@ -7,13 +7,13 @@
 One execution is two steps. `Engine.prepare` validates the request once (script size, manifest,
 expected calls, backend, syntax and policy) and resolves its effective limits once, into a
 `PreparedExecution`; `Engine.run` runs that — stubs (cached by manifest hash) → a sandbox from
-the backend's warm pool → broker → result — and checks nothing again. `Engine.execute` is the
-two together. The gRPC server, the CLI, the integrations and the benchmarks all go through
-`run`, and those that keep an audit record wrap it in `sandbox.recording.Recorder`.
+the backend's warm pool → broker → the drive loop → result — and checks nothing again.
+`Engine.execute` is the two together. The gRPC server, the CLI, the integrations and the
+benchmarks all go through `run`, and those that keep an audit record wrap it in
+`sandbox.recording.Recorder`.
 
-Status rules, in order: cancelled; rejected (bad syntax or script policy, before any sandbox);
-limit_exceeded when any violation was recorded (a limit killed, cut or refused something, or
-the call counts missed their expectation); error when the script exited non-zero; else ok.
+This module is the façade over the execution wing (`sandbox.execution`): the request types,
+the drive loop, the evidence rules and result assembly (with its status rules) live there.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import ast
 import asyncio
 import hashlib
 import json
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -34,17 +33,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sandbox.backends.base import Backend, Job, SandboxHandle
-from sandbox.backends.session import run_session
-from sandbox.broker import Broker
 from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
-from sandbox.expectations import ExpectedCalls, check_expected_calls
-from sandbox.files import InputFile, check_inputs
+from sandbox.execution import assemble
+from sandbox.execution.assemble import limits_fields
+from sandbox.execution.broker import Broker
+from sandbox.execution.cell import SessionSandbox
+from sandbox.execution.drive import run_session
+from sandbox.execution.request import ExecutionRequest, PreparedExecution, StartedInfo
+from sandbox.files import check_inputs
 from sandbox.handlers import Approver, ToolHandler, builtin_handlers
 from sandbox.limits import (
     CEILINGS,
     DEFAULTS,
-    LIMIT_SPECS,
     LimitAdjustment,
     Limits,
     ResolvedLimits,
@@ -53,8 +54,7 @@ from sandbox.limits import (
     check_script_size,
 )
 from sandbox.restricted import check_restricted
-from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
-from sandbox.sessions.driver import SessionSandbox
+from sandbox.result import ExecutionResult, ScriptError
 from sandbox.telemetry.progress import LiveProbe
 from sandbox.telemetry.spans import step_span, traced_run
 from stubs_gen import Manifest, ManifestError, load_manifest, render_module
@@ -71,47 +71,6 @@ __all__ = [
 ]
 
 CACHE_SIZE = 256
-
-
-@dataclass(frozen=True)
-class ExecutionRequest:
-    script: str
-    manifest: str | bytes | list[Any] | dict[str, Any] | Manifest = "[]"
-    limits: Limits = field(default_factory=Limits)
-    backend: str | None = None
-    policy: Literal["none", "restricted"] = "none"
-    expected_calls: tuple[ExpectedCalls, ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    # A runtime with third-party packages (`sandbox.runtimes`); None: the standard library.
-    runtime: str | None = None
-    # Set only by `sandbox.replay`: the recorded execution this one replays (audited with it).
-    replay_of: str = ""
-    # Placed in the script's working directory, read-only (see `sandbox.files`).
-    files: tuple[InputFile, ...] = ()
-
-
-@dataclass(frozen=True)
-class StartedInfo:
-    execution_id: str
-    limits: ResolvedLimits
-    isolation: list[str]
-    probe: LiveProbe | None = None  # how far it has got, for live progress
-
-
-@dataclass(frozen=True)
-class PreparedExecution:
-    """A request that passed every check, with its limits resolved once: what `Engine.run` runs
-    and what the recorder admits. Built only by `Engine.prepare`."""
-
-    execution_id: str
-    request: ExecutionRequest  # its manifest parsed, its backend named
-    manifest: Manifest
-    manifest_json: str  # as given, for the audit record
-    backend: str
-    limits: ResolvedLimits
-    adjustments: tuple[LimitAdjustment, ...]
-    rejection: ScriptError | None  # syntax or policy: `run` returns `rejected`, no sandbox
-    runtime: str | None = None  # checked usable by the backend; None: the standard library
 
 
 @dataclass
@@ -272,30 +231,12 @@ class Engine:
         it runs as the next cell of that session's sandbox (`sandbox.sessions`), not in a
         fresh single-use one. ``tenant`` names who runs it, for its trace span
         (`sandbox.telemetry`)."""
-        request = prepared.request
-        effective = prepared.limits
+        request, effective = prepared.request, prepared.limits
         backend = self.backend(prepared.backend)
-        result = ExecutionResult(
-            execution_id=prepared.execution_id,
-            status=ExecutionStatus.OK,
-            backend=backend.name,
-            effective_limits=limits_fields(effective),
-            adjustments=list(prepared.adjustments),
-            started_at=time.time(),
-            input_files=[f.digest() for f in request.files],
-        )
-        if session is not None:
-            result.session_id = request.labels.get("ptc.session_id", "")
-        rejection = prepared.rejection
-        if rejection is not None:
-            result.status = ExecutionStatus.REJECTED
-            result.error = rejection
-            result.exit_code = 1
-            result.stderr = f"{rejection.type}: {rejection.message}{rejection.where()}\n"
-            result.finished_at = time.time()
-            return result
-
-        execution_id = prepared.execution_id
+        session_id = request.labels.get("ptc.session_id", "") if session is not None else None
+        result = assemble.start(prepared, backend.name, session_id)
+        if prepared.rejection is not None:
+            return assemble.rejected(result, prepared.rejection)
         stubs = self.stubs(prepared.manifest)
         if session is None:
             with step_span("ptc.sandbox.acquire"):
@@ -306,18 +247,10 @@ class Engine:
             result.isolation = session.isolation
             probe = LiveProbe(session.handle)
         if on_started is not None:
-            on_started(StartedInfo(execution_id, effective, result.isolation, probe))
-        broker = Broker(
-            execution_id,
-            prepared.manifest,
-            effective,
-            {**self.config.handlers, **(handlers or {})},
-            approver,
-            self.config.max_call_bytes,
-        )
-        probe.broker = broker
+            on_started(StartedInfo(prepared.execution_id, effective, result.isolation, probe))
+        probe.broker = broker = self._broker(prepared, handlers, approver)
         job = Job(
-            execution_id,
+            prepared.execution_id,
             request.script,
             stubs,
             effective,
@@ -330,66 +263,25 @@ class Engine:
             cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
             outcome = cell.outcome
             result.session_lost = cell.lost or ""
-
-        result.calls = broker.calls
-        result.violations = [
-            *outcome.violations,
-            *broker.violations(),
-            *check_expected_calls(request.expected_calls, broker.calls),
-        ]
-        result.sort_violations()
-        result.stdout = outcome.stdout.text()
-        result.stderr = outcome.stderr.text()
-        result.output_files = list(outcome.outputs)
-        result.omitted_outputs = list(outcome.omitted_outputs)
-        end = outcome.end
-        if end is not None and not _report_agrees(end.exit_code, outcome.exit_code):
-            # The report is advisory: one that contradicts how the sandbox really ended was
-            # forged by the script (an `end` frame sent over the channel, then another exit).
-            end = None
-        result.exit_code = end.exit_code if end is not None else outcome.exit_code
-        if end is not None and session is not None:
-            result.value = end.value
-        if end is not None and end.error:
-            result.error = ScriptError(
-                str(end.error.get("type", ""))[:200],
-                str(end.error.get("message", ""))[:2000],
-                _line(end.error.get("line")),
-            )
-        elif end is None and result.exit_code < 0:
-            result.error = ScriptError(
-                "Killed", f"the sandbox was killed by signal {-result.exit_code}"
-            )
-        elif end is None:
-            # The bootstrap reports every ending it sees; no report means the script closed
-            # or broke the tool channel, or left through os._exit.
-            result.error = ScriptError(
-                "NoReport",
-                f"the script exited with code {result.exit_code} without the bootstrap's "
-                "report (it closed the tool channel or called os._exit)",
-            )
-        result.usage = Usage(
-            wall_time_s=outcome.wall_time_s,
-            cpu_time_s=outcome.resources.cpu_time_s,
-            peak_memory_bytes=outcome.resources.peak_memory_bytes,
-            stdout_bytes=outcome.stdout.total,
-            stderr_bytes=outcome.stderr.total,
-            tool_calls=len(broker.calls),
+        return assemble.finish(
+            result, outcome, broker, request.expected_calls, in_session=session is not None
         )
-        if outcome.cancelled:
-            result.status = ExecutionStatus.CANCELLED
-        elif result.violations:
-            result.status = ExecutionStatus.LIMIT_EXCEEDED
-        elif result.exit_code != 0 or end is None:
-            result.status = ExecutionStatus.ERROR
-        result.finished_at = time.time()
-        return result
 
-
-def limits_fields(limits: ResolvedLimits) -> dict[str, int]:
-    """Effective limits as results and audit records carry them: the proto's unit-named fields
-    (``wall_time_ms``, ``memory_bytes``, ...) with canonical integer values."""
-    return {spec.field: limits.value(spec.name) for spec in LIMIT_SPECS}
+    def _broker(
+        self,
+        prepared: PreparedExecution,
+        handlers: Mapping[str, ToolHandler] | None,
+        approver: Approver | None,
+    ) -> Broker:
+        """The execution's broker: the engine's handlers, then the caller's."""
+        return Broker(
+            prepared.execution_id,
+            prepared.manifest,
+            prepared.limits,
+            {**self.config.handlers, **(handlers or {})},
+            approver,
+            self.config.max_call_bytes,
+        )
 
 
 def _manifest_text(raw: object) -> str:
@@ -401,15 +293,6 @@ def _manifest_text(raw: object) -> str:
     if isinstance(raw, Manifest):
         return ""  # parsed by the caller; its hash still identifies it
     return json.dumps(raw, sort_keys=True, ensure_ascii=False)
-
-
-def _report_agrees(reported: int, observed: int) -> bool:
-    """The guest's exit code matches the host's (which reads codes over 128 as signals)."""
-    return observed == reported or (reported > 128 and observed == 128 - reported)
-
-
-def _line(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT

@@ -11,7 +11,7 @@ A name is a relative POSIX path: components of 1..255 bytes joined by ``/``, at 
 control character, no backslash. Input names may not lie under ``outputs/`` and may not repeat or
 nest under one another. Limits (`input_files`, `input_bytes`, `output_files`,
 `output_file_bytes`, `output_bytes`) are those of `sandbox.limits`, checked once by
-`check_inputs` for inputs and by `sandbox.backends.outputs` for outputs.
+`check_inputs` for inputs and by `sandbox.execution.outputs` for outputs.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class GuestEnd:
 @dataclass(frozen=True)
 class GuestOutput:
     """One chunk of a file the guest returns from outputs/: ``data`` at ``offset`` of a file of
-    ``size`` bytes (see `sandbox.backends.outputs`)."""
+    ``size`` bytes (see `sandbox.execution.outputs`)."""
 
     name: str
     size: int

@@ -25,9 +25,9 @@ from sandbox.audit.base import Admission, AuditStore
 from sandbox.capture import OutputCallback
 from sandbox.engine import Engine, PreparedExecution, StartedInfo, limits_fields
 from sandbox.errors import PtcError
+from sandbox.execution.cell import SessionSandbox
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
-from sandbox.sessions.driver import SessionSandbox
 from sandbox.telemetry import metrics
 
 __all__ = ["Recorder", "failed_result"]

@@ -3,9 +3,9 @@
 A backend owns where a script runs (a namespaced process, a container); everything else (the
 broker, limits, output capture, result assembly) is shared. The service talks to backends only
 through `Backend`; a backend hands out single-use `SandboxHandle`s from its warm `Pool` and
-`sandbox.backends.session.run_session` drives one handle through one job, identically for every
-backend. A session (`sandbox.sessions`) keeps one handle for many jobs instead, driven cell by
-cell by `sandbox.sessions.driver`; the handle interface is the same.
+`sandbox.execution.drive` drives one handle through one job, identically for every backend. A
+session (`sandbox.sessions`) keeps one handle for many jobs instead, driven cell by cell by the
+same loop (`sandbox.execution.cell`); the handle interface is the same.
 
 Where backends differ in what the host can see of a sandbox or enforce on it, they say so in a
 `Capabilities` value (the backend's, and each handle's own, which can be less), never by the
@@ -27,7 +27,6 @@ from sandbox.result import Violation
 __all__ = [
     "Backend",
     "Capabilities",
-    "CapabilityFlags",
     "Job",
     "Outcome",
     "Pool",
@@ -62,29 +61,6 @@ class Capabilities:
     own_signals_delivered: bool = False
     # The backend runs named runtimes (`sandbox.runtimes`): `Backend.check_runtime` can pass.
     runtimes: bool = False
-
-
-class CapabilityFlags:
-    """A handle's capabilities under the flag names that `sandbox.backends.session` and
-    `sandbox.sessions.driver` still read; they go once those read `capabilities`."""
-
-    capabilities: Capabilities
-
-    @property
-    def has_cgroup_cpu(self) -> bool:
-        return self.capabilities.cgroup_cpu
-
-    @property
-    def has_cgroup_pids(self) -> bool:
-        return self.capabilities.cgroup_pids
-
-    @property
-    def has_cgroup_memory(self) -> bool:
-        return self.capabilities.cgroup_memory
-
-    @property
-    def own_signals_delivered(self) -> bool:
-        return self.capabilities.own_signals_delivered
 
 
 @dataclass(frozen=True)
@@ -158,19 +134,6 @@ class SandboxHandle(Protocol):
     stderr: OutputStream
     isolation: list[str]
     capabilities: Capabilities  # this sandbox's own
-
-    # `capabilities` under their older names (`CapabilityFlags`).
-    @property
-    def has_cgroup_cpu(self) -> bool: ...
-
-    @property
-    def has_cgroup_pids(self) -> bool: ...
-
-    @property
-    def has_cgroup_memory(self) -> bool: ...
-
-    @property
-    def own_signals_delivered(self) -> bool: ...
 
     @property
     def alive(self) -> bool:

@@ -42,7 +42,7 @@ import struct
 import threading
 from typing import Any
 
-from sandbox.backends.base import Capabilities, CapabilityFlags, ResourceUsage
+from sandbox.backends.base import Capabilities, ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.capture import OutputStream
 from sandbox.errors import InvalidArgument
@@ -66,7 +66,7 @@ class _End(Exception):
         self.error = error
 
 
-class FakeSandbox(CapabilityFlags):
+class FakeSandbox:
     """One single-use fake sandbox: the guest is a thread interpreting the job's script."""
 
     capabilities = Capabilities()  # no cgroup, no runtimes: every refusal is the guest's word

@@ -4,6 +4,6 @@
 their limits, expiry, concurrency and audit records.
 """
 
-from sandbox.sessions.driver import CellOutcome, SessionSandbox
+from sandbox.execution.cell import CellOutcome, SessionSandbox
 
 __all__ = ["CellOutcome", "SessionSandbox"]

@@ -1,7 +1,7 @@
 """`SessionManager`: the sessions of one server (or embedded engine), their limits and ends.
 
 A session holds one sandbox taken from a backend at `create` and runs the executions sent to it
-one at a time, as cells (`sandbox.sessions.driver`). Its limits come in two kinds:
+one at a time, as cells (`sandbox.execution.cell`). Its limits come in two kinds:
 
 * per session, fixed at `create`: memory and processes of the whole sandbox (its cgroup), disk
   (the private tmpfs and RLIMIT_FSIZE, ``file_size``), open files, total CPU (``cpu_time`` of
@@ -56,10 +56,10 @@ from sandbox.errors import (
     ResourceExhausted,
     quote,
 )
+from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.runtimes.store import DEFAULT_RUNTIME
-from sandbox.sessions.driver import SessionSandbox
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 

@@ -13,12 +13,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot
 
 if TYPE_CHECKING:
-    from sandbox.engine import StartedInfo
+    from sandbox.limits import ResolvedLimits
+    from sandbox.telemetry.progress import LiveProbe
+
+
+class Started(Protocol):
+    """What an execution's start tells the status line (its ``on_started`` info)."""
+
+    @property
+    def limits(self) -> ResolvedLimits: ...
+
+    @property
+    def probe(self) -> LiveProbe | None: ...
+
 
 __all__ = ["StatusLine", "format_status"]
 
@@ -45,7 +57,7 @@ class StatusLine:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._shown = False
-        self._info: StartedInfo | None = None
+        self._info: Started | None = None
 
     def show(self, text: str) -> None:
         self._out.write(_ERASE + text)
@@ -59,7 +71,7 @@ class StatusLine:
             self._shown = False
 
     # -- embedded: the engine's probe, read by a ticker ----------------------------------------
-    def started(self, info: StartedInfo) -> None:
+    def started(self, info: Started) -> None:
         self._info = info
 
     @contextlib.contextmanager

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sandbox.backends.base import SandboxHandle
-    from sandbox.broker import Broker
-
-__all__ = ["PROGRESS_AFTER_S", "PROGRESS_EVERY_S", "LiveProbe", "ProgressSnapshot"]
+__all__ = [
+    "PROGRESS_AFTER_S",
+    "PROGRESS_EVERY_S",
+    "CallCounter",
+    "LiveProbe",
+    "ProgressSnapshot",
+    "UsageSource",
+]
 
 # Executions shorter than this show no progress at all; longer ones, one update per period.
 PROGRESS_AFTER_S = 1.0
@@ -33,13 +36,34 @@ class ProgressSnapshot:
     stderr_bytes: int = 0
 
 
+class _Usage(Protocol):
+    @property
+    def cpu_time_s(self) -> float: ...
+
+    @property
+    def peak_memory_bytes(self) -> int: ...
+
+
+class UsageSource(Protocol):
+    """What accounts for the sandbox (a sandbox handle): its usage now."""
+
+    def usage(self) -> _Usage: ...
+
+
+class CallCounter(Protocol):
+    """What counts the execution's tool calls (its broker)."""
+
+    @property
+    def call_count(self) -> int: ...
+
+
 class LiveProbe:
     """Reads how far one execution has got; safe to call from the event loop at any time."""
 
-    def __init__(self, handle: SandboxHandle | None = None) -> None:
+    def __init__(self, handle: UsageSource | None = None) -> None:
         self._t0 = time.monotonic()
         self._handle = handle
-        self.broker: Broker | None = None
+        self.broker: CallCounter | None = None
 
     @property
     def elapsed_s(self) -> float:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from sandbox.telemetry import tracing
 
@@ -30,11 +30,10 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-    from sandbox.engine import PreparedExecution
     from sandbox.handlers import ToolCall
     from sandbox.result import CallRecord, ExecutionResult
 
-__all__ = ["CallTracer", "step_span", "traced_run"]
+__all__ = ["CallTracer", "TracedExecution", "step_span", "traced_run"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()
@@ -55,11 +54,32 @@ _DEFERRED: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
 )
 
 
+class _Hashed(Protocol):
+    @property
+    def sha256(self) -> str: ...
+
+
+class TracedExecution(Protocol):
+    """What the execution's span says of it (a prepared execution)."""
+
+    @property
+    def execution_id(self) -> str: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def manifest(self) -> _Hashed: ...
+
+    @property
+    def request(self) -> object: ...
+
+
 def traced_run(run: F) -> F:
     """Wraps `Engine.run` in the execution's span, when tracing is on."""
 
     @functools.wraps(run)
-    def wrapper(engine: Any, prepared: PreparedExecution, **kwargs: Any) -> Awaitable[Any]:
+    def wrapper(engine: Any, prepared: TracedExecution, **kwargs: Any) -> Awaitable[Any]:
         tracer = tracing.tracer()
         if tracer is None:
             return run(engine, prepared, **kwargs)
@@ -72,7 +92,7 @@ async def _traced(
     tracer: Tracer,
     run: Callable[..., Awaitable[ExecutionResult]],
     engine: Any,
-    prepared: PreparedExecution,
+    prepared: TracedExecution,
     kwargs: dict[str, Any],
 ) -> ExecutionResult:
     from opentelemetry import context, trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandbox.backends.session import block_buffered_output
+from sandbox.execution.drive import block_buffered_output
 
 if TYPE_CHECKING:
     from conftest import EngineHarness

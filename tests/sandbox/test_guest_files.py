@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.backends.outputs import OutputCollector
+from sandbox.execution.outputs import OutputCollector
 from sandbox.guest import GUEST_DIR
 from sandbox.limits import DEFAULTS
 from sandbox.protocol import GuestOmit, GuestOutput, parse_guest_message

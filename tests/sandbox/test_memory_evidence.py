@@ -1,5 +1,5 @@
 """A guest's report of a `MemoryError` weighed against what the host accounted: the memory
-branches of the session's claimed-violation check (`sandbox/backends/session.py`), and its
+branches of the session's claimed-violation check (`sandbox/execution/evidence.py`), and its
 sibling for a refused thread start where no pids cgroup counts the script.
 
 The real backends cannot be made to show every branch on one machine (a memory cgroup that is

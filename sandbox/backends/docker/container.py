@@ -26,7 +26,7 @@ import docker.errors
 from docker import DockerClient
 from docker.models.containers import Container
 
-from sandbox.backends.base import CapabilityFlags, ResourceUsage
+from sandbox.backends.base import ResourceUsage
 from sandbox.backends.docker.cgroup import CgroupCounters, ContainerCgroup
 from sandbox.backends.docker.channel import Connected, HostSockets
 from sandbox.backends.docker.spec import (
@@ -61,7 +61,7 @@ class Fate:
     oom_killed: bool
 
 
-class DockerSandbox(CapabilityFlags):
+class DockerSandbox:
     """A started, ready container; see `sandbox.backends.base.SandboxHandle`."""
 
     def __init__(

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandbox.backends.base import Capabilities, CapabilityFlags, ResourceUsage
+from sandbox.backends.base import Capabilities, ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
@@ -98,7 +98,7 @@ def process_capabilities(cgroup: bool) -> Capabilities:
     )
 
 
-class ProcessSandbox(CapabilityFlags):
+class ProcessSandbox:
     """A started, ready sandbox; see `sandbox.backends.base.SandboxHandle`."""
 
     def __init__(
