@@ -141,7 +141,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"requires_docker: {reason}"))
 
 
-@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start a runsc backend
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL schema's URL (tests/postgres_support.py); mark the test
@@ -150,6 +149,7 @@ def pg_url() -> Iterator[str]:
         yield schema.url
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start a runsc backend
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("requires_postgres") is not None and not POSTGRES_URL:
         if postgres_required():
