@@ -34,7 +34,7 @@ class _BrokenBackend:
     async def start(self) -> None:
         return None
 
-    async def acquire(self, limits: ResolvedLimits) -> object:
+    async def acquire(self, limits: ResolvedLimits, runtime: str | None = None) -> object:
         raise Unavailable("no sandbox could be started: the host ran out of user namespaces")
 
     def isolation(self) -> list[str]:
