@@ -10,30 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 from ptc_serve import ptc_serve
+from real_world_manifest import LIGATURE, SENT
+from real_world_manifest import MANIFEST as TOOLS
 
 from sandbox.client import Client
 
-LIGATURE = "\ufb01cha"  # "ﬁcha": Python reads the identifier as "ficha"
-MANIFEST = json.dumps(
-    [
-        {
-            "name": "cotizar_vehículo",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "año_vehiculo": {"type": "integer"},
-                    LIGATURE: {"type": "string"},
-                    "acciones": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "enum": ["view", "edit"],
-                    },
-                },
-                "required": ["año_vehiculo"],
-            },
-        }
-    ]
-)
+MANIFEST = json.dumps(TOOLS)
 SCRIPT = f"""\
 import tools
 print(tools.cotizar_vehículo(año_vehiculo=2019, {LIGATURE}="F-1", acciones=["view"]))
@@ -42,7 +24,6 @@ try:
 except tools.InvalidArguments as exc:
     print("invalid:", exc)
 """
-SENT = {"año_vehiculo": 2019, LIGATURE: "F-1", "acciones": ["view"]}
 REFUSED = 'argument \'acciones[0]\': expected one of "view", "edit", got "fly"'
 
 

@@ -19,32 +19,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from real_world_manifest import LIGATURE, MANIFEST, SENT
 from stubsgen_support import FakeRuntime, import_source
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
 from stubs_gen.names import python_name
 
 ROOT = Path(__file__).resolve().parents[2]
-LIGATURE = "\ufb01cha"  # "ﬁcha": an identifier, which Python reads as "ficha"
-MANIFEST = [
-    {
-        "name": "cotizar_vehículo",
-        "description": "Cotiza un seguro.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "año_vehiculo": {"type": "integer"},
-                LIGATURE: {"type": "string"},
-                "acciones": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "enum": ["view", "edit"],
-                },
-            },
-            "required": ["año_vehiculo"],
-        },
-    }
-]
 ARRAY_ENUM_WARNING = (
     "tool 'cotizar_vehículo' at $[0].parameters.properties.acciones.enum: an array's 'enum' "
     "lists item values, which no array matches; read as the enum of its items"
@@ -58,7 +39,6 @@ try:
 except tools.InvalidArguments as exc:
     print("invalid:", exc)
 """
-SENT = {"año_vehiculo": 2019, LIGATURE: "F-1", "acciones": ["view"]}
 REFUSED = 'argument \'acciones[0]\': expected one of "view", "edit", got "fly"'
 
 
