@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +29,15 @@ class Serving:
 
 @contextlib.contextmanager
 def ptc_serve(
-    *args: str, env: Mapping[str, str] | None = None, stop_timeout_s: float = 60.0
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 60.0,
+    wrapper: Sequence[str] = (),
 ) -> Iterator[Serving]:
-    """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit."""
+    """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit.
+    ``wrapper`` is a command that ends by exec'ing its arguments (e.g. into a cgroup)."""
     proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", *args],
+        [*wrapper, PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

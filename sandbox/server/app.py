@@ -35,6 +35,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit.base import AuditStore
 from sandbox.backends.base import Backend
+from sandbox.backends.process.cgroups.own_memory import own_memory
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
@@ -44,6 +45,7 @@ from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
+from sandbox.server.memory_budget import MemoryFit, fit_max_sandboxes, memory_ceiling
 from sandbox.server.peers import FleetIdentity
 from sandbox.server.runner import Runner
 from sandbox.server.service import SandboxServicer
@@ -77,9 +79,15 @@ class SandboxServer:
         tenancy: Tenancy | None = None,
     ) -> None:
         self.config = config or ServerConfig()
+        tenancy = tenancy or self._load_tenancy()
+        self.memory_fit: MemoryFit | None = None
+        if engine is None:
+            self.memory_fit = fit_max_sandboxes(
+                self.config.max_sandboxes, memory_ceiling(tenancy), own_memory()
+            )
         self.engine = engine or Engine(EngineConfig(backends=self._default_backends()))
         self.store: AuditStore = store or self._open_store()
-        self.tenancy: Tenancy = fleet.fleet_tenancy(self.config, tenancy or self._load_tenancy())
+        self.tenancy: Tenancy = fleet.fleet_tenancy(self.config, tenancy)
         self.writes = AuditWrites(self.store)  # keeps completions the store refuses
         self.readiness = fleet.Readiness(self.store, self.writes)
         self.host = HostHandlers(
@@ -115,7 +123,9 @@ class SandboxServer:
             "process": dataclasses.replace(
                 shared,
                 pool_size=self.config.pool_size,
-                max_sandboxes=self.config.max_sandboxes,
+                max_sandboxes=(
+                    self.memory_fit.max_sandboxes if self.memory_fit else self.config.max_sandboxes
+                ),
                 allow_degraded=self.config.allow_degraded,
             )
         }

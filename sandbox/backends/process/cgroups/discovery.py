@@ -11,7 +11,7 @@ from pathlib import Path
 from sandbox.backends.process.cgroups.v1 import REQUIRED as V1_REQUIRED
 from sandbox.backends.process.cgroups.v2 import REQUIRED as V2_REQUIRED
 
-__all__ = ["Hierarchy", "find_v1", "find_v2"]
+__all__ = ["Hierarchy", "find_v1", "find_v2", "own_dirs"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +109,24 @@ def find_v1() -> tuple[list[Hierarchy], str]:
         return [], f"cgroup v1 controllers not mounted: {', '.join(missing)}"
     unique = {h.base: h for h in found.values()}
     return list(unique.values()), ""
+
+
+def own_dirs(controller: str) -> tuple[Path, Path] | None:
+    """(our cgroup's directory, its mount point) in the hierarchy holding ``controller`` ("" for
+    the v2 unified tree), read-only mounts included; None where that hierarchy is not mounted
+    or our cgroup is outside the mount. Reading only: it is for looking at our own limits."""
+    own = _own_cgroups()
+    for fstype, point, root, options, _ in _mounts():
+        if controller == "" and fstype == "cgroup2" and "" in own:
+            rel = own[""]
+        elif controller and fstype == "cgroup" and controller in options:
+            key = next((k for k in own if controller in k.split(",")), None)
+            if key is None:
+                continue
+            rel = own[key]
+        else:
+            continue
+        base = _base_dir(point, root, rel)
+        if base is not None:
+            return base, point
+    return None
