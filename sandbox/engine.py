@@ -50,6 +50,7 @@ from sandbox.limits import (
     Limits,
     ResolvedLimits,
     apply_ceilings,
+    check_labels,
     check_manifest_size,
     check_script_size,
 )
@@ -169,6 +170,7 @@ class Engine:
         `Unavailable` for a backend this engine does not have). ``limits`` are effective limits
         resolved by the caller (a server passes its tenant's); by default the engine's own."""
         check_script_size(request.script)
+        check_labels(request.labels, reserved_ok=True)  # a server's own keys are not counted
         manifest = self.manifest(request)
         for index, expected in enumerate(request.expected_calls):
             if manifest.tool(expected.tool) is None:

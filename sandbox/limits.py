@@ -54,6 +54,7 @@ __all__ = [
     "MAX_SCRIPT_BYTES",
     "MIN_MEMORY",
     "REQUEST_OVERHEAD_BYTES",
+    "RESERVED_LABEL_PREFIX",
     "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
@@ -344,6 +345,7 @@ MAX_SCRIPT_BYTES = 1024**2
 MAX_MANIFEST_BYTES = 4 * 1024**2
 # Labels a request or session may carry, and their keys' and values' lengths in characters.
 MAX_LABELS = 64
+RESERVED_LABEL_PREFIX = "ptc."
 MAX_LABEL_KEY = 128
 MAX_LABEL_VALUE = 1024
 # Everything else a request carries (the labels; expected calls; ids, tokens and names), at
@@ -370,13 +372,23 @@ def check_manifest_size(manifest: str | bytes) -> None:
         raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
 
 
-def check_labels(labels: Mapping[str, str]) -> None:
-    """Refuses more than `MAX_LABELS` labels, an empty or long key, or a long value."""
+def check_labels(labels: Mapping[str, str], *, reserved_ok: bool = False) -> None:
+    """Refuses more than `MAX_LABELS` labels, an empty or long key, a long value, or a key in
+    the server's own namespace (`RESERVED_LABEL_PREFIX`: ``ptc.session_id``, ``ptc.kind``, which
+    the audit record and the session look-up trust). ``reserved_ok`` is for a request the
+    server or engine already labelled: its own keys are then not counted."""
+    if reserved_ok:
+        labels = {k: v for k, v in labels.items() if not k.startswith(RESERVED_LABEL_PREFIX)}
     if len(labels) > MAX_LABELS:
         raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
     for key, value in labels.items():
         if not key or len(key) > MAX_LABEL_KEY:
             raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            raise InvalidArgument(
+                f"labels: key {key[:40]!r} is reserved: keys starting with "
+                f"{RESERVED_LABEL_PREFIX!r} are set by the server"
+            )
         if len(value) > MAX_LABEL_VALUE:
             raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
 

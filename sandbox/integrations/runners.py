@@ -30,7 +30,7 @@ from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
-from sandbox.limits import Limits
+from sandbox.limits import Limits, check_labels
 from sandbox.options import RunOptions
 from sandbox.recording import Recorder
 from sandbox.replay.report import ReplayReport
@@ -72,6 +72,7 @@ def execution_request(script: str, manifest: str, options: RunOptions) -> Execut
         raise InvalidArgument(
             "session_id: an embedded session's cells run through its runner (open_session)"
         )
+    check_labels(options.labels)  # as a server would: no key of the server's own namespace
     return ExecutionRequest(
         script=script,
         manifest=manifest,

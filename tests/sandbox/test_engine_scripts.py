@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandbox.engine import ExecutionRequest
 from sandbox.errors import InvalidArgument, InvalidLimits, InvalidManifest
+from sandbox.integrations.runners import execution_request
 from sandbox.limits import parse_limit_args
+from sandbox.options import RunOptions
 
 if TYPE_CHECKING:
     from conftest import EngineHarness
@@ -168,6 +171,25 @@ def test_bad_requests_raise_typed_errors(clean: EngineHarness) -> None:
         parse_limit_args(["wall_time=-1"])
     with pytest.raises(InvalidLimits, match="unknown_limit"):
         parse_limit_args(["unknown_limit=1"])
+    clean.assert_healthy()
+
+
+def test_labels_are_capped_embedded_as_served(clean: EngineHarness) -> None:
+    """The engine refuses the labels a server refuses (a server's own ``ptc.`` keys are not
+    counted: a session cell carries ``ptc.session_id`` beside the caller's 64)."""
+    many = {f"k{i}": "v" for i in range(65)}
+    with pytest.raises(InvalidArgument, match=r"^labels: more than 64 labels$"):
+        clean.call(clean.engine.execute(ExecutionRequest(script="print(1)", labels=many)))
+    with pytest.raises(InvalidArgument, match=r"^labels\['k'\]: longer than 1024 characters$"):
+        clean.call(clean.engine.execute(ExecutionRequest(script="1", labels={"k": "v" * 1025})))
+    ours = {**dict(list(many.items())[:64]), "ptc.session_id": "s"}
+    result = clean.call(clean.engine.execute(ExecutionRequest(script="print(1)", labels=ours)))
+    assert result.stdout == "1\n"
+    with pytest.raises(InvalidArgument) as raised:
+        execution_request("1", "[]", RunOptions(labels={"ptc.kind": "session"}))
+    assert raised.value.message == (
+        "labels: key 'ptc.kind' is reserved: keys starting with 'ptc.' are set by the server"
+    )
     clean.assert_healthy()
 
 

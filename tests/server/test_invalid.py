@@ -88,6 +88,11 @@ EXECUTE_CASES = [
     ("label-key-empty", _request(labels={"": "x"}), "labels: key"),
     ("label-value-long", _request(labels={"k": "v" * 2000}), "labels['k']: longer than"),
     ("too-many-labels", _request(labels={f"k{i}": "v" for i in range(65)}), "labels: more than"),
+    (
+        "label-key-reserved",
+        _request(labels={"ptc.session_id": "s-forged"}),
+        "labels: key 'ptc.session_id' is reserved: keys starting with 'ptc.' are set by the server",
+    ),
 ]
 
 
