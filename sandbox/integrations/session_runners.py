@@ -118,10 +118,10 @@ class EmbeddedSessionRunner:
         usable = self.manager.usable(session.tenant, session.id)
         manifest, local = build_manifest(list(request.tools))
         options = request.options
-        cell = replace(
-            options, backend=usable.backend, labels={**options.labels, SESSION_LABEL: session.id}
-        )
-        execution = execution_request(request.script, manifest, cell)
+        execution = execution_request(
+            request.script, manifest, replace(options, backend=usable.backend)
+        )  # the caller's labels checked there; then the session's own
+        execution = replace(execution, labels={**execution.labels, SESSION_LABEL: session.id})
         asked = options.limits or Limits()
         limits, adjustments = runner.engine.effective_limits(asked)
         limits, fixed = self.manager.session_limits(session, limits, asked)
