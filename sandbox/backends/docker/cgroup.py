@@ -27,6 +27,21 @@ class CgroupCounters:
     memory_limit_hits: int = 0  # v1 memory.failcnt, v2 memory.events max
     pids_peak: int | None = None  # v2 pids.peak (Linux 6.1+)
 
+    def then(self, later: CgroupCounters) -> CgroupCounters:
+        """This sample followed by ``later``: every counter only grows, so each is the larger
+        of the two. A sample taken while runc removes the container's cgroups reads some
+        hierarchies already gone, as zero (the pids one before the cpuacct one, say); it must
+        not wipe out what an earlier sample saw (a refused fork, an OOM kill)."""
+        peaks = [p for p in (self.pids_peak, later.pids_peak) if p is not None]
+        return CgroupCounters(
+            cpu_time_ns=max(self.cpu_time_ns, later.cpu_time_ns),
+            memory_peak_bytes=max(self.memory_peak_bytes, later.memory_peak_bytes),
+            oom_kills=max(self.oom_kills, later.oom_kills),
+            pids_max_events=max(self.pids_max_events, later.pids_max_events),
+            memory_limit_hits=max(self.memory_limit_hits, later.memory_limit_hits),
+            pids_peak=max(peaks) if peaks else None,
+        )
+
 
 def _read(path: Path) -> str | None:
     try:

@@ -184,7 +184,7 @@ class DockerSandbox:
         if self.cgroup is not None and not self._disposed:
             counters = self.cgroup.read()
             if counters is not None:
-                self._counters = counters
+                self._counters = self._counters.then(counters)
                 self._sampled = True
 
     def usage(self) -> ResourceUsage:
