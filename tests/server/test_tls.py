@@ -46,6 +46,11 @@ FORWARD_REFUSED = (
     "has no client certificate issued by the fleet CA (ptc serve --fleet-ca); an API key cannot "
     "stand in for one"
 )
+# Without a fleet CA the fleet's proof is its secret, which an in-memory store keeps to itself.
+SECRET_REFUSED = (
+    "ptc-forwarded-by: only a fleet server may carry calls between servers, and this call does "
+    "not carry the fleet's secret (ptc-fleet-secret); an API key cannot stand in for it"
+)
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ def test_posing_as_a_forwarding_server_is_refused(mtls_server: Serving, pki: Pki
 
 
 def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
-    # Without TLS no connection can be a server's.
+    # Without TLS no connection can be a server's, and no caller knows this one's secret.
     with (
         ptc_serve("--audit-db", "memory", "--pool-size", "1") as serving,
         grpc.insecure_channel(serving.address) as channel,
@@ -268,7 +273,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
                 timeout=60,
             )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         # The streamed and the session calls go through the same gate.
         stream = stub.ExecuteStream(
             iter([pb.ClientMessage(start=pb.ExecuteRequest(script="print(1)"))]),
@@ -278,7 +283,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             list(stream)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         with pytest.raises(grpc.RpcError) as caught:
             stub.ListSessions(
                 pb.ListSessionsRequest(),
@@ -286,7 +291,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
                 timeout=60,
             )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         reply = stub.Execute(pb.ExecuteRequest(script="print(1)"), timeout=60)
         assert reply.stdout == "1\n"
 
