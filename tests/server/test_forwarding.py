@@ -292,3 +292,27 @@ def test_forwarding_under_tls_with_fleet_certificates(tmp_path: Path) -> None:
             assert through_b.close().state == "closed"
         # The fleet's secret is no proof where the fleet has a CA.
         assert sql(schema.url, "SELECT COUNT(*) FROM fleet_secret") == [(0,)]
+
+
+def test_a_carried_call_is_never_carried_again(pair: Pair) -> None:
+    """A call that arrives carried is answered where it lands, even for a session held
+    elsewhere: two servers that disagree about a holder cannot bounce it between them."""
+    [(secret,)] = sql(pair.url, "SELECT secret FROM fleet_secret")
+    with Client(pair.a.address, KEY) as ca:
+        sid = ca.session().create().session_id
+        try:
+            metadata = (("authorization", f"Bearer {KEY}"), ("ptc-forwarded-by", "10.0.0.9:1"),
+                        ("ptc-fleet-secret", str(secret)))  # fmt: skip
+            with grpc.insecure_channel(pair.b.address) as channel:
+                stub = pb_grpc.SandboxServiceStub(channel)
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.GetSession(pb.GetSessionRequest(session_id=sid), metadata=metadata,
+                                    timeout=60)  # fmt: skip
+            assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+            assert caught.value.details() == (
+                f"session_lost: session '{sid}' is gone: running: the server that held it "
+                "stopped before ending it"
+            )
+            assert ("ptc-holder-answer", "1") in tuple(caught.value.trailing_metadata())  # type: ignore[attr-defined]
+        finally:
+            ca.session(session_id=sid).close()

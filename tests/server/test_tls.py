@@ -371,9 +371,21 @@ def _replace(path: Path, data: bytes) -> None:
          "tls_cert {key}: not a PEM certificate file"),
         (("--tls-cert", "{cert}", "--tls-key", "/nonexistent/tls.key"),
          "tls_key /nonexistent/tls.key: No such file or directory"),
+        (("--tls-cert", "{cert}", "--tls-key", "{key}", "--fleet-cert", "{cert}"),
+         "fleet_cert: the fleet certificate needs its key; fleet_key is not set (--fleet-key)"),
+        (("--fleet-cert", "{cert}", "--fleet-key", "{key}"),
+         "fleet_cert: the fleet's certificates need TLS; give tls_cert and tls_key too "
+         "(--tls-cert, --tls-key)"),
+        (("--fleet-peer-ca", "{ca}"),
+         "fleet_peer_ca: the fleet's certificates need TLS; give tls_cert and tls_key too "
+         "(--tls-cert, --tls-key)"),
+        (("--tls-cert", "{cert}", "--tls-key", "{key}", "--fleet-cert", "{key}",
+          "--fleet-key", "{key}"),
+         "fleet_cert {key}: not a PEM certificate file"),
     ],
     ids=["cert-only", "key-only", "client-ca-only", "fleet-ca-without-mtls", "wrong-key",
-         "not-a-cert", "missing-key"],
+         "not-a-cert", "missing-key", "fleet-cert-without-key", "fleet-cert-without-tls",
+         "fleet-peer-ca-without-tls", "fleet-cert-not-a-cert"],
 )  # fmt: skip
 def test_half_or_bad_configurations_are_refused(
     pki: Pki, args: tuple[str, ...], message: str
@@ -429,10 +441,15 @@ def test_server_config_reads_the_tls_keys(tmp_path: Path) -> None:
     path.write_text(
         'tls_cert = "/etc/ptc/tls.crt"\ntls_key = "/etc/ptc/tls.key"\n'
         'tls_client_ca = "/etc/ptc/clients.pem"\nfleet_ca = "/etc/ptc/fleet.pem"\n'
+        'fleet_cert = "/etc/ptc/f.crt"\nfleet_key = "/etc/ptc/f.key"\n'
+        'fleet_peer_ca = "/etc/ptc/ca.pem"\nadvertise = "ptc-1.internal:50051"\n'
     )
     config = load_config(path)
     assert (config.tls_cert, config.tls_key, config.tls_client_ca, config.fleet_ca) == (
         "/etc/ptc/tls.crt", "/etc/ptc/tls.key", "/etc/ptc/clients.pem", "/etc/ptc/fleet.pem",
+    )  # fmt: skip
+    assert (config.fleet_cert, config.fleet_key, config.fleet_peer_ca, config.advertise) == (
+        "/etc/ptc/f.crt", "/etc/ptc/f.key", "/etc/ptc/ca.pem", "ptc-1.internal:50051",
     )  # fmt: skip
     path.write_text("tls_cert = 1\n")
     with pytest.raises(InvalidArgument) as refused:
