@@ -187,7 +187,7 @@ class Forwarder:
             if _from_holder(exc):
                 await _answer_error(member, exc, context)
             log.warning(
-                "fleet: ListSessions left out server %s at %s, which cannot be reached: %s",
+                "fleet: ListSessions left out server %s at %s, which did not answer: %s",
                 member.instance,
                 member.address,
                 exc.details(),
