@@ -241,6 +241,14 @@ def test_a_holder_killed_mid_call_is_unavailable_naming_it(tmp_path: Path) -> No
                 f"session_id: the server holding the session (fwd-doomed at '{doomed_address}') "
                 "cannot be reached: "
             )
+            # Its lease still runs: GetSession is carried and fails the same way; ListSessions
+            # leaves the silent server out (and logs it) rather than failing.
+            with pytest.raises(Unavailable) as again:
+                cs.session(session_id=sid).get()
+            assert str(again.value).startswith(
+                f"session_id: the server holding the session (fwd-doomed at '{doomed_address}') "
+            )
+            assert cs.list_sessions() == []
             assert cs.run("print('still ok')").stdout == "still ok\n"
 
 
