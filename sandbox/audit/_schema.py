@@ -11,7 +11,9 @@ each tenant's last sequence number and hash (the row that chain appends lock); `
 anchors a chain whose prefix retention pruned; ``executions``, ``calls`` and ``violations`` are
 query indexes derived from the entries, which `verify` recomputes and compares;
 ``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`);
-``write_probes`` is scratch space where a server checks that the store takes writes again.
+``write_probes`` is scratch space where a server checks that the store takes writes again;
+``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
+shared secret.
 """
 
 from __future__ import annotations
@@ -116,12 +118,24 @@ _V4 = (
     )""",
 )
 
+# Version 7 (any server serves any session): the fleet's shared secret, created once at random
+# by the first server that needs it and read by every other; in a fleet without TLS client
+# certificates a server carries calls to another with it (`sandbox.server.peers`). The row is
+# as secret as the database's password. (Numbered 7: steps 5 and 6 are being written elsewhere.)
+_V7 = (
+    """CREATE TABLE IF NOT EXISTS fleet_secret (
+        id BIGINT PRIMARY KEY,
+        secret TEXT NOT NULL
+    )""",
+)
+
 # Ordered steps: (version, statements). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (7, _V7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

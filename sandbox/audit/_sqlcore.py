@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from sandbox.audit import _fleet
 from sandbox.audit._codec import (
     Entry,
     admission_from_json,
@@ -33,7 +34,15 @@ from sandbox.audit._codec import (
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
 from sandbox.audit._verify import ChainState, verify_tenant
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, DeadServer, VerifyReport
+from sandbox.audit.base import (
+    Admission,
+    AuditQuery,
+    AuditRecord,
+    DeadServer,
+    Holder,
+    Member,
+    VerifyReport,
+)
 from sandbox.errors import InvalidArgument, NotFound, quote
 from sandbox.result import ExecutionResult
 
@@ -303,6 +312,15 @@ class SqlAuditStore:
             marked = self._mark_interrupted(str(instance), reason)
             dead.append(DeadServer(str(instance), address, seen_at_us / 1e6, marked))
         return dead
+
+    def holder(self, tenant: str, session_id: str) -> Holder | None:
+        return _fleet.holder(self._db, tenant, session_id)
+
+    def members(self) -> list[Member]:
+        return _fleet.members(self._db, self.instance)
+
+    def fleet_secret(self) -> str:
+        return _fleet.fleet_secret(self._db)
 
     def _mark_interrupted(self, instance: str, why: str) -> int:
         """Marks ``instance``'s running records `interrupted`, each in its own transaction

@@ -17,7 +17,16 @@ from typing import Protocol
 from sandbox.expectations import ExpectedCalls
 from sandbox.result import ExecutionResult
 
-__all__ = ["Admission", "AuditQuery", "AuditRecord", "AuditStore", "DeadServer", "VerifyReport"]
+__all__ = [
+    "Admission",
+    "AuditQuery",
+    "AuditRecord",
+    "AuditStore",
+    "DeadServer",
+    "Holder",
+    "Member",
+    "VerifyReport",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,20 @@ class DeadServer:
 
 
 @dataclass(frozen=True)
+class Member:
+    """A server of the fleet sharing the store, as its lease row says."""
+
+    instance: str
+    address: str  # where the others reach it (`ptc serve --advertise`)
+    alive: bool  # its lease has not expired
+
+
+@dataclass(frozen=True)
+class Holder(Member):
+    """The server that admitted a session still open in the record (status `running`)."""
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     tenant: str | None
     records: int
@@ -114,6 +137,16 @@ class AuditStore(Protocol):
     def sweep_dead(self) -> builtins.list[DeadServer]:
         """Servers whose lease expired: their running records become `interrupted`, naming
         them and when they were last seen; each dead server is swept by one survivor only."""
+
+    def holder(self, tenant: str, session_id: str) -> Holder | None:
+        """The server holding the tenant's open session, whether its lease is alive; None when
+        no open session has that id, or the holder left the fleet."""
+
+    def members(self) -> builtins.list[Member]:
+        """The fleet's other servers whose lease is alive."""
+
+    def fleet_secret(self) -> str:
+        """The fleet's shared secret, created once at random by the first server to ask."""
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         """Checks the hash chain of one tenant, or of all."""

@@ -117,6 +117,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="the CA that issues the fleet's servers their client certificates (needs "
         "--tls-client-ca); only its certificates may carry calls between servers",
     )
+    parser.add_argument(
+        "--fleet-cert",
+        metavar="PEM",
+        help="this server's client certificate issued by the fleet CA, presented when it carries "
+        "a session call to the server holding the session (needs --fleet-key and TLS)",
+    )
+    parser.add_argument("--fleet-key", metavar="PEM", help="the private key of --fleet-cert")
+    parser.add_argument(
+        "--fleet-peer-ca",
+        metavar="PEM",
+        help="the CAs of the other servers' TLS certificates (default: the system's)",
+    )
+    parser.add_argument(
+        "--advertise",
+        metavar="HOST:PORT",
+        help="where the other servers of the fleet reach this one (default: the listen address)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -153,6 +170,10 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         fleet_ca=args.fleet_ca,
+        fleet_cert=args.fleet_cert,
+        fleet_key=args.fleet_key,
+        fleet_peer_ca=args.fleet_peer_ca,
+        advertise=args.advertise,
     )
 
 

@@ -15,7 +15,9 @@ Stopping is ordered: health (readiness too) goes NOT_SERVING and new executions 
 UNAVAILABLE while the listener stays open, in-flight executions get `shutdown_grace_s` to finish
 and are then cancelled (and recorded as `interrupted`), then the listener closes, the pool is
 drained and the store closed. With a PostgreSQL store the tenancy is `GlobalQuotas`
-(`fleet.fleet_tenancy`).
+(`fleet.fleet_tenancy`). With a store on disk the server joins the fleet sharing it
+(`fleet.Membership`, at its advertised address) and carries session calls for sessions another
+server holds to that server (`forwarding.Forwarder`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
 from grpc import aio
@@ -43,10 +46,11 @@ from sandbox.runtimes import RuntimeStore
 from sandbox.server import fleet
 from sandbox.server.audit_writes import AuditWrites
 from sandbox.server.config import ServerConfig
+from sandbox.server.forwarding import FleetChannels, Forwarder
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.server.interceptors import ErrorInterceptor
 from sandbox.server.memory_budget import MemoryFit, fit_max_sandboxes, memory_ceiling
-from sandbox.server.peers import FleetIdentity
+from sandbox.server.peers import FleetIdentity, outgoing_credentials
 from sandbox.server.runner import Runner
 from sandbox.server.service import SandboxServicer
 from sandbox.server.store_memory import MemoryAuditStore
@@ -105,6 +109,7 @@ class SandboxServer:
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
         self.membership: fleet.Membership | None = None
+        self.forwarder: Forwarder | None = None
         self.backend_error: str | None = None
         self._server: aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -177,6 +182,7 @@ class SandboxServer:
                 self.config.listen,
             )
         fleet_identity = FleetIdentity(None if tls is None else tls.fleet_ca)
+        self.forwarder = await self._forwarder(fleet_identity, tls is not None)
         if self.config.metrics_listen:  # first: a bad address fails before anything starts
             self._serve_metrics(self.config.metrics_listen)
         try:
@@ -196,7 +202,9 @@ class SandboxServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_SandboxServiceServicer_to_server(SandboxServicer(self.runner), server)
+        pb_grpc.add_SandboxServiceServicer_to_server(
+            SandboxServicer(self.runner, self.forwarder), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, fleet.READINESS_SERVICE),
@@ -214,8 +222,11 @@ class SandboxServer:
         self._server = server
         self.address = f"{host}:{port}"
         if self.config.audit_db is not None:  # in memory there is no fleet to join
+            advertised = self.config.advertise or _reachable(self.address)
+            if self.forwarder is not None:
+                self.forwarder.address = advertised
             self.membership = fleet.Membership(
-                self.writes, self.address, self.config.member_lease_ttl_s
+                self.writes, advertised, self.config.member_lease_ttl_s
             )
             self.membership.start()
         await self._set_health()
@@ -224,6 +235,32 @@ class SandboxServer:
             interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
             self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
         return self.address
+
+    async def _forwarder(self, identity: FleetIdentity, tls: bool) -> Forwarder | None:
+        """What carries session calls to the server holding them; None without a shared store
+        (in memory) or, under a fleet CA, without this server's fleet certificate."""
+        config = self.config
+        credentials = outgoing_credentials(
+            tls, config.fleet_cert, config.fleet_key, config.fleet_peer_ca
+        )
+        if config.audit_db is None:
+            return None
+        if not identity.uses_certificates:  # the fleet's proof is the store's secret
+            identity.secret = await asyncio.to_thread(self.writes.fleet_secret)
+        elif config.fleet_cert is None:
+            log.warning(
+                "fleet: no fleet certificate (--fleet-cert, --fleet-key): session calls for "
+                "sessions other servers hold are answered here (NOT_FOUND), not carried to them"
+            )
+            return None
+        channels = FleetChannels(credentials, RECEIVE_LIMIT_BYTES + result_bytes_bound(CEILINGS))
+        return Forwarder(
+            self.writes,
+            identity,
+            channels,
+            instance=config.instance_id or socket.gethostname(),  # as the audit store's
+            holds=self.runner.sessions.holds,
+        )
 
     def _serve_metrics(self, listen: str) -> None:
         from sandbox.telemetry import metrics
@@ -301,6 +338,8 @@ class SandboxServer:
         if self.membership is not None:
             await self.membership.close()
             self.membership = None
+        if self.forwarder is not None:
+            await self.forwarder.channels.close()
         await fleet.close_tenancy(self.tenancy)
         await self.readiness.close()
         await self._last_recovery()
@@ -360,6 +399,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _reachable(address: str) -> str:
+    """``address`` as another server reaches it: a wildcard host becomes this host's name."""
+    host, _, port = address.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", ""):  # noqa: S104  -- recognised, not bound
+        return f"{socket.gethostname()}:{port}"
+    return address
 
 
 def _backend_ok(backend: Backend) -> bool:

@@ -37,6 +37,8 @@ from sandbox.audit.base import (
     AuditRecord,
     AuditStore,
     DeadServer,
+    Holder,
+    Member,
     VerifyReport,
 )
 from sandbox.errors import PtcError, StoreUnavailable
@@ -189,6 +191,15 @@ class AuditWrites:
 
     def sweep_dead(self) -> builtins.list[DeadServer]:
         return self.store.sweep_dead()
+
+    def holder(self, tenant: str, session_id: str) -> Holder | None:
+        return self.store.holder(tenant, session_id)
+
+    def members(self) -> builtins.list[Member]:
+        return self.store.members()
+
+    def fleet_secret(self) -> str:
+        return self.store.fleet_secret()
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         return self.store.verify(tenant)

@@ -27,6 +27,12 @@ can never name code for the host to import. Example::
     tls_key = "/etc/ptc/tls/server.key"    # neither; re-read when they change on disk)
     tls_client_ca = "/etc/ptc/tls/clients-ca.crt"  # mTLS: require client certs from these CAs
     fleet_ca = "/etc/ptc/tls/fleet-ca.crt" # the CA of the fleet's servers' client certificates
+    fleet_cert = "/etc/ptc/tls/fleet.crt"  # this server's own, issued by fleet_ca, and its key:
+    fleet_key = "/etc/ptc/tls/fleet.key"   # presented when it carries a call to another server
+    fleet_peer_ca = "/etc/ptc/tls/ca.crt"  # trust the other servers' TLS certificates (unset:
+                                           # the system's CAs)
+    advertise = "ptc-1.internal:50051"     # where the other servers reach this one (unset: the
+                                           # listen address, or the host name for 0.0.0.0)
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -92,6 +98,13 @@ class ServerConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     fleet_ca: str | None = None
+    # Carrying session calls to the server holding them (`sandbox.server.forwarding`): this
+    # server's fleet client certificate and key, the CAs of the other servers' TLS certificates,
+    # and the address they reach this one at.
+    fleet_cert: str | None = None
+    fleet_key: str | None = None
+    fleet_peer_ca: str | None = None
+    advertise: str | None = None
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -125,6 +138,10 @@ def load_config(path: str | Path) -> ServerConfig:
             "tls_key",
             "tls_client_ca",
             "fleet_ca",
+            "fleet_cert",
+            "fleet_key",
+            "fleet_peer_ca",
+            "advertise",
         ):
             values[key] = _typed(path, key, value, str)
         elif key in ("pool_size", "max_sandboxes", "host_handler_concurrency", "max_message_bytes"):

@@ -31,7 +31,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import MalformedRequest, PtcError, ResourceExhausted, bounded
 from sandbox.server.boundary import ClientMistakes, authenticate, checked, tolerant_decoder
-from sandbox.server.peers import FORWARDED_BY, FleetIdentity
+from sandbox.server.peers import FORWARDED_BY, HOLDER_ANSWER, FleetIdentity
 from sandbox.tenants.base import Tenancy
 
 __all__ = ["ErrorInterceptor", "abort_for"]
@@ -49,15 +49,20 @@ async def abort_for(
     exc: BaseException, context: aio.ServicerContext[Any, Any], method: str = ""
 ) -> None:
     """Ends the RPC with the status ``exc`` stands for; always raises."""
+    # An error answered to a carried call says so, for the forwarder to pass it on unchanged.
+    metadata: tuple[tuple[str, str], ...] = ()
+    if any(key == FORWARDED_BY for key, _ in context.invocation_metadata() or ()):
+        metadata = ((HOLDER_ANSWER, "1"),)
     if isinstance(exc, PtcError):
-        metadata: tuple[tuple[str, str], ...] = ()
         if isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
-            metadata = (("retry-after", f"{exc.retry_after_s:g}"),)
+            metadata += (("retry-after", f"{exc.retry_after_s:g}"),)
         if isinstance(exc, MalformedRequest):
             _MISTAKES.report(str(context.peer()), method, exc.message)
         await context.abort(exc.code, bounded(exc.message), trailing_metadata=metadata)
     log.error("internal error in an RPC", exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+    await context.abort(
+        grpc.StatusCode.INTERNAL, "internal error; see the server log", trailing_metadata=metadata
+    )
 
 
 def _is_abort(exc: BaseException) -> bool:

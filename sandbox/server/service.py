@@ -2,7 +2,9 @@
 
 Methods authenticate the caller through the tenancy, convert with `convert`, and delegate: runs go
 through `Runner` (unary) or `StreamSession` (streamed); stubs through `stubs_gen`; records through
-the audit store. Errors are raised as `sandbox.errors` classes and mapped to statuses by
+the audit store. A session call first asks `forwarding.Forwarder` whether a live server elsewhere
+holds the session, and is carried there if so; ListSessions adds the other servers' sessions.
+Errors are raised as `sandbox.errors` classes and mapped to statuses by
 `interceptors.ErrorInterceptor`, never here.
 """
 
@@ -16,15 +18,17 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.audit.base import Holder
 from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
 from sandbox.server import sessions
-from sandbox.server.boundary import authenticate
+from sandbox.server.boundary import authenticate, checked
 from sandbox.server.convert import (
     query_from_proto,
     record_to_proto,
     request_from_proto,
     result_to_proto,
 )
+from sandbox.server.forwarding import Forwarder
 from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner
 from sandbox.server.stream import StreamSession
@@ -38,14 +42,21 @@ Context = aio.ServicerContext[Any, Any]
 
 
 class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, forwarder: Forwarder | None = None) -> None:
         self.runner = runner
+        self.forwarder = forwarder  # None: sessions are only ever this server's
 
     def _tenant(self, context: Context) -> Tenant:
         return authenticate(self.runner.tenancy, context.invocation_metadata())
 
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecutionResult:
         tenant = self._tenant(context)
+        if holder := await self._holder(context, tenant, request.session_id):
+            assert self.forwarder is not None
+            carried: pb.ExecutionResult = await self.forwarder.unary(
+                holder, "Execute", request, context
+            )
+            return carried
         execution = request_from_proto(request, tenant.script_policy)
         session = None
         if request.session_id:
@@ -76,8 +87,14 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             # our status (seen with an unknown key, now and then).
             await context.read()
             raise
+        first = checked(await context.read())
+        start = first.start if isinstance(first, pb.ClientMessage) else None
+        if start is not None and (holder := await self._holder(context, tenant, start.session_id)):
+            assert self.forwarder is not None
+            await self.forwarder.stream(holder, first, context)
+            return
         with attached(_trace_parent(context)):
-            await StreamSession(self.runner, tenant, context).serve()
+            await StreamSession(self.runner, tenant, context).serve(first)
 
     async def GenerateStubs(
         self, request: pb.GenerateStubsRequest, context: Context
@@ -120,17 +137,41 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         return await sessions.create_session(self.runner, self._tenant(context), request)
 
     async def GetSession(self, request: pb.GetSessionRequest, context: Context) -> pb.SessionInfo:
-        return sessions.get_session(self.runner, self._tenant(context), request)
+        tenant = self._tenant(context)
+        if holder := await self._holder(context, tenant, request.session_id):
+            assert self.forwarder is not None
+            info: pb.SessionInfo = await self.forwarder.unary(
+                holder, "GetSession", request, context
+            )
+            return info
+        return sessions.get_session(self.runner, tenant, request)
 
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context
     ) -> pb.ListSessionsResponse:
-        return sessions.list_sessions(self.runner, self._tenant(context), request)
+        local = sessions.list_sessions(self.runner, self._tenant(context), request)
+        if self.forwarder is None:
+            return local
+        elsewhere = await self.forwarder.list_elsewhere(request, context)
+        return sessions.merged(local, elsewhere)
 
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.SessionInfo:
-        return await sessions.close_session(self.runner, self._tenant(context), request)
+        tenant = self._tenant(context)
+        if holder := await self._holder(context, tenant, request.session_id):
+            assert self.forwarder is not None
+            info: pb.SessionInfo = await self.forwarder.unary(
+                holder, "CloseSession", request, context
+            )
+            return info
+        return await sessions.close_session(self.runner, tenant, request)
+
+    async def _holder(self, context: Context, tenant: Tenant, session_id: str) -> Holder | None:
+        """The live server elsewhere holding ``session_id``; None to answer here."""
+        if self.forwarder is None or not session_id:
+            return None
+        return await self.forwarder.holder_of(context, tenant.id, session_id)
 
     async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
         return await serve_replay(self.runner, self._tenant(context), request)

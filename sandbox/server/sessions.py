@@ -19,7 +19,14 @@ from sandbox.tenants.base import Tenant
 from sandbox.tenants.policy import check_backend, check_runtime, check_tool_modes, effective_limits
 from sandbox.wire import BACKEND_ENUM, BACKENDS, timestamp
 
-__all__ = ["close_session", "create_session", "get_session", "list_sessions", "session_to_proto"]
+__all__ = [
+    "close_session",
+    "create_session",
+    "get_session",
+    "list_sessions",
+    "merged",
+    "session_to_proto",
+]
 
 _STATES = {
     SessionState.ACTIVE: pb.SESSION_STATE_ACTIVE,
@@ -97,6 +104,16 @@ def list_sessions(
 ) -> pb.ListSessionsResponse:
     found = runner.sessions.list(tenant.id, include_ended=request.include_ended)
     return pb.ListSessionsResponse(sessions=[session_to_proto(s) for s in found])
+
+
+def merged(
+    local: pb.ListSessionsResponse, elsewhere: list[pb.SessionInfo]
+) -> pb.ListSessionsResponse:
+    """This server's sessions and the other servers', newest first, each once."""
+    by_id = {info.session_id: info for info in elsewhere}
+    by_id.update({info.session_id: info for info in local.sessions})  # the local view wins
+    ordered = sorted(by_id.values(), key=lambda i: i.created_at.ToNanoseconds(), reverse=True)
+    return pb.ListSessionsResponse(sessions=ordered)
 
 
 async def close_session(

@@ -15,11 +15,20 @@ import builtins
 import hashlib
 import itertools
 import json
+import secrets
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, DeadServer, VerifyReport
+from sandbox.audit.base import (
+    Admission,
+    AuditQuery,
+    AuditRecord,
+    DeadServer,
+    Holder,
+    Member,
+    VerifyReport,
+)
 from sandbox.errors import InvalidArgument
 from sandbox.result import ExecutionResult
 
@@ -60,6 +69,7 @@ def _result_json(result: ExecutionResult | None) -> str:
 
 class MemoryAuditStore:
     def __init__(self) -> None:
+        self._secret = secrets.token_urlsafe(32)
         self._entries: dict[str, _Entry] = {}
         self._heads: dict[str, str] = {}
         self._seq = itertools.count(1)
@@ -155,6 +165,15 @@ class MemoryAuditStore:
 
     def sweep_dead(self) -> builtins.list[DeadServer]:
         return []
+
+    def holder(self, tenant: str, session_id: str) -> Holder | None:
+        return None  # only this server: a session it does not hold is nowhere
+
+    def members(self) -> builtins.list[Member]:
+        return []
+
+    def fleet_secret(self) -> str:
+        return self._secret  # random, known to this process alone: no call can carry it
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         with self._lock:

@@ -71,9 +71,11 @@ class StreamSession:
         self._ticker: asyncio.Task[None] | None = None  # sends `progress` while it runs
         self._output_bytes = {"stdout": 0, "stderr": 0}
 
-    async def serve(self) -> None:
-        """Runs the stream to its end; raises `InvalidArgument` for a malformed client message."""
-        first = checked(await self.context.read())
+    async def serve(self, first: Any = None) -> None:
+        """Runs the stream to its end; raises `InvalidArgument` for a malformed client message.
+        ``first`` is the client's first message when the caller has read it already."""
+        if first is None:
+            first = checked(await self.context.read())
         if not isinstance(first, pb.ClientMessage):  # the client closed without a request
             return
         kind = first.WhichOneof("message")

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 
 from sandbox.errors import InvalidArgument
 
-__all__ = ["ServerTls", "load_certificates", "server_credentials"]
+__all__ = ["ServerTls", "load_certificates", "read_pem", "server_credentials"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ServerTls:
         return cls(cert, key, client_ca, fleet_ca)
 
 
-def _read(name: str, path: str) -> bytes:
+def read_pem(name: str, path: str) -> bytes:
     try:
         with open(path, "rb") as file:
             return file.read()
@@ -87,15 +87,15 @@ def load_certificates(name: str, path: str, data: bytes | None = None) -> list[x
     """The PEM certificates in ``path`` (or in ``data``, read from it); at least one, or an
     error naming the file."""
     try:
-        return x509.load_pem_x509_certificates(_read(name, path) if data is None else data)
+        return x509.load_pem_x509_certificates(read_pem(name, path) if data is None else data)
     except ValueError as exc:
         raise InvalidArgument(f"{name} {path}: not a PEM certificate file ({exc})") from exc
 
 
 def _configuration(tls: ServerTls) -> grpc.ServerCertificateConfiguration:
     """Reads and checks the files; the configuration gRPC serves them with."""
-    chain = _read("tls_cert", tls.cert)
-    key = _read("tls_key", tls.key)
+    chain = read_pem("tls_cert", tls.cert)
+    key = read_pem("tls_key", tls.key)
     leaf = load_certificates("tls_cert", tls.cert, chain)[0]
     try:
         private = serialization.load_pem_private_key(key, password=None)
@@ -113,10 +113,10 @@ def _configuration(tls: ServerTls) -> grpc.ServerCertificateConfiguration:
         )
     roots: bytes | None = None
     if tls.client_ca is not None:
-        roots = _read("tls_client_ca", tls.client_ca)
+        roots = read_pem("tls_client_ca", tls.client_ca)
         load_certificates("tls_client_ca", tls.client_ca, roots)
         if tls.fleet_ca is not None:
-            fleet = _read("fleet_ca", tls.fleet_ca)
+            fleet = read_pem("fleet_ca", tls.fleet_ca)
             load_certificates("fleet_ca", tls.fleet_ca, fleet)
             roots = roots.rstrip(b"\n") + b"\n" + fleet
     return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=roots)

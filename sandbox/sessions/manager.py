@@ -219,6 +219,10 @@ class SessionManager:
         metrics.active_sessions(len(self._sessions))
         return session
 
+    def holds(self, session_id: str) -> bool:
+        """True for a session this manager holds, open or ended (any tenant's)."""
+        return session_id in self._sessions or session_id in self._ended
+
     def get(self, tenant: str, session_id: str) -> Session:
         """The tenant's session, open or ended; NOT_FOUND for an unknown or foreign id."""
         if not session_id:

@@ -46,6 +46,11 @@ FORWARD_REFUSED = (
     "has no client certificate issued by the fleet CA (ptc serve --fleet-ca); an API key cannot "
     "stand in for one"
 )
+# Without a fleet CA the fleet's proof is its secret, which an in-memory store keeps to itself.
+SECRET_REFUSED = (
+    "ptc-forwarded-by: only a fleet server may carry calls between servers, and this call does "
+    "not carry the fleet's secret (ptc-fleet-secret); an API key cannot stand in for it"
+)
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ def test_posing_as_a_forwarding_server_is_refused(mtls_server: Serving, pki: Pki
 
 
 def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
-    # Without TLS no connection can be a server's.
+    # Without TLS no connection can be a server's, and no caller knows this one's secret.
     with (
         ptc_serve("--audit-db", "memory", "--pool-size", "1") as serving,
         grpc.insecure_channel(serving.address) as channel,
@@ -268,7 +273,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
                 timeout=60,
             )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         # The streamed and the session calls go through the same gate.
         stream = stub.ExecuteStream(
             iter([pb.ClientMessage(start=pb.ExecuteRequest(script="print(1)"))]),
@@ -278,7 +283,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             list(stream)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         with pytest.raises(grpc.RpcError) as caught:
             stub.ListSessions(
                 pb.ListSessionsRequest(),
@@ -286,7 +291,7 @@ def test_forwarded_calls_are_refused_without_tls(pki: Pki) -> None:
                 timeout=60,
             )
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert caught.value.details() == FORWARD_REFUSED
+        assert caught.value.details() == SECRET_REFUSED
         reply = stub.Execute(pb.ExecuteRequest(script="print(1)"), timeout=60)
         assert reply.stdout == "1\n"
 
@@ -366,9 +371,21 @@ def _replace(path: Path, data: bytes) -> None:
          "tls_cert {key}: not a PEM certificate file"),
         (("--tls-cert", "{cert}", "--tls-key", "/nonexistent/tls.key"),
          "tls_key /nonexistent/tls.key: No such file or directory"),
+        (("--tls-cert", "{cert}", "--tls-key", "{key}", "--fleet-cert", "{cert}"),
+         "fleet_cert: the fleet certificate needs its key; fleet_key is not set (--fleet-key)"),
+        (("--fleet-cert", "{cert}", "--fleet-key", "{key}"),
+         "fleet_cert: the fleet's certificates need TLS; give tls_cert and tls_key too "
+         "(--tls-cert, --tls-key)"),
+        (("--fleet-peer-ca", "{ca}"),
+         "fleet_peer_ca: the fleet's certificates need TLS; give tls_cert and tls_key too "
+         "(--tls-cert, --tls-key)"),
+        (("--tls-cert", "{cert}", "--tls-key", "{key}", "--fleet-cert", "{key}",
+          "--fleet-key", "{key}"),
+         "fleet_cert {key}: not a PEM certificate file"),
     ],
     ids=["cert-only", "key-only", "client-ca-only", "fleet-ca-without-mtls", "wrong-key",
-         "not-a-cert", "missing-key"],
+         "not-a-cert", "missing-key", "fleet-cert-without-key", "fleet-cert-without-tls",
+         "fleet-peer-ca-without-tls", "fleet-cert-not-a-cert"],
 )  # fmt: skip
 def test_half_or_bad_configurations_are_refused(
     pki: Pki, args: tuple[str, ...], message: str
@@ -424,10 +441,15 @@ def test_server_config_reads_the_tls_keys(tmp_path: Path) -> None:
     path.write_text(
         'tls_cert = "/etc/ptc/tls.crt"\ntls_key = "/etc/ptc/tls.key"\n'
         'tls_client_ca = "/etc/ptc/clients.pem"\nfleet_ca = "/etc/ptc/fleet.pem"\n'
+        'fleet_cert = "/etc/ptc/f.crt"\nfleet_key = "/etc/ptc/f.key"\n'
+        'fleet_peer_ca = "/etc/ptc/ca.pem"\nadvertise = "ptc-1.internal:50051"\n'
     )
     config = load_config(path)
     assert (config.tls_cert, config.tls_key, config.tls_client_ca, config.fleet_ca) == (
         "/etc/ptc/tls.crt", "/etc/ptc/tls.key", "/etc/ptc/clients.pem", "/etc/ptc/fleet.pem",
+    )  # fmt: skip
+    assert (config.fleet_cert, config.fleet_key, config.fleet_peer_ca, config.advertise) == (
+        "/etc/ptc/f.crt", "/etc/ptc/f.key", "/etc/ptc/ca.pem", "ptc-1.internal:50051",
     )  # fmt: skip
     path.write_text("tls_cert = 1\n")
     with pytest.raises(InvalidArgument) as refused:
