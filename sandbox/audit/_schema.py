@@ -11,7 +11,8 @@ each tenant's last sequence number and hash (the row that chain appends lock); `
 anchors a chain whose prefix retention pruned; ``executions``, ``calls`` and ``violations`` are
 query indexes derived from the entries, which `verify` recomputes and compares;
 ``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`);
-``write_probes`` is scratch space where a server checks that the store takes writes again.
+``write_probes`` is scratch space where a server checks that the store takes writes again;
+``idempotency_keys`` maps each tenant's idempotency keys to the execution admitted under one.
 """
 
 from __future__ import annotations
@@ -116,12 +117,24 @@ _V4 = (
     )""",
 )
 
+# Version 5 (a retry never runs a script twice): each tenant's idempotency keys, each mapped to
+# the one execution admitted under it, written in the admission's own transaction.
+_V5 = (
+    """CREATE TABLE IF NOT EXISTS idempotency_keys (
+        tenant TEXT NOT NULL,
+        idem_key TEXT NOT NULL,
+        execution_id TEXT NOT NULL,
+        PRIMARY KEY (tenant, idem_key)
+    )""",
+)
+
 # Ordered steps: (version, statements). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (5, _V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
