@@ -16,8 +16,9 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.audit.base import KeyTaken
 from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
-from sandbox.server import sessions
+from sandbox.server import idempotency, sessions
 from sandbox.server.boundary import authenticate
 from sandbox.server.convert import (
     query_from_proto,
@@ -47,6 +48,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecutionResult:
         tenant = self._tenant(context)
         execution = request_from_proto(request, tenant.script_policy)
+        # A key already admitted, by any server: that execution's result, nothing run again.
+        earlier = await idempotency.admitted(
+            self.runner.store, tenant.id, execution.idempotency_key
+        )
+        if earlier is not None:
+            return await self._keyed(tenant, request, earlier)
         session = None
         if request.session_id:
             session = self.runner.sessions.usable(tenant.id, request.session_id)
@@ -62,7 +69,16 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         except asyncio.CancelledError:  # deadline passed or the client went away
             cancel.set()
             raise
+        except KeyTaken as taken:  # another server admitted the same key a moment before
+            return await self._keyed(tenant, request, taken.execution_id)
         return result_to_proto(result)
+
+    async def _keyed(
+        self, tenant: Tenant, request: pb.ExecuteRequest, execution_id: str
+    ) -> pb.ExecutionResult:
+        return await idempotency.answer(
+            self.runner.store, self.runner.engine, tenant.id, request, execution_id
+        )
 
     async def ExecuteStream(
         self, request_iterator: AsyncIterator[pb.ClientMessage], context: Context
