@@ -15,6 +15,7 @@ from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
 
+from sandbox.client._retry import RetryPolicy
 from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
     Approve,
@@ -81,15 +82,17 @@ class Client:
         tls_ca: PemLike | None = None,
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
-        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS)."""
+        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS); ``retry``
+        bounds how often an execution whose outcome is unknown is asked for again by its key."""
         tls = read_pems(tls_ca, tls_cert, tls_key)  # a bad file is refused here, at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ptc-client", daemon=True
         )
         self._thread.start()
-        self._async: AsyncClient = self._call(_make(target, api_key, tls))
+        self._async: AsyncClient = self._call(_make(target, api_key, tls, retry))
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -215,8 +218,11 @@ async def _shutdown(client: AsyncClient) -> None:
 
 
 async def _make(
-    target: str, api_key: str | None, tls: tuple[bytes | None, bytes | None, bytes | None]
+    target: str,
+    api_key: str | None,
+    tls: tuple[bytes | None, bytes | None, bytes | None],
+    retry: RetryPolicy | None,
 ) -> AsyncClient:
     ca, cert, key = tls
     # The channel binds to the running loop: made here, on the private one.
-    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key)
+    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key, retry=retry)

@@ -67,7 +67,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # deadline passed or the client went away
-            cancel.set()
+            # A call reset before its deadline, with an idempotency key, is one the caller will
+            # ask for again by that key (nginx resets the call to this server when it gives up
+            # at its read timeout): the run goes on to its end, within its own limits, so the
+            # retry gets its result. The caller's own deadline, or no key: stop it.
+            if not (execution.idempotency_key and _before_deadline(context)):
+                cancel.set()
             raise
         except KeyTaken as taken:  # another server admitted the same key a moment before
             return await self._keyed(tenant, request, taken.execution_id)
@@ -150,6 +155,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
     async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
         return await serve_replay(self.runner, self._tenant(context), request)
+
+
+def _before_deadline(context: Context) -> bool:
+    """Whether the call ended with time left (a reset, a client gone), not at its deadline."""
+    remaining = context.time_remaining()
+    return remaining is None or remaining > 0.05
 
 
 def _trace_parent(context: Context) -> Any:
