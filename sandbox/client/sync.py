@@ -82,17 +82,26 @@ class Client:
         tls_ca: PemLike | None = None,
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
-        retry: RetryPolicy | None = None,
     ) -> None:
-        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS); ``retry``
-        bounds how often an execution whose outcome is unknown is asked for again by its key."""
+        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS). How often
+        an execution whose outcome is unknown is asked for again by its key is `retry`."""
         tls = read_pems(tls_ca, tls_cert, tls_key)  # a bad file is refused here, at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ptc-client", daemon=True
         )
         self._thread.start()
-        self._async: AsyncClient = self._call(_make(target, api_key, tls, retry))
+        self._async: AsyncClient = self._call(_make(target, api_key, tls))
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How often an execution whose outcome is unknown is asked for again by its
+        idempotency key (`RetryPolicy`); set ``RetryPolicy(attempts=1)`` never to ask again."""
+        return self._async.retry
+
+    @retry.setter
+    def retry(self, policy: RetryPolicy) -> None:
+        self._async.retry = policy
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -218,11 +227,8 @@ async def _shutdown(client: AsyncClient) -> None:
 
 
 async def _make(
-    target: str,
-    api_key: str | None,
-    tls: tuple[bytes | None, bytes | None, bytes | None],
-    retry: RetryPolicy | None,
+    target: str, api_key: str | None, tls: tuple[bytes | None, bytes | None, bytes | None]
 ) -> AsyncClient:
     ca, cert, key = tls
     # The channel binds to the running loop: made here, on the private one.
-    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key, retry=retry)
+    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key)

@@ -50,6 +50,13 @@ print("finished once")
 """
 
 
+def _once(address: str) -> Client:
+    """A client that never asks again: what one attempt gets."""
+    client = Client(address)
+    client.retry = RetryPolicy(attempts=1)
+    return client
+
+
 def _instances(fleet: Fleet) -> dict[str, int]:
     rows = fleet.sql("SELECT instance, COUNT(*) FROM executions GROUP BY instance")
     return {str(instance): int(count) for instance, count in rows}  # type: ignore[call-overload]
@@ -71,7 +78,7 @@ def test_a_unary_execute_past_the_read_timeout_runs_once(three: Fleet) -> None:
         key = f"test-{uuid.uuid4()}"
         # Asked once, without retrying: the balancer gives up at its read timeout.
         with (
-            Client(short.address, retry=RetryPolicy(attempts=1)) as once,
+            _once(short.address) as once,
             pytest.raises(Unavailable) as lost,
         ):
             once.execute(SLOW, ECHO, idempotency_key=key, limits={"wall_time_ms": 30_000})
@@ -189,7 +196,7 @@ def test_without_the_body_size_setting_nginx_resets_them(three: Fleet) -> None:
     payload = bytes(2 * 1024 * 1024)
     with (
         nginx(three.addresses, drop=("client_max_body_size",)) as default,
-        Client(default.address, retry=RetryPolicy(attempts=1)) as client,
+        _once(default.address) as client,
     ):
         with pytest.raises(PtcError) as stream_reset:
             client.run(script, [_big(256 * 1024)], timeout=120)
