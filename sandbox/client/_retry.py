@@ -17,8 +17,8 @@ Which failures leave the outcome unknown (`retryable`):
 Everything else (a refused request, a deadline the caller set) is final. Attempts are at most
 `RetryPolicy.attempts`, spaced by an exponential backoff with full jitter, and all of them
 together stay within the call's own ``timeout``. When they run out, the last error is raised
-with the key and the number of attempts in its message: the outcome is then unknown, and
-`AsyncClient.execute` with the same ``idempotency_key`` can ask again later.
+as it came, with a note (``__notes__``) naming the key and the number of attempts: the outcome is
+then unknown, and a call with the same ``idempotency_key`` can ask again later.
 """
 
 from __future__ import annotations
@@ -81,14 +81,11 @@ class Deadline:
         return left is None or left > pause
 
 
-def unknown_outcome(error: PtcError, key: str, attempts: int) -> PtcError:
-    """``error`` as the call's final one: the same class and code, saying the outcome is
-    unknown and which key asks for it again."""
-    message = (
-        f"{error.message} (idempotency_key {key!r}: no answer after {attempts} attempt"
+def unknown_outcome(error: PtcError, key: str, attempts: int) -> None:
+    """``error``, the call's last, with a note (`BaseException.add_note`: its message stays the
+    server's) that its outcome is unknown and which key asks for it again."""
+    error.add_note(
+        f"idempotency_key {key!r}: no answer after {attempts} attempt"
         f"{'s' if attempts != 1 else ''}; the execution may or may not have run: ask again with "
-        "this key, never with a new one, to learn its outcome)"
+        "this key, never with a new one, to learn its outcome"
     )
-    final = type(error)(message)  # the retryable classes take a message alone
-    final.code = error.code
-    return final

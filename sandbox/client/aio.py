@@ -388,7 +388,8 @@ class AsyncClient:
                     raise
                 pause = self.retry.delay(number)
                 if number >= self.retry.attempts or not deadline.allows(pause):
-                    raise unknown_outcome(error, key, number) from error
+                    unknown_outcome(error, key, number)
+                    raise
                 log.info(
                     "execution with idempotency_key %s: attempt %d failed (%s); asking again",
                     key,
