@@ -101,11 +101,13 @@ def test_a_unary_execute_past_the_read_timeout_runs_once(three: Fleet) -> None:
     assert sum(_instances(three).values()) == 2
     assert three.sql("SELECT tool, COUNT(*) FROM calls GROUP BY tool") == [("record", 2)]
     assert three.sql("SELECT COUNT(*) FROM idempotency_keys") == [(2,)]
-    # nginx answered 504 for the first attempt of each
-    assert (
-        len(re.findall(r'"POST /ptc\.sandbox\.v1\.SandboxService/Execute HTTP/2\.0" 504 ', access))
-        == 2
+    # nginx answered 504 to the first attempt of each call (and to any retry that waited past
+    # its read timeout too, when the machine is slow), and 200 to the two keyed answers
+    statuses = re.findall(
+        r'"POST /ptc\.sandbox\.v1\.SandboxService/Execute HTTP/2\.0" (\d+) ', access
     )
+    assert statuses.count("200") == 2 and statuses.count("504") >= 2, statuses
+    assert set(statuses) == {"200", "504"}, statuses
 
 
 def test_the_same_key_with_another_script_is_refused(balancer: Balancer) -> None:
