@@ -57,6 +57,9 @@ class RunOptions:
     labels: Mapping[str, str] = field(default_factory=dict)  # recorded with the execution
     timeout: float | None = None  # the RPC's deadline in seconds (the SDK's)
     session_id: str = ""  # run as this session's next cell
+    # At most one execution per key (the server's); None: the SDK makes one per call and
+    # reuses it on its retries. Give one to ask again for a call whose outcome stayed unknown.
+    idempotency_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKEND_NAMES:
@@ -93,6 +96,7 @@ class RunOverrides(TypedDict, total=False):
     labels: Mapping[str, str] | None
     timeout: float | None
     session_id: str
+    idempotency_key: str | None
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class Recorder:
                 expected_calls=tuple(request.expected_calls),
                 replay_of=request.replay_of,
                 runtime=prepared.runtime or "",
+                idempotency_key=request.idempotency_key,
             )
         )
         metrics.audit_write("admit", time.monotonic() - started)

@@ -166,6 +166,8 @@ def request_to_proto(
         message.policy = _POLICY_ENUM[options.policy]
     if options.runtime:
         message.runtime = options.runtime
+    if options.idempotency_key:
+        message.idempotency_key = options.idempotency_key
     for item in options.expected_calls:
         entry = message.expected_calls.add(tool=item.tool)
         if item.min is not None:

@@ -18,14 +18,18 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # The metrics tests run their own Prometheus (tests/telemetry/test_prometheus.py).
 [ $dev -eq 1 ] && ! command -v prometheus >/dev/null && need+=(prometheus)
+# The fleet tests put nginx (deploy/nginx/ptc.conf) in front of their servers (tests/fleet/).
+[ $dev -eq 1 ] && [ ! -x /usr/sbin/nginx ] && need+=(nginx-light)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # Debian's package enables a system Prometheus on :9090; the tests start their own instead.
+# Debian's nginx package starts a system nginx on :80 likewise; the tests run their own.
 if [ $dev -eq 1 ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -166,7 +166,7 @@ class ExpectedCalls(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., min: _Optional[int] = ..., max: _Optional[int] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime", "session_id", "input_files")
+    __slots__ = ("script", "manifest", "limits", "backend", "policy", "expected_calls", "labels", "runtime", "session_id", "input_files", "idempotency_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class ExecuteRequest(_message.Message):
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     script: str
     manifest: ToolManifest
     limits: Limits
@@ -194,7 +195,8 @@ class ExecuteRequest(_message.Message):
     runtime: str
     session_id: str
     input_files: _containers.RepeatedCompositeFieldContainer[InputFile]
-    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., session_id: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, script: _Optional[str] = ..., manifest: _Optional[_Union[ToolManifest, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., policy: _Optional[_Union[ScriptPolicy, str]] = ..., expected_calls: _Optional[_Iterable[_Union[ExpectedCalls, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., session_id: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CallRecord(_message.Message):
     __slots__ = ("seq", "tool", "arguments_json", "status", "result_json", "error", "start_offset_us", "duration_us", "idempotency_key")
@@ -457,7 +459,7 @@ class GetExecutionRequest(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ...) -> None: ...
 
 class ExecutionRecord(_message.Message):
-    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of", "runtime")
+    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of", "runtime", "idempotency_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -475,6 +477,7 @@ class ExecutionRecord(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_OF_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     result: ExecutionResult
     tenant: str
     script: str
@@ -485,7 +488,8 @@ class ExecutionRecord(_message.Message):
     labels: _containers.ScalarMap[str, str]
     replay_of: str
     runtime: str
-    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token", "session_id")

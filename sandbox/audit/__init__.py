@@ -9,13 +9,21 @@ from __future__ import annotations
 import os
 
 from sandbox.audit._sqlcore import SqlAuditStore
-from sandbox.audit.base import Admission, AuditQuery, AuditRecord, AuditStore, VerifyReport
+from sandbox.audit.base import (
+    Admission,
+    AuditQuery,
+    AuditRecord,
+    AuditStore,
+    KeyTaken,
+    VerifyReport,
+)
 
 __all__ = [
     "Admission",
     "AuditQuery",
     "AuditRecord",
     "AuditStore",
+    "KeyTaken",
     "SqlAuditStore",
     "VerifyReport",
     "is_postgres_url",

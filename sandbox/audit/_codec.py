@@ -134,6 +134,8 @@ def _replay_fields(admission: Admission) -> dict[str, Any]:
         out["replay_of"] = admission.replay_of
     if admission.runtime:  # absent for the standard library: older records hash as they did
         out["runtime"] = admission.runtime
+    if admission.idempotency_key:  # absent without one, likewise
+        out["idempotency_key"] = admission.idempotency_key
     return out
 
 
@@ -154,6 +156,7 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         else tuple(ExpectedCalls(e["tool"], e["min"], e["max"]) for e in data["expected_calls"]),
         replay_of=str(data.get("replay_of", "")),
         runtime=str(data.get("runtime", "")),
+        idempotency_key=str(data.get("idempotency_key", "")),
     )
 
 

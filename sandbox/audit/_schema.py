@@ -13,7 +13,8 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``pruned_leaves`` keeps the hash of every pruned entry (Merkle leaves: `sandbox.audit.merkle`);
 ``write_probes`` is scratch space where a server checks that the store takes writes again;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
-shared secret.
+shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
+admitted under one.
 """
 
 from __future__ import annotations
@@ -118,6 +119,17 @@ _V4 = (
     )""",
 )
 
+# Version 5 (a retry never runs a script twice): each tenant's idempotency keys, each mapped to
+# the one execution admitted under it, written in the admission's own transaction.
+_V5 = (
+    """CREATE TABLE IF NOT EXISTS idempotency_keys (
+        tenant TEXT NOT NULL,
+        idem_key TEXT NOT NULL,
+        execution_id TEXT NOT NULL,
+        PRIMARY KEY (tenant, idem_key)
+    )""",
+)
+
 # Version 7 (any server serves any session): the fleet's shared secret, created once at random
 # by the first server that needs it and read by every other; in a fleet without TLS client
 # certificates a server carries calls to another with it (`sandbox.server.peers`). The row is
@@ -135,6 +147,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (5, _V5),
     (7, _V7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

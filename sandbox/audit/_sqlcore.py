@@ -40,6 +40,7 @@ from sandbox.audit.base import (
     AuditRecord,
     DeadServer,
     Holder,
+    KeyTaken,
     Member,
     VerifyReport,
 )
@@ -172,6 +173,22 @@ class SqlAuditStore:
                 "SELECT 1 FROM executions WHERE execution_id = ?", (admission.execution_id,)
             ):
                 raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            if admission.idempotency_key:
+                # The tenant's chain head is locked first (FOR UPDATE on PostgreSQL; SQLite's
+                # write transaction is already exclusive), so two servers admitting the same
+                # key serialise here and the second one sees the first one's row.
+                self._lock_head(tx, admission.tenant)
+                taken = tx.execute(
+                    "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+                    (admission.tenant, admission.idempotency_key),
+                )
+                if taken:
+                    raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
+                tx.execute(
+                    "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) "
+                    "VALUES (?, ?, ?)",
+                    (admission.tenant, admission.idempotency_key, admission.execution_id),
+                )
             entry = self._append(tx, admission.tenant, "admitted", admission.execution_id, payload)
             derived = derive(
                 admission.tenant,
@@ -183,6 +200,14 @@ class SqlAuditStore:
                 None,
             )
             self._write_row(tx, admission.execution_id, derived.row, insert=True)
+
+    def by_key(self, tenant: str, key: str) -> str | None:
+        with self._db.read() as tx:
+            rows = tx.execute(
+                "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+                (tenant, key),
+            )
+        return str(rows[0][0]) if rows else None
 
     def complete(self, execution_id: str, result: ExecutionResult) -> None:
         data = result_to_json(result)
@@ -517,7 +542,7 @@ class SqlAuditStore:
             for start in range(0, len(ids), _BATCH):
                 chunk = ids[start : start + _BATCH]
                 marks = ", ".join("?" for _ in chunk)
-                for table in ("executions", "calls", "violations"):
+                for table in ("executions", "calls", "violations", "idempotency_keys"):
                     tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.errors import FailedPrecondition, quote
 from sandbox.expectations import ExpectedCalls
 from sandbox.result import ExecutionResult
 
@@ -24,6 +25,7 @@ __all__ = [
     "AuditStore",
     "DeadServer",
     "Holder",
+    "KeyTaken",
     "Member",
     "VerifyReport",
 ]
@@ -51,6 +53,21 @@ class Admission:
     # The runtime it ran in (`sandbox.runtimes`); "" for the standard library, and in records
     # written before runtimes were recorded. Part of what ran, so part of what a replay runs.
     runtime: str = ""
+    # The request's idempotency key ("" for none): at most one admission per tenant and key.
+    idempotency_key: str = ""
+
+
+class KeyTaken(FailedPrecondition):
+    """`admit` found the tenant's idempotency key already admitted (by this server or another):
+    nothing was admitted; the caller answers with ``execution_id``'s result instead. Should it
+    ever reach a client, it is FAILED_PRECONDITION naming the key."""
+
+    def __init__(self, key: str, execution_id: str) -> None:
+        super().__init__(
+            f"idempotency_key: {quote(key)} was already admitted as execution {execution_id}"
+        )
+        self.key = key
+        self.execution_id = execution_id
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,12 @@ class VerifyReport:
 
 class AuditStore(Protocol):
     def admit(self, admission: Admission) -> None:
-        """Durably records an admitted execution (status `running`)."""
+        """Durably records an admitted execution (status `running`); with an idempotency key,
+        in the same transaction maps (tenant, key) to it, or raises `KeyTaken` and admits
+        nothing when the key is already mapped."""
+
+    def by_key(self, tenant: str, key: str) -> str | None:
+        """The execution admitted under the tenant's idempotency key, or None."""
 
     def complete(self, execution_id: str, result: ExecutionResult) -> None:
         """Completes the record with the result and every call."""

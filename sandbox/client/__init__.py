@@ -11,6 +11,7 @@ from sandbox.client.aio import (
     Execution,
     OutputChunk,
     Progress,
+    RetryPolicy,
     Stubs,
 )
 from sandbox.client.records import (
@@ -41,6 +42,7 @@ __all__ = [
     "OutputChunk",
     "OutputFile",
     "Progress",
+    "RetryPolicy",
     "RunOptions",
     "SessionInfo",
     "SessionOptions",

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
@@ -29,6 +30,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
+from sandbox.client._retry import Deadline, RetryPolicy, new_key, retryable, unknown_outcome
 from sandbox.client._tls import PemLike, channel_credentials
 from sandbox.client.records import (
     ExecutionPage,
@@ -42,7 +44,7 @@ from sandbox.client.records import (
 )
 from sandbox.client.sessions import AsyncSession
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.errors import Unavailable
+from sandbox.errors import PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
 from sandbox.options import (
     LimitsLike,
@@ -64,9 +66,11 @@ __all__ = [
     "Execution",
     "OutputChunk",
     "Progress",
+    "RetryPolicy",
     "Stubs",
 ]
 
+log = logging.getLogger(__name__)
 _STREAM_NAMES = {pb.STREAM_STDOUT: "stdout", pb.STREAM_STDERR: "stderr"}
 
 
@@ -260,11 +264,15 @@ class AsyncClient:
         tls_ca: PemLike | None = None,
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         """A client of the server at ``target``; with ``tls_ca`` (the CA bundle to trust) or a
         client certificate (``tls_cert`` and ``tls_key``, for mTLS), over TLS. Each is a PEM
-        file's path or its bytes; TLS without ``tls_ca`` trusts the system's CAs."""
+        file's path or its bytes; TLS without ``tls_ca`` trusts the system's CAs. ``retry``
+        bounds how often an execution whose outcome is unknown is asked for again by its
+        idempotency key (`sandbox.client._retry`; ``RetryPolicy(attempts=1)``: never)."""
         self.target = target
+        self.retry = retry or RetryPolicy()
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {api_key}"),) if api_key else ()
         )
@@ -311,7 +319,19 @@ class AsyncClient:
         ``on_progress`` gets a `Progress` about once a second once a run is past a second."""
         chosen = RunOptions.of(options, **overrides)
         request, local = execute_request(script, tools, chosen)
-        call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=chosen.timeout)
+        request.idempotency_key = request.idempotency_key or new_key()
+        return await self._open(request, local, chosen.timeout, on_output, approve, on_progress)
+
+    async def _open(
+        self,
+        request: pb.ExecuteRequest,
+        local: Mapping[str, ClientTool],
+        timeout: float | None,
+        on_output: OnOutput | None,
+        approve: Approve | None,
+        on_progress: OnProgress | None,
+    ) -> Execution:
+        call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
         try:
             await call.write(pb.ClientMessage(start=request))
         except (grpc.RpcError, asyncio.InvalidStateError) as exc:
@@ -335,16 +355,48 @@ class AsyncClient:
         on_progress: OnProgress | None = None,
         **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
-        """Runs ``script`` to the end with the client in the loop; returns the result."""
-        execution = await self.start(
-            script,
-            tools,
-            RunOptions.of(options, **overrides),
-            on_output=on_output,
-            approve=approve,
-            on_progress=on_progress,
-        )
-        return await execution.result()
+        """Runs ``script`` to the end with the client in the loop; returns the result. A stream
+        that fails with its outcome unknown (UNAVAILABLE, or INTERNAL/UNKNOWN from a balancer
+        that reset it) is opened again with the same idempotency key, which asks for the
+        execution instead of running it again (`sandbox.client._retry`)."""
+        chosen = RunOptions.of(options, **overrides)
+        request, local = execute_request(script, tools, chosen)
+        request.idempotency_key = request.idempotency_key or new_key()
+
+        async def attempt(timeout: float | None) -> ExecutionResult:
+            execution = await self._open(request, local, timeout, on_output, approve, on_progress)
+            return await execution.result()
+
+        return await self._retrying(request.idempotency_key, chosen.timeout, attempt)
+
+    async def _retrying(
+        self,
+        key: str,
+        timeout: float | None,
+        attempt: Callable[[float | None], Awaitable[ExecutionResult]],
+    ) -> ExecutionResult:
+        """``attempt`` until it returns, fails for good, or the policy's attempts or the call's
+        ``timeout`` run out; each attempt gets what is left of ``timeout``."""
+        deadline = Deadline(timeout)
+        number = 0
+        while True:
+            number += 1
+            try:
+                return await attempt(deadline.remaining())
+            except PtcError as error:
+                if not retryable(error):
+                    raise
+                pause = self.retry.delay(number)
+                if number >= self.retry.attempts or not deadline.allows(pause):
+                    unknown_outcome(error, key, number)
+                    raise
+                log.info(
+                    "execution with idempotency_key %s: attempt %d failed (%s); asking again",
+                    key,
+                    number,
+                    error.message,
+                )
+                await asyncio.sleep(pause)
 
     async def execute(
         self,
@@ -358,11 +410,16 @@ class AsyncClient:
         request, local = execute_request(script, tools, chosen)
         if local:
             raise ValueError("execute() cannot run client functions; use run()")
-        async with translated():
-            message = await self._stub.Execute(
-                request, metadata=self._call_metadata(), timeout=chosen.timeout
-            )
-        return result_from_proto(message)
+        request.idempotency_key = request.idempotency_key or new_key()
+
+        async def attempt(timeout: float | None) -> ExecutionResult:
+            async with translated():
+                message = await self._stub.Execute(
+                    request, metadata=self._call_metadata(), timeout=timeout
+                )
+            return result_from_proto(message)
+
+        return await self._retrying(request.idempotency_key, chosen.timeout, attempt)
 
     def _call_metadata(self) -> tuple[tuple[str, str], ...]:
         """The key, and the caller's current trace context (W3C ``traceparent``) if any."""

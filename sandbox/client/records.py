@@ -63,6 +63,7 @@ class ExecutionRecord:
     labels: Mapping[str, str] = field(default_factory=dict)
     replay_of: str = ""  # the execution this one replays, when it is a replay
     runtime: str = ""  # the runtime it ran in; empty for the standard library
+    idempotency_key: str = ""  # the request's key (the SDK sets one per call); empty: none
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def record_from_proto(message: pb.ExecutionRecord) -> ExecutionRecord:
         labels=dict(message.labels),
         replay_of=message.replay_of,
         runtime=message.runtime,
+        idempotency_key=message.idempotency_key,
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
 
+from sandbox.client._retry import RetryPolicy
 from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
     Approve,
@@ -82,7 +83,8 @@ class Client:
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
     ) -> None:
-        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS)."""
+        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS). How often
+        an execution whose outcome is unknown is asked for again by its key is `retry`."""
         tls = read_pems(tls_ca, tls_cert, tls_key)  # a bad file is refused here, at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -90,6 +92,16 @@ class Client:
         )
         self._thread.start()
         self._async: AsyncClient = self._call(_make(target, api_key, tls))
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How often an execution whose outcome is unknown is asked for again by its
+        idempotency key (`RetryPolicy`); set ``RetryPolicy(attempts=1)`` never to ask again."""
+        return self._async.retry
+
+    @retry.setter
+    def retry(self, policy: RetryPolicy) -> None:
+        self._async.retry = policy
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)

@@ -36,6 +36,8 @@ class ExecutionRequest:
     replay_of: str = ""
     # Placed in the script's working directory, read-only (see `sandbox.files`).
     files: tuple[InputFile, ...] = ()
+    # At most one admission per tenant and key (`sandbox.server.idempotency`); "": none.
+    idempotency_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,9 @@ class AuditWrites:
     def get(self, tenant: str, execution_id: str) -> AuditRecord | None:
         return self.store.get(tenant, execution_id)
 
+    def by_key(self, tenant: str, key: str) -> str | None:
+        return self.store.by_key(tenant, key)
+
     def list(self, tenant: str, query: AuditQuery) -> tuple[builtins.list[AuditRecord], str | None]:
         return self.store.list(tenant, query)
 

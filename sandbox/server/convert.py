@@ -35,6 +35,7 @@ from sandbox.wire import (
 )
 
 __all__ = [
+    "check_idempotency_key",
     "limits_from_proto",
     "limits_to_proto",
     "query_from_proto",
@@ -51,6 +52,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_TOKEN = 256  # tokens the stores issue are a few characters
 MAX_EXPECTED_CALLS = 256
 MAX_NAME_CHARS = 256  # tool names, runtime names, ids
+MAX_KEY_CHARS = 128  # an idempotency key: a uuid4 is 36
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no spaces
 # google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
 MIN_TIMESTAMP_S = -62_135_596_800
 MAX_TIMESTAMP_S = 253_402_300_799
@@ -92,7 +95,21 @@ def request_from_proto(
         labels=dict(message.labels),
         files=input_files_from_proto(message),
         runtime=message.runtime or None,
+        idempotency_key=check_idempotency_key(message.idempotency_key),
     )
+
+
+def check_idempotency_key(key: str) -> str:
+    """``key`` when it is a usable idempotency key (or empty), else `InvalidArgument`."""
+    if len(key) > MAX_KEY_CHARS:
+        raise InvalidArgument(
+            f"idempotency_key: longer than {MAX_KEY_CHARS} characters ({quote(key)})"
+        )
+    if key and not IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidArgument(
+            f"idempotency_key: {quote(key)} has a character outside printable ASCII (or a space)"
+        )
+    return key
 
 
 # -- audit -------------------------------------------------------------------------------------
@@ -121,6 +138,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
         labels=dict(admission.labels),
         replay_of=admission.replay_of,
         runtime=admission.runtime,
+        idempotency_key=admission.idempotency_key,
     )
 
 

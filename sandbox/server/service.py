@@ -18,9 +18,9 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
-from sandbox.audit.base import Holder
+from sandbox.audit.base import Holder, KeyTaken
 from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
-from sandbox.server import sessions
+from sandbox.server import idempotency, sessions
 from sandbox.server.boundary import authenticate, checked
 from sandbox.server.convert import (
     query_from_proto,
@@ -58,6 +58,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             )
             return carried
         execution = request_from_proto(request, tenant.script_policy)
+        # A key already admitted, by any server: that execution's result, nothing run again.
+        earlier = await idempotency.admitted(
+            self.runner.store, tenant.id, execution.idempotency_key
+        )
+        if earlier is not None:
+            return await self._keyed(tenant, request, earlier)
         session = None
         if request.session_id:
             session = self.runner.sessions.usable(tenant.id, request.session_id)
@@ -71,9 +77,23 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # deadline passed or the client went away
-            cancel.set()
+            # A call reset before its deadline, with an idempotency key, is one the caller will
+            # ask for again by that key (nginx resets the call to this server when it gives up
+            # at its read timeout): the run goes on to its end, within its own limits, so the
+            # retry gets its result. The caller's own deadline, or no key: stop it.
+            if not (execution.idempotency_key and _before_deadline(context)):
+                cancel.set()
             raise
+        except KeyTaken as taken:  # another server admitted the same key a moment before
+            return await self._keyed(tenant, request, taken.execution_id)
         return result_to_proto(result)
+
+    async def _keyed(
+        self, tenant: Tenant, request: pb.ExecuteRequest, execution_id: str
+    ) -> pb.ExecutionResult:
+        return await idempotency.answer(
+            self.runner.store, self.runner.engine, tenant.id, request, execution_id
+        )
 
     async def ExecuteStream(
         self, request_iterator: AsyncIterator[pb.ClientMessage], context: Context
@@ -175,6 +195,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
 
     async def Replay(self, request: pb.ReplayRequest, context: Context) -> pb.ReplayReport:
         return await serve_replay(self.runner, self._tenant(context), request)
+
+
+def _before_deadline(context: Context) -> bool:
+    """Whether the call ended with time left (a reset, a client gone), not at its deadline."""
+    remaining = context.time_remaining()
+    return remaining is None or remaining > 0.05
 
 
 def _trace_parent(context: Context) -> Any:

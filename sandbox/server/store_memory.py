@@ -26,6 +26,7 @@ from sandbox.audit.base import (
     AuditRecord,
     DeadServer,
     Holder,
+    KeyTaken,
     Member,
     VerifyReport,
 )
@@ -74,17 +75,27 @@ class MemoryAuditStore:
         self._heads: dict[str, str] = {}
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
+        self._keys: dict[tuple[str, str], str] = {}  # (tenant, idempotency key) -> execution
 
     def admit(self, admission: Admission) -> None:
         with self._lock:
             if admission.execution_id in self._entries:
                 raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            if admission.idempotency_key:
+                slot = (admission.tenant, admission.idempotency_key)
+                if slot in self._keys:
+                    raise KeyTaken(admission.idempotency_key, self._keys[slot])
+                self._keys[slot] = admission.execution_id
             prev = self._heads.get(admission.tenant, GENESIS)
             link = _sha(prev, _admission_json(admission))
             entry = _Entry(next(self._seq), admission, prev, link)
             entry.record_hash = self._hash(entry)
             self._entries[admission.execution_id] = entry
             self._heads[admission.tenant] = link
+
+    def by_key(self, tenant: str, key: str) -> str | None:
+        with self._lock:
+            return self._keys.get((tenant, key))
 
     def complete(self, execution_id: str, result: ExecutionResult) -> None:
         with self._lock:

@@ -34,9 +34,11 @@ from typing import Any
 from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.audit.base import KeyTaken
 from sandbox.engine import StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
+from sandbox.server import idempotency
 from sandbox.server.boundary import checked
 from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
 from sandbox.server.runner import Runner
@@ -82,6 +84,11 @@ class StreamSession:
         if kind != "start":
             raise InvalidArgument(f"start: the first message must be `start`, not `{kind}`")
         request = request_from_proto(first.start, self.tenant.script_policy)
+        store, tenant_id = self.runner.store, self.tenant.id
+        earlier = await idempotency.admitted(store, tenant_id, request.idempotency_key)
+        if earlier is not None:  # admitted before, by any server: its result, not a rerun
+            await self._keyed(first.start, earlier)
+            return
         session = None
         if first.start.session_id:
             session = self.runner.sessions.usable(self.tenant.id, first.start.session_id)
@@ -103,7 +110,19 @@ class StreamSession:
             await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if self._failed.done():
                 raise self._failed.result()
-            final = pb.ServerEvent(result=result_to_proto(run.result()))
+            if isinstance(run.exception(), KeyTaken):  # another server admitted the key first
+                taken = run.exception()
+                assert isinstance(taken, KeyTaken)
+                result = await idempotency.answer(
+                    self.runner.store,
+                    self.runner.engine,
+                    self.tenant.id,
+                    first.start,
+                    taken.execution_id,
+                )
+                final = pb.ServerEvent(result=result)
+            else:
+                final = pb.ServerEvent(result=result_to_proto(run.result()))
             while self._writing:  # another writer holds the stream: let it finish first
                 await self._quiet.wait()
             await self._write(final)  # after whatever is still queued
@@ -123,6 +142,16 @@ class StreamSession:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.gather(reader, *self._writers)
+
+    async def _keyed(self, request: pb.ExecuteRequest, execution_id: str) -> None:
+        """Answers a start whose key was admitted before: `Started` with that execution's id,
+        then its result once it has ended (`idempotency.answer`). Client messages that follow
+        are read and dropped: nothing runs here to take a tool answer."""
+        await self.context.write(pb.ServerEvent(started=pb.Started(execution_id=execution_id)))
+        result = await idempotency.answer(
+            self.runner.store, self.runner.engine, self.tenant.id, request, execution_id
+        )
+        await self.context.write(pb.ServerEvent(result=result))
 
     # -- client → server -----------------------------------------------------------------------
     async def _read(self) -> None:

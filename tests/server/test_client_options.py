@@ -140,7 +140,7 @@ def test_options_from_what_a_caller_has_at_hand(tmp_path: Path) -> None:
             lambda: RunOptions.of(limit={"wall_time": 1}),  # type: ignore[call-arg]
             TypeError,
             "unexpected keyword argument 'limit' (options: limits, backend, runtime, policy, "
-            "expected_calls, files, labels, timeout, session_id)",
+            "expected_calls, files, labels, timeout, session_id, idempotency_key)",
         ),
         (
             lambda: RunOptions.of(limits={"wall": 1}),
