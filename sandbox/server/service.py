@@ -26,7 +26,7 @@ from sandbox.server.convert import (
     result_to_proto,
 )
 from sandbox.server.replay import serve_replay
-from sandbox.server.runner import Runner
+from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.server.stream import StreamSession
 from sandbox.telemetry.tracing import attached, extract_context
 from sandbox.tenants.base import Tenant
@@ -49,7 +49,9 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         execution = request_from_proto(request, tenant.script_policy)
         session = None
         if request.session_id:
-            session = self.runner.sessions.usable(tenant.id, request.session_id)
+            session = await self.runner.sessions.resume(
+                tenant.id, request.session_id, rebuild_bounds(tenant)
+            )
             execution = self.runner.sessions.request_for(
                 session, execution, manifest_given=request.HasField("manifest")
             )

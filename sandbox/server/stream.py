@@ -39,7 +39,7 @@ from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server.boundary import checked
 from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
-from sandbox.server.runner import Runner
+from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
 from sandbox.telemetry.tracing import inject_current
 from sandbox.tenants.base import Tenant
@@ -82,7 +82,9 @@ class StreamSession:
         request = request_from_proto(first.start, self.tenant.script_policy)
         session = None
         if first.start.session_id:
-            session = self.runner.sessions.usable(self.tenant.id, first.start.session_id)
+            session = await self.runner.sessions.resume(
+                self.tenant.id, first.start.session_id, rebuild_bounds(self.tenant)
+            )
             request = self.runner.sessions.request_for(
                 session, request, manifest_given=first.start.HasField("manifest")
             )

@@ -60,6 +60,7 @@ from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.runtimes.store import DEFAULT_RUNTIME
+from sandbox.sessions.rebuild import RebuildBounds, rebuild
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
@@ -146,20 +147,52 @@ class SessionManager:
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._creating: dict[str, int] = {}
+        self._rebuilding: dict[tuple[str, str], asyncio.Future[Session | None]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever())
 
-    async def close_all(self, reason: str) -> None:
-        """Ends every open session (a draining or stopping server) and stops the sweeper."""
+    async def release_all(self, reason: str) -> None:
+        """A draining server lets go of its sessions: where the store can move them
+        (`SessionHolding`), each is handed over (its record stays open, marked handed over,
+        and its next call on any server rebuilds it: `sandbox.sessions.rebuild`); otherwise
+        each ends `closed` with ``reason``, as `close_all`."""
+        if not getattr(self.store, "holds_sessions", False):
+            await self.close_all(reason)
+            return
         self._closing = True
+        await self._stop_sweeper()
+        for session in list(self._sessions.values()):
+            await self._hand_over(session)
+
+    async def _hand_over(self, session: Session) -> None:
+        reason = "handed over: the server that held it was draining"
+        session.state, session.reason = SessionState.CLOSED, reason
+        session.ended_at = time.time()
+        self._sessions.pop(session.id, None)
+        metrics.active_sessions(len(self._sessions))
+        self._remember(session)
+        try:
+            await session.sandbox.dispose()
+        finally:
+            try:
+                await asyncio.to_thread(self.store.hand_over, session.id, reason)  # type: ignore[union-attr]
+            except Exception:  # its record stays running: the sweep after our lease finds it
+                log.exception("session %s could not be handed over", session.id)
+
+    async def _stop_sweeper(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+
+    async def close_all(self, reason: str) -> None:
+        """Ends every open session (a draining or stopping server) and stops the sweeper."""
+        self._closing = True
+        await self._stop_sweeper()
         for session in list(self._sessions.values()):
             await self._end(session, SessionState.CLOSED, reason, ExecutionStatus.INTERRUPTED)
 
@@ -227,6 +260,51 @@ class SessionManager:
         if session is None or session.tenant != tenant:
             raise self._unknown(tenant, session_id)
         return session
+
+    async def resume(self, tenant: str, session_id: str, bounds: RebuildBounds) -> Session:
+        """`usable`, except that a session this server does not hold, whose holder is gone
+        (dead or drained), is rebuilt here first (`sandbox.sessions.rebuild`), or ends `lost`
+        saying why; concurrent calls for the same session wait for the one rebuild."""
+        if not session_id:
+            raise InvalidArgument("session_id: is empty")
+        known = self._sessions.get(session_id) or self._ended.get(session_id)
+        if known is not None or self._closing:
+            return self.usable(tenant, session_id)
+        key = (tenant, session_id)
+        pending = self._rebuilding.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(rebuild(self, tenant, session_id, bounds))
+            self._rebuilding[key] = pending
+            pending.add_done_callback(lambda _: self._rebuilding.pop(key, None))
+        rebuilt = await asyncio.shield(pending)
+        if rebuilt is None:
+            raise self._unknown(tenant, session_id)
+        return self.usable(tenant, session_id)
+
+    def adopt(self, session: Session) -> None:
+        """A session rebuilt here joins this server's open sessions."""
+        self._sessions[session.id] = session
+        metrics.active_sessions(len(self._sessions))
+        self.start()
+
+    def adopt_ended(self, session: Session, state: SessionState, reason: str) -> None:
+        """A session whose rebuild failed: remembered as ended, so its calls say why."""
+        session.state, session.reason = state, reason
+        session.ended_at = time.time()
+        self._remember(session)
+
+    async def end_adopted(self, session: Session, status: ExecutionStatus) -> None:
+        """Disposes the sandbox of a session `adopt_ended` and completes its record."""
+        usage = session.sandbox.handle.usage()
+        try:
+            await session.sandbox.dispose()
+        finally:
+            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+
+    def _remember(self, session: Session) -> None:
+        self._ended[session.id] = session
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
 
     def _unknown(self, tenant: str, session_id: str) -> NotFound:
         """NOT_FOUND for an id this server does not hold; where the audit store recorded the
@@ -384,9 +462,7 @@ class SessionManager:
         session.ended_at = time.time()
         self._sessions.pop(session.id, None)
         metrics.active_sessions(len(self._sessions))
-        self._ended[session.id] = session
-        while len(self._ended) > MAX_ENDED:
-            self._ended.popitem(last=False)
+        self._remember(session)
         usage = session.sandbox.handle.usage()
         try:
             await session.sandbox.dispose()
