@@ -256,8 +256,8 @@ async def _replay(
     replayed, exceeds a bound or differs."""
     if len(cells) > bounds.max_cells:
         raise _Lost(
-            f"session_rebuild_max_cells: it has more than {len(cells) - 1} recorded cells, "
-            f"above the tenant's bound of {bounds.max_cells}",
+            f"session_rebuild_max_cells: it has more recorded cells than the tenant's bound "
+            f"of {bounds.max_cells} cells a rebuild may replay",
             ExecutionStatus.LIMIT_EXCEEDED,
         )
     sandbox = session.sandbox
@@ -278,11 +278,11 @@ async def _replay(
             )
         if record.admission.manifest_json:
             manifest_json = record.admission.manifest_json  # it brought a new one: it stays
-        record = replace(record, admission=replace(record.admission, manifest_json=manifest_json))
-        if manager.engine.manifest(manifest_json).sha256 != record.admission.manifest_sha256:
+        full = replace(record, admission=replace(record.admission, manifest_json=manifest_json))
+        if manager.engine.manifest(manifest_json).sha256 != full.admission.manifest_sha256:
             raise _Lost(f"{where} ran with a manifest the record does not hold")
         try:
-            recording = recording_from(record)
+            recording = recording_from(full)
         except FailedPrecondition as exc:
             raise _Lost(f"{where}: {exc.message}") from exc
         request = replace(recording.request(), labels={SESSION_LABEL: session.id}, replay_of="")
@@ -290,6 +290,7 @@ async def _replay(
         limits, _ = manager.session_limits(session, limits)
         spent = sandbox.handle.usage().cpu_time_s
         left_ms = max(1, int((bounds.max_cpu_s - spent) * 1000))
+        clamped = left_ms < limits.cpu_time_ms  # the bound, not the cell's own limit, binds
         limits = replace(limits, cpu_time_ms=min(limits.cpu_time_ms, left_ms))
         prepared = manager.engine.prepare(
             request, limits=(limits, ()), execution_id=f"rebuild-{uuid.uuid4().hex}"
@@ -303,10 +304,11 @@ async def _replay(
             tenant=session.tenant,
         )
         spent = sandbox.handle.usage().cpu_time_s
-        if spent >= bounds.max_cpu_s:
+        hit = clamped and any(v.limit == "cpu_time" for v in replayed.violations)
+        if spent >= bounds.max_cpu_s or hit:
             raise _Lost(
-                f"session_rebuild_max_cpu_s: replaying {where} brought the rebuild's CPU time "
-                f"to {spent:.2f} s, at or above the tenant's bound of {bounds.max_cpu_s:g} s",
+                f"session_rebuild_max_cpu_s: replaying {where} reached the tenant's bound of "
+                f"{bounds.max_cpu_s:g} CPU seconds for a rebuild ({spent:.2f} s spent)",
                 ExecutionStatus.LIMIT_EXCEEDED,
             )
         if replayed.session_lost:
