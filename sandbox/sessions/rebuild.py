@@ -22,11 +22,11 @@ miss path, which comes here (`SessionManager.resume`). The steps:
    and how it differed; a session is never continued with state other than what its user saw.
 
 What cannot be rebuilt, and is `lost` saying so: a cell with no recorded outcome (it was running
-when its server died); a cell given input files (the record keeps their names, sizes and hashes,
-never their bytes); a record a replay cannot use (`sandbox.replay.source`). Bounds, per tenant
-(`RebuildBounds`): at most ``session_rebuild_max_cells`` cells and
-``session_rebuild_max_cpu_s`` CPU seconds (the sandbox's whole usage); above either the
-session is `lost` naming the bound.
+when its server died); a cell that was interrupted or cancelled part way; a cell given input
+files (the record keeps their names, sizes and hashes, never their bytes); a record a replay
+cannot use (`sandbox.replay.source`). Bounds, per tenant (`RebuildBounds`): at most
+``session_rebuild_max_cells`` cells and ``session_rebuild_max_cpu_s`` CPU seconds (the
+sandbox's whole usage); above either the session is `lost` naming the bound.
 """
 
 from __future__ import annotations
@@ -269,6 +269,11 @@ async def _replay(
             raise _Lost(
                 f"{where} has no recorded outcome (it is {record.status}): what it did to the "
                 "session's state is unknown"
+            )
+        if recorded.status in (ExecutionStatus.INTERRUPTED, ExecutionStatus.CANCELLED):
+            raise _Lost(
+                f"{where} was {recorded.status} part way when recorded: how far it got, and so "
+                "the session's state after it, cannot be reproduced"
             )
         if recorded.input_files:
             names = ", ".join(repr(f.name) for f in recorded.input_files[:5])
