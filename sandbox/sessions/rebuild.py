@@ -16,10 +16,11 @@ miss path, which comes here (`SessionManager.resume`). The steps:
    cell's record (`sandbox.replay.dispatch`), so no tool runs again. The replayed cells are not
    new records: the session's record continues, with its count of executions.
 4. **Verify.** Each replayed cell must reproduce its record exactly: status, exit code, error,
-   stdout, stderr, violations, the value of its last expression and its call log
-   (`first_difference`). The first cell that differs (it read the clock, drew random numbers, or
-   read a file whose content is not reproducible) makes the session `lost`, naming that cell
-   and how it differed; a session is never continued with state other than what its user saw.
+   stdout, stderr, violations, its call log, the digests of the files it wrote under
+   ``outputs/`` and the value of its last expression (`first_difference`). The first cell that
+   differs (it read the clock, drew random numbers, or read a file whose content is not
+   reproducible) makes the session `lost`, naming that cell and how it differed; a session is
+   never continued with state other than what its user saw.
 
 What cannot be rebuilt, and is `lost` saying so: a cell with no recorded outcome (it was running
 when its server died); a cell that was interrupted or cancelled part way; a cell given input
@@ -96,11 +97,19 @@ def first_difference(
     """How a replayed cell first differs from its record, as a phrase (``printed different
     output: stdout differs: line 1 was '0.1', is '0.7'``), or None when it reproduces it
     exactly. Compared, in order: status, exit code, error, stdout, stderr, violations, the
-    call log (`sandbox.replay.compare`), then the value of the cell's last expression."""
+    call log (`sandbox.replay.compare`), the files it wrote under ``outputs/`` (name, size and
+    sha256: the record keeps no more), then the value of the cell's last expression."""
     differences = compare(recorded, replayed, calls)
     if differences:
         first = differences[0]
         return f"{_what_differs(first.what)}: {first.detail}"
+    old_files = [(f.name, f.size, f.sha256) for f in recorded.output_files]
+    new_files = [(f.name, f.size, f.sha256) for f in replayed.output_files]
+    if old_files != new_files:
+        changed = sorted({n for n, *_ in old_files} ^ {n for n, *_ in new_files}) or sorted(
+            {n for n, *_ in set(old_files) ^ set(new_files)}
+        )
+        return f"wrote different output files: {', '.join(map(repr, changed[:5]))} differ"
     if recorded.value != replayed.value:
         return (
             f"{_what_differs('value')}: was {_short(recorded.value)}, is {_short(replayed.value)}"

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from sandbox.files import OutputFile
 from sandbox.replay.dispatch import RecordedCalls
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.sessions.rebuild import first_difference
@@ -86,6 +87,20 @@ def test_an_exact_reproduction_has_no_difference() -> None:
 )
 def test_each_part_that_differs_is_named(change: dict[str, object], expected: str) -> None:
     assert _check(replace(RECORDED, **change)) == expected  # type: ignore[arg-type]
+
+
+def test_output_files_compare_by_their_digest() -> None:
+    written = replace(RECORDED, output_files=[OutputFile("a.txt", 1, "ab" * 32)])
+    assert (
+        _check(replace(written, output_files=[OutputFile("a.txt", 1, "ab" * 32, b"x")]), written)
+        is None
+    )
+    assert _check(replace(written, output_files=[OutputFile("a.txt", 1, "cd" * 32)]), written) == (
+        "wrote different output files: 'a.txt' differ"
+    )
+    assert _check(replace(written, output_files=[]), written) == (
+        "wrote different output files: 'a.txt' differ"
+    )
 
 
 def test_the_first_difference_is_reported_output_before_value() -> None:
