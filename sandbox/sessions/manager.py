@@ -19,12 +19,19 @@ wait. How a session ends, and what later requests for it get:
 =====================  ==========================================  =========================
 end                    how                                         later requests
 =====================  ==========================================  =========================
-closed                 CloseSession, or the server draining        NOT_FOUND, "session_lost"
+closed                 CloseSession, or the server draining (an    NOT_FOUND, "session_lost"
+                       in-memory store only)
 expired                idle timeout, lifetime, max executions      NOT_FOUND, "session_lost"
 lost                   the sandbox died: OOM, protocol violation,  FAILED_PRECONDITION,
                        a cell that ignored its interrupt, the      "session_lost"
-                       session's CPU budget, an exit
+                       session's CPU budget, an exit; a rebuild
+                       that failed (`sandbox.sessions.rebuild`)
 =====================  ==========================================  =========================
+
+A draining server whose audit store can move sessions (SQLite, PostgreSQL: `SessionHolding`)
+does not close its sessions but hands them over (`release_all`): each record stays open, and the
+session's next call on any server sharing the store is `resume`d there, rebuilt from its record
+(`sandbox.sessions.rebuild`), as is a session whose server died.
 
 Every message names the session and why it ended. Ended sessions are remembered (up to
 `MAX_ENDED` per manager) so that the reason can be given; an id never issued, or another
