@@ -50,7 +50,10 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         session = None
         if request.session_id:
             session = await self.runner.sessions.resume(
-                tenant.id, request.session_id, rebuild_bounds(tenant)
+                tenant.id,
+                request.session_id,
+                rebuild_bounds(tenant),
+                admit=lambda: self.runner.tenancy.admit(tenant),
             )
             execution = self.runner.sessions.request_for(
                 session, execution, manifest_given=request.HasField("manifest")

@@ -83,7 +83,10 @@ class StreamSession:
         session = None
         if first.start.session_id:
             session = await self.runner.sessions.resume(
-                self.tenant.id, first.start.session_id, rebuild_bounds(self.tenant)
+                self.tenant.id,
+                first.start.session_id,
+                rebuild_bounds(self.tenant),
+                admit=lambda: self.runner.tenancy.admit(self.tenant),
             )
             request = self.runner.sessions.request_for(
                 session, request, manifest_given=first.start.HasField("manifest")

@@ -48,7 +48,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -268,10 +269,17 @@ class SessionManager:
             raise self._unknown(tenant, session_id)
         return session
 
-    async def resume(self, tenant: str, session_id: str, bounds: RebuildBounds) -> Session:
+    async def resume(
+        self,
+        tenant: str,
+        session_id: str,
+        bounds: RebuildBounds,
+        admit: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    ) -> Session:
         """`usable`, except that a session this server does not hold, whose holder is gone
         (dead or drained), is rebuilt here first (`sandbox.sessions.rebuild`), or ends `lost`
-        saying why; concurrent calls for the same session wait for the one rebuild."""
+        saying why; concurrent calls for the same session wait for the one rebuild. ``admit``
+        is the tenant's admission, held while rebuilding (a rebuild runs the tenant's code)."""
         if not session_id:
             raise InvalidArgument("session_id: is empty")
         known = self._sessions.get(session_id) or self._ended.get(session_id)
@@ -280,7 +288,7 @@ class SessionManager:
         key = (tenant, session_id)
         pending = self._rebuilding.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(rebuild(self, tenant, session_id, bounds))
+            pending = asyncio.ensure_future(rebuild(self, tenant, session_id, bounds, admit))
             self._rebuilding[key] = pending
             pending.add_done_callback(lambda _: self._rebuilding.pop(key, None))
         rebuilt = await asyncio.shield(pending)

@@ -37,8 +37,10 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sandbox.audit.base import AuditQuery, AuditRecord, SessionHolding
 from sandbox.engine import acquire_sandbox
@@ -154,13 +156,17 @@ def _cells(store: object, tenant: str, session_id: str, most: int) -> list[Audit
 
 
 async def rebuild(
-    manager: SessionManager, tenant: str, session_id: str, bounds: RebuildBounds
+    manager: SessionManager,
+    tenant: str,
+    session_id: str,
+    bounds: RebuildBounds,
+    admit: Callable[[], AbstractAsyncContextManager[None]] | None = None,
 ) -> Session | None:
     """The session ``session_id`` rebuilt on this server (active), or ended `lost` with the
     reason; None when it is not this server's to rebuild (no such open session record, a store
-    that cannot move sessions, or a holder that is alive)."""
-    from sandbox.sessions.manager import Session, SessionSettings, SessionState
-
+    that cannot move sessions, or a holder that is alive). ``admit`` is the tenant's admission
+    (concurrency, queue, rate), entered before the claim and held while the cells replay: a
+    rebuild counts as one execution of the tenant's."""
     store = manager.store
     if store is None or not _holds_sessions(store):
         return None
@@ -169,7 +175,18 @@ async def rebuild(
         return None
     if record.result is not None:
         return None  # ended: the caller says how
-    previous = await asyncio.to_thread(store.take_over, tenant, session_id)  # type: ignore[attr-defined]
+    async with admit() if admit is not None else contextlib.nullcontext():
+        return await _claim_and_rebuild(manager, record, bounds)
+
+
+async def _claim_and_rebuild(
+    manager: SessionManager, record: AuditRecord, bounds: RebuildBounds
+) -> Session | None:
+    from sandbox.sessions.manager import Session, SessionSettings, SessionState
+
+    store: Any = manager.store  # a `SessionHolding` store (checked by `rebuild`)
+    tenant, session_id = record.admission.tenant, record.admission.execution_id
+    previous = await asyncio.to_thread(store.take_over, tenant, session_id)
     if previous is None:
         return None
     here = _instance(store)
@@ -200,7 +217,7 @@ async def rebuild(
         why = exc.message if isinstance(exc, PtcError) else f"its record is malformed: {exc!r}"
         with contextlib.suppress(Exception):
             await asyncio.to_thread(
-                store.hand_over,  # type: ignore[attr-defined]
+                store.hand_over,
                 session_id,
                 f"the rebuild on {here} could not start: {why}",
             )
