@@ -51,6 +51,7 @@ from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.telemetry import metrics
 
 if TYPE_CHECKING:
     from sandbox.sessions.manager import Session, SessionManager
@@ -246,6 +247,7 @@ async def _claim_and_rebuild(
         reason = f"could not be rebuilt on {here}: {lost.reason}"
         manager.adopt_ended(session, SessionState.LOST, reason)
         await manager.end_adopted(session, lost.status)
+        metrics.session_rebuilt("lost", time.monotonic() - started)
         log.warning("sessions: session %s lost: %s", session_id, reason)
         return session
     except BaseException:
@@ -262,6 +264,7 @@ async def _claim_and_rebuild(
     session.last_used_at = time.time()
     session._used_mono = time.monotonic()
     manager.adopt(session)
+    metrics.session_rebuilt("rebuilt", time.monotonic() - started)
     log.warning(
         "sessions: session %s rebuilt on %s: %d cells replayed in %.2f s",
         session_id,

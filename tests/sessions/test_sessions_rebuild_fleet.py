@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,8 +83,9 @@ class Fleet:
         self.tenants.write_text(TENANTS)
         self.tally = tmp / "tally.txt"
         self.procs: list[subprocess.Popen[str]] = []
+        self.metrics = ""  # the /metrics address of the server started with --metrics-listen
 
-    def start(self, instance: str) -> tuple[subprocess.Popen[str], str]:
+    def start(self, instance: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
         env = {
             **os.environ,
             "PTC_TEST_TALLY": str(self.tally),
@@ -93,12 +95,15 @@ class Fleet:
             [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
              "--audit-db", self.url, "--tenants", str(self.tenants), "--instance-id", instance,
              "--member-lease-ttl", str(LEASE_TTL_S), "--host-handler",
-             "tally=ptc_rebuild_host_tools:tally"],
+             "tally=ptc_rebuild_host_tools:tally", *extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         self.procs.append(proc)
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
+        if line.startswith("metrics on "):
+            self.metrics = line.split()[-1]
+            line = proc.stdout.readline()
         assert line.startswith("listening on "), line + proc.stderr.read()
         return proc, line.split()[-1]
 
@@ -180,7 +185,7 @@ def test_after_kill_9_the_next_cell_runs_on_the_survivor_with_the_state_rebuilt(
     fleet: Fleet,
 ) -> None:
     a, a_address = fleet.start("rb-a")
-    _b, b_address = fleet.start("rb-b")
+    _b, b_address = fleet.start("rb-b", "--metrics-listen", "127.0.0.1:0")
     with (
         Client(a_address, api_key=KEYS["acme"]) as on_a,
         Client(a_address, api_key=KEYS["tight"]) as tight_a,
@@ -245,6 +250,11 @@ def test_after_kill_9_the_next_cell_runs_on_the_survivor_with_the_state_rebuilt(
         + r"\d+\.\d\d s spent\)",
         spent,
     ), spent
+    scraped = urllib.request.urlopen(f"http://{fleet.metrics}/metrics", timeout=10).read()
+    counts = dict(
+        re.findall(r'^ptc_session_rebuilds_total\{outcome="(\w+)"\} (\S+)$', scraped.decode(), re.M)
+    )
+    assert counts == {"rebuilt": "1.0", "lost": "3.0"}, counts
     # The lost ones are ended in the record with the reason: every server says the same.
     for session_id in (chancy, too_long, costly):
         rows = fleet.sql("SELECT status FROM executions WHERE execution_id = %s", (session_id,))
