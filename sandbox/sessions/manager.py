@@ -339,6 +339,9 @@ class SessionManager:
             how = record.result.error.message
         else:
             how = record.status
+        if record.status == "interrupted" and getattr(self.store, "holds_sessions", False):
+            # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
+            how += "; its next execution rebuilds it from its record"
         return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
 
     def usable(self, tenant: str, session_id: str) -> Session:

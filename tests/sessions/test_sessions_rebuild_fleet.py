@@ -28,7 +28,7 @@ import pytest
 
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.client import Client
-from sandbox.errors import FailedPrecondition
+from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.tenants import hash_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,6 +271,12 @@ def test_sigterm_hands_the_session_to_the_next_server_with_nothing_lost(fleet: F
     assert a.returncode == 0, stderr
     record = fleet.sql("SELECT status FROM executions WHERE execution_id = %s", (kept,))
     assert record == [("interrupted",)]  # handed over: open, not ended
+    with Client(b_address, api_key=KEYS["acme"]) as on_b, pytest.raises(NotFound) as asked:
+        on_b.session(session_id=kept).get()  # GetSession does not rebuild; it says what will
+    assert str(asked.value) == (
+        f"session_lost: session {kept!r} is gone: interrupted: handed over: the server that held "
+        "it was draining; its next execution rebuilds it from its record"
+    )
     with Client(b_address, api_key=KEYS["acme"]) as on_b:
         done = on_b.run("print(x + 1, open('/tmp/state.txt').read(), n)", session_id=kept)
         assert (done.status, done.stdout) == ("ok", "42 kept 1\n")
