@@ -50,8 +50,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fields
@@ -69,6 +68,7 @@ from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimit
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.rebuild import RebuildBounds, rebuild
+from sandbox.sessions.session import Session, SessionSettings, SessionState
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
@@ -91,57 +91,6 @@ _SESSION_FIELDS = ("memory_bytes", "processes", "file_size_bytes", "open_files")
 
 class SessionBusy(FailedPrecondition):
     """An execution was sent to a session that is running another one."""
-
-
-class SessionState(StrEnum):
-    ACTIVE = "active"
-    CLOSED = "closed"
-    EXPIRED = "expired"
-    LOST = "lost"
-
-
-@dataclass(frozen=True)
-class SessionSettings:
-    """What a session was created with, after the tenant's ceilings."""
-
-    limits: ResolvedLimits  # memory, processes, file_size, open_files; cpu_time is the total
-    idle_timeout_s: float
-    max_lifetime_s: float
-    max_executions: int  # 0: no limit
-
-
-@dataclass
-class Session:
-    id: str
-    tenant: str
-    backend: str
-    manifest: Manifest
-    manifest_json: str
-    settings: SessionSettings
-    labels: Mapping[str, str]
-    sandbox: SessionSandbox
-    runtime: str | None = None  # every cell runs in it; None: the standard library
-    created_at: float = field(default_factory=time.time)
-    last_used_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
-    state: SessionState = SessionState.ACTIVE
-    reason: str = ""
-    executions: list[str] = field(default_factory=list)
-    running: str | None = None  # the execution running now
-    tool_calls: int = 0
-    _created_mono: float = field(default_factory=time.monotonic)
-    _used_mono: float = field(default_factory=time.monotonic)
-    _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
-
-    @property
-    def active(self) -> bool:
-        return self.state is SessionState.ACTIVE
-
-    def gone_error(self) -> FailedPrecondition | NotFound:
-        message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"
-        if self.state is SessionState.LOST:
-            return FailedPrecondition(message)
-        return NotFound(message)
 
 
 class SessionManager:

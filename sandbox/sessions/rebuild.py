@@ -40,23 +40,39 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sandbox.audit.base import AuditQuery, AuditRecord, SessionHolding
-from sandbox.engine import acquire_sandbox
+from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore, SessionHolding
+from sandbox.engine import Engine, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError
 from sandbox.execution.cell import SessionSandbox
-from sandbox.limits import ResolvedLimits
+from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.sessions.session import Session, SessionSettings, SessionState
 from sandbox.telemetry import metrics
 
-if TYPE_CHECKING:
-    from sandbox.sessions.manager import Session, SessionManager
 
-__all__ = ["RebuildBounds", "first_difference", "rebuild"]
+class SessionHost(Protocol):
+    """What a rebuild needs of the manager that will hold the session (`SessionManager`)."""
+
+    engine: Engine
+    store: AuditStore | None
+
+    def session_limits(
+        self, session: Session, limits: ResolvedLimits, requested: Limits | None = None
+    ) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]: ...
+
+    def adopt(self, session: Session) -> None: ...
+
+    def adopt_ended(self, session: Session, state: SessionState, reason: str) -> None: ...
+
+    async def end_adopted(self, session: Session, status: ExecutionStatus) -> None: ...
+
+
+__all__ = ["RebuildBounds", "SessionHost", "first_difference", "rebuild"]
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +173,7 @@ def _cells(store: object, tenant: str, session_id: str, most: int) -> list[Audit
 
 
 async def rebuild(
-    manager: SessionManager,
+    manager: SessionHost,
     tenant: str,
     session_id: str,
     bounds: RebuildBounds,
@@ -181,10 +197,8 @@ async def rebuild(
 
 
 async def _claim_and_rebuild(
-    manager: SessionManager, record: AuditRecord, bounds: RebuildBounds
+    manager: SessionHost, record: AuditRecord, bounds: RebuildBounds
 ) -> Session | None:
-    from sandbox.sessions.manager import Session, SessionSettings, SessionState
-
     store: Any = manager.store  # a `SessionHolding` store (checked by `rebuild`)
     tenant, session_id = record.admission.tenant, record.admission.execution_id
     previous = await asyncio.to_thread(store.take_over, tenant, session_id)
@@ -276,7 +290,7 @@ async def _claim_and_rebuild(
 
 
 async def _replay(
-    manager: SessionManager,
+    manager: SessionHost,
     session: Session,
     cells: list[AuditRecord],
     bounds: RebuildBounds,

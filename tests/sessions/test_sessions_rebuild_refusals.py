@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.audit import open_store
+from sandbox.audit import AuditQuery, open_store
 from sandbox.errors import FailedPrecondition
 
 from .conftest import SessionServer
@@ -64,8 +64,8 @@ def test_a_cell_cancelled_part_way_cannot_be_rebuilt(tmp_path: Path) -> None:
             session.execute, "import time\nprint('started', flush=True)\ntime.sleep(60)"
         )
         deadline = time.monotonic() + 30
-        while not srv.server.runner._runs and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while not _admitted_cells(srv, session.id) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the cell is admitted (recorded `running`)
         time.sleep(0.5)  # it runs: the drain's grace ends before it does
         srv.call(srv.server.stop(grace_s=0.5))
         cut = slow.result(30)
@@ -88,6 +88,11 @@ def test_a_cell_cancelled_part_way_cannot_be_rebuilt(tmp_path: Path) -> None:
         )
     finally:
         again.close()
+
+
+def _admitted_cells(srv: SessionServer, session_id: str) -> int:
+    records, _ = srv.server.runner.store.list("acme", AuditQuery(session_id=session_id))
+    return sum(1 for r in records if r.status == "running")
 
 
 def _instance(srv: SessionServer) -> str:
