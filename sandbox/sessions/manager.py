@@ -61,6 +61,7 @@ from sandbox.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Unavailable,
     quote,
 )
 from sandbox.execution.cell import SessionSandbox
@@ -105,6 +106,7 @@ class SessionManager:
         self._closing = False
         self._creating: dict[str, int] = {}
         self._rebuilding: dict[tuple[str, str], asyncio.Future[Session | None]] = {}
+        self._handed_over: set[str] = set()  # by this draining server: retry elsewhere
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,6 +128,7 @@ class SessionManager:
 
     async def _hand_over(self, session: Session) -> None:
         reason = "handed over: the server that held it was draining"
+        self._handed_over.add(session.id)
         session.state, session.reason = SessionState.CLOSED, reason
         session.ended_at = time.time()
         self._sessions.pop(session.id, None)
@@ -232,6 +235,11 @@ class SessionManager:
         if not session_id:
             raise InvalidArgument("session_id: is empty")
         known = self._sessions.get(session_id) or self._ended.get(session_id)
+        if known is not None and known.tenant == tenant and session_id in self._handed_over:
+            raise Unavailable(
+                f"sessions: this server is stopping and handed session {session_id!r} over; "
+                "retry on another server, which rebuilds it"
+            )
         if known is not None or self._closing:
             return self.usable(tenant, session_id)
         key = (tenant, session_id)

@@ -148,3 +148,22 @@ def test_a_draining_server_hands_its_session_to_the_next_server(
         again.assert_healthy()
     finally:
         again.close()
+
+
+def test_a_cell_after_the_hand_over_is_sent_elsewhere(tmp_path: Path) -> None:
+    """Between the drain's hand-over and the listener's close, a session's cell on the draining
+    server is UNAVAILABLE (retry elsewhere), not NOT_FOUND: the session lives on, elsewhere."""
+    srv = SessionServer(tmp_path, "process")
+    try:
+        session = srv.a.session()
+        session.create()
+        assert session.execute("x = 1").status == "ok"
+        srv.call(srv.server.runner.sessions.release_all("unused: the store holds sessions"))
+        with pytest.raises(Unavailable) as elsewhere:
+            session.execute("x")
+        assert str(elsewhere.value) == (
+            f"sessions: this server is stopping and handed session {session.id!r} over; retry "
+            "on another server, which rebuilds it"
+        )
+    finally:
+        srv.close()
