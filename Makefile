@@ -40,6 +40,7 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.runtimes
 	$(PY) -m bench.fleet
 	$(PY) -m bench.sessions
+	$(PY) -m bench.session_rebuild
 	$(PY) -m bench.files
 	$(PY) -m bench.output
 	$(PY) -m bench.tracing

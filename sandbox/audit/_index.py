@@ -50,11 +50,15 @@ def derive(
     last_kind: str,
     last_hash: str,
     result: Mapping[str, Any] | None,
+    holder: str | None = None,
 ) -> Derived:
     """The index rows for an execution whose latest entry is ``last_kind``.
 
     ``result`` is the payload of the latest ``completed`` entry, if any: a completion recorded
     after an ``interrupted`` entry (a late finish) still counts, and is what the record shows.
+    ``holder`` is the instance named by the latest ``taken_over`` entry (a session another
+    server rebuilt: `sandbox.sessions.rebuild`), which then holds it instead of the admitting
+    one; a ``taken_over`` entry after an ``interrupted`` one makes the record `running` again.
     """
     if result is not None:
         status = str(result["status"])
@@ -82,7 +86,7 @@ def derive(
         backend=str(admission["backend"]),
         script_sha256=str(admission["script_sha256"]),
         manifest_sha256=str(admission["manifest_sha256"]),
-        instance=str(admission.get("instance", "")),
+        instance=holder if holder is not None else str(admission.get("instance", "")),
         prev_hash=admit_prev_hash,
         record_hash=last_hash,
     )

@@ -236,6 +236,11 @@ class SqlAuditStore:
             "WHERE tenant = ? AND execution_id = ? AND kind = 'admitted'",
             (tenant, execution_id),
         )[0]
+        taken = tx.execute(
+            "SELECT payload FROM entries WHERE tenant = ? AND execution_id = ? "
+            "AND kind = 'taken_over' ORDER BY seq DESC LIMIT 1",
+            (tenant, execution_id),
+        )
         derived = derive(
             tenant,
             int(first[0]),
@@ -244,6 +249,7 @@ class SqlAuditStore:
             entry.kind,
             entry.entry_hash,
             result,
+            str(json.loads(taken[0][0])["instance"]) if taken else None,
         )
         self._write_row(tx, execution_id, derived.row, insert=False)
         tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
@@ -283,9 +289,9 @@ class SqlAuditStore:
             )
         else:
             tx.execute(
-                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
+                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ?, instance = ? "
                 "WHERE execution_id = ?",
-                (row.status, row.finished_at, row.record_hash, execution_id),
+                (row.status, row.finished_at, row.record_hash, row.instance, execution_id),
             )
 
     def mark_interrupted(self) -> int:
@@ -371,6 +377,67 @@ class SqlAuditStore:
                 self._reindex(tx, tenant, execution_id, entry, None)
                 marked += 1
         return marked
+
+    # -- sessions that move between servers ----------------------------------------------------
+
+    def hand_over(self, execution_id: str, reason: str) -> bool:
+        """A draining server lets go of a session it holds: its record becomes `interrupted`
+        with ``reason`` and ``handed_over`` (left open, not ended), so that any server may take
+        it over (`take_over`). False when the record is not this server's running one."""
+        payload = canonical({"reason": reason, "instance": self.instance, "handed_over": True})
+        with self._db.write() as tx:
+            tenant = self._tenant_of(tx, execution_id)
+            self._lock_head(tx, tenant)
+            still = tx.execute(
+                "SELECT 1 FROM executions WHERE execution_id = ? AND status = 'running' "
+                "AND instance = ?",
+                (execution_id, self.instance),
+            )
+            if not still:
+                return False
+            entry = self._append(tx, tenant, "interrupted", execution_id, payload)
+            self._reindex(tx, tenant, execution_id, entry, None)
+        return True
+
+    def take_over(self, tenant: str, execution_id: str) -> str | None:
+        """Takes the open record ``execution_id`` (a session) for this server, if its holder
+        let go of it: the record is `interrupted` (handed over, swept as dead, or marked by a
+        restart), or `running` under a holder whose fleet lease expired. A compare-and-set on
+        the record's instance under the tenant's chain lock, so exactly one server takes it;
+        the take-over is an entry of the chain (``taken_over``, naming both servers). Returns
+        the previous holder, or None when the record is not takeable (ended, unknown, another
+        tenant's, or held by a live server)."""
+        now = _now_us()
+        with self._db.write() as tx:
+            self._lock_head(tx, tenant)
+            rows = tx.execute(
+                "SELECT instance, status FROM executions WHERE execution_id = ? AND tenant = ?",
+                (execution_id, tenant),
+            )
+            if not rows:
+                return None
+            holder, status = str(rows[0][0]), str(rows[0][1])
+            if status == "running":
+                alive = tx.execute(
+                    "SELECT 1 FROM fleet_members WHERE instance = ? AND expires_at_us >= ?",
+                    (holder, now),
+                )
+                if alive or holder == self.instance:
+                    return None
+            elif status != "interrupted":
+                return None
+            # The compare-and-set: only while the row still names the holder read above.
+            moved = tx.execute(
+                "UPDATE executions SET instance = ? WHERE execution_id = ? AND instance = ? "
+                "AND status = ? RETURNING execution_id",
+                (self.instance, execution_id, holder, status),
+            )
+            if not moved:
+                return None
+            payload = canonical({"instance": self.instance, "from": holder, "at_us": now})
+            entry = self._append(tx, tenant, "taken_over", execution_id, payload)
+            self._reindex(tx, tenant, execution_id, entry, None)
+        return holder
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -603,6 +670,8 @@ def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
             status = "interrupted"
             why = json.loads(payload)
             interrupted_reason = str(why.get("reason", "")) if isinstance(why, dict) else None
+        elif kind == "taken_over" and result is None:
+            status, interrupted_reason = "running", None  # another server holds it now
     return AuditRecord(
         admission=admission,
         result=result,

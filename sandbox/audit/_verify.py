@@ -33,6 +33,7 @@ class _Exec:
     last_kind: str = "admitted"
     last_hash: str = ""
     result: dict[str, Any] | None = None
+    holder: str | None = None  # the instance of the latest `taken_over` entry
 
 
 @dataclass
@@ -137,6 +138,12 @@ def _track(
             record.result = _summary(payload)
         except (KeyError, TypeError):
             problems.append(f"{where}: result is malformed: edited")
+    elif entry.kind == "taken_over":
+        holder = payload.get("instance")
+        if not isinstance(holder, str):
+            problems.append(f"{where}: take-over names no instance: edited")
+        else:
+            record.holder = holder
     elif entry.kind != "interrupted":
         problems.append(f"{where}: unknown entry kind: edited")
     record.last_kind, record.last_hash = entry.kind, entry.entry_hash
@@ -185,6 +192,7 @@ def _check_index(
             record.last_kind,
             record.last_hash,
             record.result,
+            record.holder,
         )
         row = rows.pop(execution_id, None)
         where = f"record {execution_id}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sandbox.errors import FailedPrecondition, quote
 from sandbox.expectations import ExpectedCalls
@@ -27,6 +27,7 @@ __all__ = [
     "Holder",
     "KeyTaken",
     "Member",
+    "SessionHolding",
     "VerifyReport",
 ]
 
@@ -174,3 +175,17 @@ class AuditStore(Protocol):
         """Checks the hash chain of one tenant, or of all."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SessionHolding(Protocol):
+    """A store whose open session records can move from one server to another (the SQL stores;
+    `sandbox.sessions.rebuild`): a draining server hands its sessions over, and a server that
+    rebuilds one takes it over, exactly one of them (a compare-and-set on the holder)."""
+
+    def hand_over(self, execution_id: str, reason: str) -> bool:
+        """Marks this server's open session record `interrupted` (handed over, not ended)."""
+
+    def take_over(self, tenant: str, execution_id: str) -> str | None:
+        """Makes this server the holder of an open session record whose holder let go of it
+        or died; returns the previous holder, or None when it cannot be taken."""

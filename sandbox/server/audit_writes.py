@@ -39,6 +39,7 @@ from sandbox.audit.base import (
     DeadServer,
     Holder,
     Member,
+    SessionHolding,
     VerifyReport,
 )
 from sandbox.errors import PtcError, StoreUnavailable
@@ -206,6 +207,19 @@ class AuditWrites:
 
     def verify(self, tenant: str | None = None) -> VerifyReport:
         return self.store.verify(tenant)
+
+    # A store that can move sessions between servers (`SessionHolding`): the SQL stores.
+    @property
+    def holds_sessions(self) -> bool:
+        return isinstance(self.store, SessionHolding)
+
+    def hand_over(self, execution_id: str, reason: str) -> bool:
+        assert isinstance(self.store, SessionHolding)
+        return self.store.hand_over(execution_id, reason)
+
+    def take_over(self, tenant: str, execution_id: str) -> str | None:
+        assert isinstance(self.store, SessionHolding)
+        return self.store.take_over(tenant, execution_id)
 
     def close(self) -> None:
         self.store.close()

@@ -34,6 +34,7 @@ from sandbox.runtimes import RuntimeStore
 from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
 from sandbox.sessions.manager import Session, SessionManager
+from sandbox.sessions.rebuild import RebuildBounds
 from sandbox.telemetry import metrics
 from sandbox.tenants.base import Tenancy, Tenant
 from sandbox.tenants.policy import (
@@ -43,7 +44,7 @@ from sandbox.tenants.policy import (
     effective_limits,
 )
 
-__all__ = ["Prepared", "Runner"]
+__all__ = ["Prepared", "Runner", "rebuild_bounds"]
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +95,14 @@ class Runner:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
         if self.refusing is not None:
-            if session is not None:  # it ends with this server: no other server can take it
+            if session is not None and not getattr(self.store, "holds_sessions", False):
+                # It ends with this server: no other server can take it.
                 raise FailedPrecondition(
                     f"session_lost: session {session.id!r} is ending: the server that holds it"
                     " is shutting down"
                 )
+            # With a store that moves sessions, the drain hands this one over: another server
+            # (or this one restarted) rebuilds it on its next call, so "retry elsewhere" holds.
             raise Unavailable(self.refusing)
         manifest = self.engine.manifest(request)  # cached: `Engine.prepare` parses it no more
         for index, tool in enumerate(manifest.tools):
@@ -208,7 +212,7 @@ class Runner:
         self._draining = True
         runs = list(self._runs)
         if not runs:
-            await self.sessions.close_all("server stopping: sessions end with the server")
+            await self.sessions.release_all("server stopping: sessions end with the server")
             return
         _done, pending = await asyncio.wait(runs, timeout=grace_s)
         for task in pending:
@@ -216,7 +220,12 @@ class Runner:
         if pending:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*pending, return_exceptions=True)
-        await self.sessions.close_all("server stopping: sessions end with the server")
+        await self.sessions.release_all("server stopping: sessions end with the server")
+
+
+def rebuild_bounds(tenant: Tenant) -> RebuildBounds:
+    """What rebuilding one of ``tenant``'s sessions on this server may spend."""
+    return RebuildBounds(tenant.session_rebuild_max_cells, tenant.session_rebuild_max_cpu_s)
 
 
 def _unadmitted(prepared: Prepared) -> ExecutionResult:

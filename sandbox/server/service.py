@@ -30,7 +30,7 @@ from sandbox.server.convert import (
 )
 from sandbox.server.forwarding import Forwarder
 from sandbox.server.replay import serve_replay
-from sandbox.server.runner import Runner
+from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.server.stream import StreamSession
 from sandbox.telemetry.tracing import attached, extract_context
 from sandbox.tenants.base import Tenant
@@ -66,7 +66,12 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
             return await self._keyed(tenant, request, earlier)
         session = None
         if request.session_id:
-            session = self.runner.sessions.usable(tenant.id, request.session_id)
+            session = await self.runner.sessions.resume(
+                tenant.id,
+                request.session_id,
+                rebuild_bounds(tenant),
+                admit=lambda: self.runner.tenancy.admit(tenant),
+            )
             execution = self.runner.sessions.request_for(
                 session, execution, manifest_given=request.HasField("manifest")
             )

@@ -41,7 +41,7 @@ from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server import idempotency
 from sandbox.server.boundary import checked
 from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
-from sandbox.server.runner import Runner
+from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
 from sandbox.telemetry.tracing import inject_current
 from sandbox.tenants.base import Tenant
@@ -91,7 +91,12 @@ class StreamSession:
             return
         session = None
         if first.start.session_id:
-            session = self.runner.sessions.usable(self.tenant.id, first.start.session_id)
+            session = await self.runner.sessions.resume(
+                self.tenant.id,
+                first.start.session_id,
+                rebuild_bounds(self.tenant),
+                admit=lambda: self.runner.tenancy.admit(self.tenant),
+            )
             request = self.runner.sessions.request_for(
                 session, request, manifest_given=first.start.HasField("manifest")
             )

@@ -19,12 +19,19 @@ wait. How a session ends, and what later requests for it get:
 =====================  ==========================================  =========================
 end                    how                                         later requests
 =====================  ==========================================  =========================
-closed                 CloseSession, or the server draining        NOT_FOUND, "session_lost"
+closed                 CloseSession, or the server draining (an    NOT_FOUND, "session_lost"
+                       in-memory store only)
 expired                idle timeout, lifetime, max executions      NOT_FOUND, "session_lost"
 lost                   the sandbox died: OOM, protocol violation,  FAILED_PRECONDITION,
                        a cell that ignored its interrupt, the      "session_lost"
-                       session's CPU budget, an exit
+                       session's CPU budget, an exit; a rebuild
+                       that failed (`sandbox.sessions.rebuild`)
 =====================  ==========================================  =========================
+
+A draining server whose audit store can move sessions (SQLite, PostgreSQL: `SessionHolding`)
+does not close its sessions but hands them over (`release_all`): each record stays open, and the
+session's next call on any server sharing the store is `resume`d there, rebuilt from its record
+(`sandbox.sessions.rebuild`), as is a session whose server died.
 
 Every message names the session and why it ended. Ended sessions are remembered (up to
 `MAX_ENDED` per manager) so that the reason can be given; an id never issued, or another
@@ -41,9 +48,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fields
@@ -54,12 +61,15 @@ from sandbox.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Unavailable,
     quote,
 )
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.runtimes.store import DEFAULT_RUNTIME
+from sandbox.sessions.rebuild import RebuildBounds, rebuild
+from sandbox.sessions.session import Session, SessionSettings, SessionState
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
@@ -84,57 +94,6 @@ class SessionBusy(FailedPrecondition):
     """An execution was sent to a session that is running another one."""
 
 
-class SessionState(StrEnum):
-    ACTIVE = "active"
-    CLOSED = "closed"
-    EXPIRED = "expired"
-    LOST = "lost"
-
-
-@dataclass(frozen=True)
-class SessionSettings:
-    """What a session was created with, after the tenant's ceilings."""
-
-    limits: ResolvedLimits  # memory, processes, file_size, open_files; cpu_time is the total
-    idle_timeout_s: float
-    max_lifetime_s: float
-    max_executions: int  # 0: no limit
-
-
-@dataclass
-class Session:
-    id: str
-    tenant: str
-    backend: str
-    manifest: Manifest
-    manifest_json: str
-    settings: SessionSettings
-    labels: Mapping[str, str]
-    sandbox: SessionSandbox
-    runtime: str | None = None  # every cell runs in it; None: the standard library
-    created_at: float = field(default_factory=time.time)
-    last_used_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
-    state: SessionState = SessionState.ACTIVE
-    reason: str = ""
-    executions: list[str] = field(default_factory=list)
-    running: str | None = None  # the execution running now
-    tool_calls: int = 0
-    _created_mono: float = field(default_factory=time.monotonic)
-    _used_mono: float = field(default_factory=time.monotonic)
-    _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
-
-    @property
-    def active(self) -> bool:
-        return self.state is SessionState.ACTIVE
-
-    def gone_error(self) -> FailedPrecondition | NotFound:
-        message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"
-        if self.state is SessionState.LOST:
-            return FailedPrecondition(message)
-        return NotFound(message)
-
-
 class SessionManager:
     """Owns every open session; `start` begins the sweeper of idle and expired sessions."""
 
@@ -146,20 +105,54 @@ class SessionManager:
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._creating: dict[str, int] = {}
+        self._rebuilding: dict[tuple[str, str], asyncio.Future[Session | None]] = {}
+        self._handed_over: set[str] = set()  # by this draining server: retry elsewhere
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever())
 
-    async def close_all(self, reason: str) -> None:
-        """Ends every open session (a draining or stopping server) and stops the sweeper."""
+    async def release_all(self, reason: str) -> None:
+        """A draining server lets go of its sessions: where the store can move them
+        (`SessionHolding`), each is handed over (its record stays open, marked handed over,
+        and its next call on any server rebuilds it: `sandbox.sessions.rebuild`); otherwise
+        each ends `closed` with ``reason``, as `close_all`."""
+        if not getattr(self.store, "holds_sessions", False):
+            await self.close_all(reason)
+            return
         self._closing = True
+        await self._stop_sweeper()
+        for session in list(self._sessions.values()):
+            await self._hand_over(session)
+
+    async def _hand_over(self, session: Session) -> None:
+        reason = "handed over: the server that held it was draining"
+        self._handed_over.add(session.id)
+        session.state, session.reason = SessionState.CLOSED, reason
+        session.ended_at = time.time()
+        self._sessions.pop(session.id, None)
+        metrics.active_sessions(len(self._sessions))
+        self._remember(session)
+        try:
+            await session.sandbox.dispose()
+        finally:
+            try:
+                await asyncio.to_thread(self.store.hand_over, session.id, reason)  # type: ignore[union-attr]
+            except Exception:  # its record stays running: the sweep after our lease finds it
+                log.exception("session %s could not be handed over", session.id)
+
+    async def _stop_sweeper(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+
+    async def close_all(self, reason: str) -> None:
+        """Ends every open session (a draining or stopping server) and stops the sweeper."""
+        self._closing = True
+        await self._stop_sweeper()
         for session in list(self._sessions.values()):
             await self._end(session, SessionState.CLOSED, reason, ExecutionStatus.INTERRUPTED)
 
@@ -232,6 +225,63 @@ class SessionManager:
             raise self._unknown(tenant, session_id)
         return session
 
+    async def resume(
+        self,
+        tenant: str,
+        session_id: str,
+        bounds: RebuildBounds,
+        admit: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    ) -> Session:
+        """`usable`, except that a session this server does not hold, whose holder is gone
+        (dead or drained), is rebuilt here first (`sandbox.sessions.rebuild`), or ends `lost`
+        saying why; concurrent calls for the same session wait for the one rebuild. ``admit``
+        is the tenant's admission, held while rebuilding (a rebuild runs the tenant's code)."""
+        if not session_id:
+            raise InvalidArgument("session_id: is empty")
+        known = self._sessions.get(session_id) or self._ended.get(session_id)
+        if known is not None and known.tenant == tenant and session_id in self._handed_over:
+            raise Unavailable(
+                f"sessions: this server is stopping and handed session {session_id!r} over; "
+                "retry on another server, which rebuilds it"
+            )
+        if known is not None or self._closing:
+            return self.usable(tenant, session_id)
+        key = (tenant, session_id)
+        pending = self._rebuilding.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(rebuild(self, tenant, session_id, bounds, admit))
+            self._rebuilding[key] = pending
+            pending.add_done_callback(lambda _: self._rebuilding.pop(key, None))
+        rebuilt = await asyncio.shield(pending)
+        if rebuilt is None:
+            raise self._unknown(tenant, session_id)
+        return self.usable(tenant, session_id)
+
+    def adopt(self, session: Session) -> None:
+        """A session rebuilt here joins this server's open sessions."""
+        self._sessions[session.id] = session
+        metrics.active_sessions(len(self._sessions))
+        self.start()
+
+    def adopt_ended(self, session: Session, state: SessionState, reason: str) -> None:
+        """A session whose rebuild failed: remembered as ended, so its calls say why."""
+        session.state, session.reason = state, reason
+        session.ended_at = time.time()
+        self._remember(session)
+
+    async def end_adopted(self, session: Session, status: ExecutionStatus) -> None:
+        """Disposes the sandbox of a session `adopt_ended` and completes its record."""
+        usage = session.sandbox.handle.usage()
+        try:
+            await session.sandbox.dispose()
+        finally:
+            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+
+    def _remember(self, session: Session) -> None:
+        self._ended[session.id] = session
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
+
     def _unknown(self, tenant: str, session_id: str) -> NotFound:
         """NOT_FOUND for an id this server does not hold; where the audit store recorded the
         session (an earlier server's, ended by its stop or restart), the message says how it
@@ -250,6 +300,9 @@ class SessionManager:
             how = record.result.error.message
         else:
             how = record.status
+        if record.status == "interrupted" and getattr(self.store, "holds_sessions", False):
+            # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
+            how += "; its next execution rebuilds it from its record"
         return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
 
     def usable(self, tenant: str, session_id: str) -> Session:
@@ -388,9 +441,7 @@ class SessionManager:
         session.ended_at = time.time()
         self._sessions.pop(session.id, None)
         metrics.active_sessions(len(self._sessions))
-        self._ended[session.id] = session
-        while len(self._ended) > MAX_ENDED:
-            self._ended.popitem(last=False)
+        self._remember(session)
         usage = session.sandbox.handle.usage()
         try:
             await session.sandbox.dispose()

@@ -157,6 +157,22 @@ class Metrics:
             ["tenant"],
             registry=r,
         )
+        # Sessions rebuilt on this server after their holder died or drained
+        # (`sandbox.sessions.rebuild`): a rising `lost` rate means conversations that cannot
+        # survive a server (clock, randomness, input files) or bounds set too low.
+        self.session_rebuilds = Counter(
+            "ptc_session_rebuilds",
+            "Sessions this server rebuilt from their record (outcome rebuilt) or reported lost "
+            "because their replay differed, could not run or exceeded a bound (outcome lost).",
+            ["outcome"],
+            registry=r,
+        )
+        self.session_rebuild_duration = Histogram(
+            "ptc_session_rebuild_duration_seconds",
+            "Wall time of a session rebuild: take-over, fresh sandbox, replay and checks.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=r,
+        )
         self._busy: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._backends = dict(backends or {})
@@ -333,6 +349,13 @@ def audit_checkpoint_refused(tenant: str) -> None:
     """A `CheckpointPublisher` refusal hook: one more round that would not sign the tenant."""
     if _state.metrics is not None:
         _state.metrics.checkpoint_refusals.labels(tenant).inc()
+
+
+def session_rebuilt(outcome: str, seconds: float) -> None:
+    """One session rebuild ended: ``outcome`` is ``rebuilt`` or ``lost``."""
+    if _state.metrics is not None:
+        _state.metrics.session_rebuilds.labels(outcome).inc()
+        _state.metrics.session_rebuild_duration.observe(seconds)
 
 
 def active_sessions(count: int) -> None:

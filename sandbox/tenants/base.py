@@ -43,6 +43,11 @@ class Tenant:
     max_sessions: int = 4
     session_idle_timeout_s: int = 600
     session_max_lifetime_s: int = 3600
+    # Rebuilding a session on another server (`sandbox.sessions.rebuild`): the most recorded
+    # cells it replays and the most CPU seconds the replay may spend; above either the session
+    # is lost, naming the bound.
+    session_rebuild_max_cells: int = 200
+    session_rebuild_max_cpu_s: int = 60
 
 
 class Tenancy(Protocol):

@@ -18,6 +18,8 @@
     max_sessions = 4                  # sessions open at once (0: none)
     session_idle_timeout_s = 600      # ceiling (and default) of a session's idle timeout
     session_max_lifetime_s = 3600     # ceiling (and default) of a session's lifetime
+    session_rebuild_max_cells = 200   # a session rebuilt on another server: most cells replayed
+    session_rebuild_max_cpu_s = 60    # ... and most CPU seconds spent replaying them
 
     [tenant.defaults]                 # limits a request inherits; names as in sandbox.limits
     wall_time = 5                     # seconds
@@ -71,6 +73,8 @@ _FIELDS = frozenset(
         "max_sessions",
         "session_idle_timeout_s",
         "session_max_lifetime_s",
+        "session_rebuild_max_cells",
+        "session_rebuild_max_cpu_s",
     }
 )
 
@@ -209,6 +213,8 @@ def _tenant(origin: str, index: int, table: Any) -> TenantConfig:
         max_sessions=read.integer("max_sessions", 4, 0),
         session_idle_timeout_s=read.integer("session_idle_timeout_s", 600, 1),
         session_max_lifetime_s=read.integer("session_max_lifetime_s", 3600, 1),
+        session_rebuild_max_cells=read.integer("session_rebuild_max_cells", 200, 0),
+        session_rebuild_max_cpu_s=read.integer("session_rebuild_max_cpu_s", 60, 0),
     )
     return TenantConfig(tenant, tuple(parsed), read.integer("rate_burst", rate, 1))
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.audit import open_store
-from sandbox.errors import FailedPrecondition, NotFound, Unavailable
+from sandbox.errors import NotFound, Unavailable
+from sandbox.server.fleet import DRAINING_MESSAGE
 
 from .conftest import SessionServer
 
@@ -27,7 +28,9 @@ AUDIT_LIST = [PYTHON, "-m", "sandbox.cli", "audit", "list", "--db"]
 @pytest.mark.parametrize(
     "backend", ["process", pytest.param("docker", marks=pytest.mark.requires_docker)]
 )
-def test_server_stop_ends_sessions_with_a_reason(tmp_path: Path, backend: str) -> None:
+def test_server_stop_hands_sessions_over_with_a_reason(tmp_path: Path, backend: str) -> None:
+    """A stopping server hands its sessions over: the session record stays open (not ended),
+    `interrupted` with the reason, for the next server to rebuild."""
     srv = SessionServer(tmp_path, backend)
     stopped = False
     try:
@@ -51,12 +54,9 @@ def test_server_stop_ends_sessions_with_a_reason(tmp_path: Path, backend: str) -
     store = open_store(srv.audit_db)
     try:
         record = store.get("acme", session.id)
-        assert record is not None and record.result is not None
+        assert record is not None and record.result is None
         assert record.status == "interrupted"
-        assert record.result.error is not None
-        assert record.result.error.message == (
-            "closed: server stopping: sessions end with the server"
-        )
+        assert record.interrupted_reason == "handed over: the server that held it was draining"
         execution = store.get("acme", done.execution_id)
         assert execution is not None and execution.admission.labels["ptc.session_id"] == session.id
     finally:
@@ -97,13 +97,13 @@ def _stop_loop(srv: SessionServer) -> None:
 @pytest.mark.parametrize(
     "backend", ["process", pytest.param("docker", marks=pytest.mark.requires_docker)]
 )
-def test_draining_and_restarted_servers_say_why_a_session_is_gone(
+def test_a_draining_server_hands_its_session_to_the_next_server(
     tmp_path: Path, backend: str
 ) -> None:
-    """While a server drains, a session's next cell is refused with FAILED_PRECONDITION (the
-    session cannot move to another server, so UNAVAILABLE's "retry elsewhere" would mislead);
-    a server started on the same audit store answers the old id with NOT_FOUND and how the
-    session ended, from its record."""
+    """While a server drains, a session's next cell is refused with UNAVAILABLE (retry
+    elsewhere: the drain hands the session over); a server started on the same audit store
+    rebuilds the session from its record on its next cell, with its state; another tenant and
+    an id never issued still learn nothing."""
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     srv = SessionServer(tmp_path / "one", backend)
@@ -121,12 +121,9 @@ def test_draining_and_restarted_servers_say_why_a_session_is_gone(
         stopping = asyncio.run_coroutine_threadsafe(srv.server.stop(grace_s=10.0), srv.loop)
         while srv.server.runner.refusing is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        with pytest.raises(FailedPrecondition) as draining:
+        with pytest.raises(Unavailable) as draining:
             session.execute("x")
-        assert str(draining.value) == (
-            f"session_lost: session {session.id!r} is ending: the server that holds it is"
-            " shutting down"
-        )
+        assert str(draining.value) == DRAINING_MESSAGE
         # The in-flight execution finishes within the grace.
         assert slow.result(30).stdout == "done\n"
         pool.shutdown()
@@ -138,12 +135,10 @@ def test_draining_and_restarted_servers_say_why_a_session_is_gone(
 
     again = SessionServer(tmp_path / "two", backend, audit_db=srv.audit_db)
     try:
-        with pytest.raises(NotFound) as gone:
-            again.a.run("x", backend=backend, session_id=session.id)
-        assert str(gone.value) == (
-            f"session_lost: session {session.id!r} is gone: closed: server stopping: sessions"
-            " end with the server"
-        )
+        rebuilt = again.a.run("x + 1", backend=backend, session_id=session.id)
+        assert (rebuilt.status, rebuilt.value, rebuilt.session_id) == ("ok", "2", session.id)
+        info = again.a.session(session_id=session.id).get()
+        assert len(info.execution_ids) == 2  # the session's count continues
         with pytest.raises(NotFound) as foreign:  # another tenant learns nothing of it
             again.b.run("x", backend=backend, session_id=session.id)
         assert str(foreign.value) == f"session_id: no session {session.id!r}"
@@ -153,3 +148,22 @@ def test_draining_and_restarted_servers_say_why_a_session_is_gone(
         again.assert_healthy()
     finally:
         again.close()
+
+
+def test_a_cell_after_the_hand_over_is_sent_elsewhere(tmp_path: Path) -> None:
+    """Between the drain's hand-over and the listener's close, a session's cell on the draining
+    server is UNAVAILABLE (retry elsewhere), not NOT_FOUND: the session lives on, elsewhere."""
+    srv = SessionServer(tmp_path, "process")
+    try:
+        session = srv.a.session()
+        session.create()
+        assert session.execute("x = 1").status == "ok"
+        srv.call(srv.server.runner.sessions.release_all("unused: the store holds sessions"))
+        with pytest.raises(Unavailable) as elsewhere:
+            session.execute("x")
+        assert str(elsewhere.value) == (
+            f"sessions: this server is stopping and handed session {session.id!r} over; retry "
+            "on another server, which rebuilds it"
+        )
+    finally:
+        srv.close()

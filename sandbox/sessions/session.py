@@ -1,0 +1,70 @@
+"""A session as its manager holds it: its state, its settings and its sandbox.
+
+Kept apart from `manager` so that `rebuild`, which makes sessions from their audit record, and
+`manager`, which runs them, share the types without importing each other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.execution.cell import SessionSandbox
+from sandbox.limits import ResolvedLimits
+from stubs_gen import Manifest
+
+__all__ = ["Session", "SessionSettings", "SessionState"]
+
+
+class SessionState(StrEnum):
+    ACTIVE = "active"
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a session was created with, after the tenant's ceilings."""
+
+    limits: ResolvedLimits  # memory, processes, file_size, open_files; cpu_time is the total
+    idle_timeout_s: float
+    max_lifetime_s: float
+    max_executions: int  # 0: no limit
+
+
+@dataclass
+class Session:
+    id: str
+    tenant: str
+    backend: str
+    manifest: Manifest
+    manifest_json: str
+    settings: SessionSettings
+    labels: Mapping[str, str]
+    sandbox: SessionSandbox
+    runtime: str | None = None  # every cell runs in it; None: the standard library
+    created_at: float = field(default_factory=time.time)
+    last_used_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    state: SessionState = SessionState.ACTIVE
+    reason: str = ""
+    executions: list[str] = field(default_factory=list)
+    running: str | None = None  # the execution running now
+    tool_calls: int = 0
+    _created_mono: float = field(default_factory=time.monotonic)
+    _used_mono: float = field(default_factory=time.monotonic)
+    _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
+
+    @property
+    def active(self) -> bool:
+        return self.state is SessionState.ACTIVE
+
+    def gone_error(self) -> FailedPrecondition | NotFound:
+        message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"
+        if self.state is SessionState.LOST:
+            return FailedPrecondition(message)
+        return NotFound(message)
