@@ -11,6 +11,7 @@ from sandbox.client.aio import (
     Execution,
     OutputChunk,
     Progress,
+    StreamCallbacks,
     Stubs,
 )
 from sandbox.client.records import (
@@ -45,6 +46,7 @@ __all__ = [
     "SessionInfo",
     "SessionOptions",
     "SessionState",
+    "StreamCallbacks",
     "Stubs",
     "SyncExecution",
     "SyncSession",
