@@ -35,13 +35,6 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-from postgres_support import (
-    POSTGRES_URL,
-    REQUIRE_POSTGRES,
-    UNSET_REASON,
-    fresh_schema,
-    postgres_required,
-)
 
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackendConfig
@@ -52,6 +45,13 @@ from sandbox.guest import GUEST_FILES, ZYGOTE_FILES
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
+from tests.postgres_support import (
+    POSTGRES_URL,
+    REQUIRE_POSTGRES,
+    UNSET_REASON,
+    fresh_schema,
+    postgres_required,
+)
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,10 +300,10 @@ class EngineHarness:
                 path for handle in idle if handle.cgroup is not None for path in handle.cgroup.paths
             }
             for parent in cgroups.parent_paths:
-                for child in parent.iterdir():
-                    if child.is_dir() and child not in expected:
-                        procs = (child / "cgroup.procs").read_text().split()
-                        problems.append(f"cgroup {child} (processes {procs})")
+                for cgroup in parent.iterdir():
+                    if cgroup.is_dir() and cgroup not in expected:
+                        procs = (cgroup / "cgroup.procs").read_text().split()
+                        problems.append(f"cgroup {cgroup} (processes {procs})")
         # Host processes run as the sandbox uid: only inside idle sandboxes.
         uid = self.backend.config.uid
         for proc in psutil.process_iter(["uids", "pid"]):

@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audit_support import admission, result
-
 from sandbox.audit import open_store
 from sandbox.result import ExecutionStatus
+from tests.audit.audit_support import admission, result
 
 
 def ptc(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration_support import HERE, PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+
+from tests.integrations.integration_support import HERE, PYTHON, UPSTREAM_SERVER, leftover_children
 
 CONTENT_SERVER = HERE / "upstream_content.py"
 EXITING_SERVER = HERE / "upstream_exits.py"

@@ -7,7 +7,8 @@ import os
 import subprocess
 
 import pytest
-from ptc_serve import PYTHON, ROOT
+
+from tests.ptc_serve import PYTHON, ROOT
 
 pytestmark = pytest.mark.requires_bwrap
 

@@ -12,7 +12,7 @@ from sandbox.errors import InvalidArgument, InvalidLimits, InvalidManifest
 from sandbox.limits import parse_limit_args
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 ECHO = '[{"name": "echo", "description": "d", "parameters": {"type": "object", "properties": {"i": {"type": "integer"}}}}]'
 

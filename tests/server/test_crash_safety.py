@@ -17,10 +17,10 @@ import threading
 from pathlib import Path
 
 import psutil
-from test_serve import PYTHON, ROOT, _start_server
 
 from sandbox.client import Client
 from sandbox.errors import PtcError
+from tests.server.test_serve import PYTHON, ROOT, _start_server
 
 BURST = 24
 

@@ -20,16 +20,17 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from postgres_support import fresh_schema
 
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.client import Client
 from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
+from tests.postgres_support import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -235,8 +236,10 @@ def test_every_server_sees_every_record_and_one_chain_verifies(fleet: Fleet) -> 
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    heads = dict(fleet.sql("SELECT tenant, seq FROM chain_heads"))
-    entries = dict(fleet.sql("SELECT tenant, COUNT(*) FROM entries GROUP BY tenant"))
+    heads = {row[0]: row[1] for row in fleet.sql("SELECT tenant, seq FROM chain_heads")}
+    entries = {
+        row[0]: row[1] for row in fleet.sql("SELECT tenant, COUNT(*) FROM entries GROUP BY 1")
+    }
     assert heads == entries  # one gap-free chain per tenant, whichever server appended
 
 
@@ -358,14 +361,14 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
     assert sorted(r[0] for r in rows) == ["ok"] * 4
 
 
-def _health_stub(address: str):  # type: ignore[no-untyped-def]
+def _health_stub(address: str) -> Any:
     import grpc
     from grpc_health.v1 import health_pb2_grpc
 
     return health_pb2_grpc.HealthStub(grpc.insecure_channel(address))
 
 
-def _wait_ready(stub) -> bool:  # type: ignore[no-untyped-def]
+def _wait_ready(stub: Any) -> bool:
     from grpc_health.v1 import health_pb2
 
     for _ in range(100):
@@ -376,7 +379,7 @@ def _wait_ready(stub) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def _poll_health(stub) -> list[int]:  # type: ignore[no-untyped-def]
+def _poll_health(stub: Any) -> list[int]:
     """Health of the whole server right after SIGTERM, asked over the still-open listener."""
     from grpc_health.v1 import health_pb2
 

@@ -24,13 +24,13 @@ from urllib.parse import parse_qs, urlparse
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from postgres_support import POSTGRES_URL, fresh_schema
 
 from sandbox.audit import open_store
 from sandbox.backends.fake import FakeBackend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.server import SandboxServer, ServerConfig
 from sandbox.server.fleet import READINESS_SERVICE, Readiness
+from tests.postgres_support import POSTGRES_URL, fresh_schema
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]

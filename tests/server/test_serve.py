@@ -42,6 +42,7 @@ def _start_server(*extra: str) -> tuple[subprocess.Popen[str], str]:
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
+    assert proc.stderr is not None
     assert line.startswith("listening on "), line + proc.stderr.read()
     return proc, line.split()[-1]
 

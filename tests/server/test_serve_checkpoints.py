@@ -15,11 +15,11 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from ptc_serve import ptc_serve
 
 from sandbox.audit.checkpoints import generate_key, read_checkpoints
 from sandbox.client import Client
 from sandbox.tenants import hash_key
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import pytest
-from ptc_serve import PYTHON, ROOT, ptc_serve
 
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.spec import LABEL_OWNER
 from sandbox.client import Client
 from sandbox.errors import PermissionDenied
 from sandbox.tenants import hash_key
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_gvisor]
 
@@ -44,7 +44,7 @@ def _containers_of(pid: int) -> list[str]:
     client = engine_client.connect(engine_client.engine_address())
     try:
         return [
-            c.name
+            str(c.name)
             for c in client.containers.list(
                 all=True, filters={"label": LABEL_OWNER}, ignore_removed=True
             )

@@ -23,14 +23,14 @@ from typing import Any
 
 import grpc
 import pytest
-from ptc_serve import Serving, ptc_serve
-from tls_support import Issued, issue, make_ca
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import AsyncClient, Client
 from sandbox.errors import InvalidArgument, Unauthenticated, Unavailable
 from sandbox.tenants import hash_key
+from tests.ptc_serve import Serving, ptc_serve
+from tests.server.tls_support import Issued, issue, make_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ptc_serve import PYTHON, ROOT, ptc_serve
+
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve
 
 LOOKUP = [
     {

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from real_world_manifest import LIGATURE, MANIFEST, SENT
-from stubsgen_support import FakeRuntime, import_source
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
 from stubs_gen.names import python_name
+from tests.real_world_manifest import LIGATURE, MANIFEST, SENT
+from tests.stubs_gen.stubsgen_support import FakeRuntime, import_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ARRAY_ENUM_WARNING = (

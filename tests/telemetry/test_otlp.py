@@ -20,10 +20,11 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from telemetry_support import PYTHON, ROOT, echo_manifest
+
+from tests.telemetry.telemetry_support import PYTHON, ROOT, echo_manifest
 
 
-class _Collector(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -51,7 +52,8 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[m
 def collector() -> Iterator[tuple[_Collector, str]]:
     servicer = _Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    # opentelemetry-proto's generated gRPC module carries no annotations.
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield servicer, f"http://127.0.0.1:{port}"

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_support import PYTHON, ROOT, echo_manifest
 
 from sandbox.client import Client
+from tests.telemetry.telemetry_support import PYTHON, ROOT, echo_manifest
 
 SCRAPE_WAIT_S = 40
 
