@@ -25,10 +25,9 @@ import contextlib
 import functools
 import os
 import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,10 +51,9 @@ from tests.postgres_support import (
     fresh_schema,
     postgres_required,
 )
+from tests.ptc_cli import run_ptc
 
 T = TypeVar("T")
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 POOL_SIZE = 2
 # What the process backend's runtime dir holds for as long as the backend lives.
 RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES))
@@ -368,23 +366,7 @@ def clean(harness: EngineHarness) -> Iterator[EngineHarness]:
     assert harness.leftovers() == []
 
 
-def run_ptc(
-    *args: str, stdin: str = "", env: Mapping[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Runs the real `ptc` command line (``python -m sandbox.cli``) in a subprocess."""
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 @pytest.fixture(scope="session")
-def ptc() -> Any:
+def ptc() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`run_ptc`, for tests that drive the command line."""
     return run_ptc

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["Serving", "ptc_serve"]
+from tests.ptc_cli import PYTHON, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+__all__ = ["PYTHON", "ROOT", "Serving", "ptc_serve"]  # the first two: tests.ptc_cli's
 
 
 @dataclass

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from sandbox.audit.publisher import HISTORY_FILE, CheckpointPublisher
 from sandbox.errors import InvalidArgument
 from tests.audit.audit_support import admission, result
 from tests.audit.conftest import AuditDb
+from tests.ptc_cli import run_ptc as ptc
 
 
 def _fill(
@@ -290,16 +289,6 @@ def test_publisher_writes_skips_and_refuses_a_truncated_store(
     assert (
         "audit checkpoint: tenant globex: entry 1 is missing from the chain: deleted; not signing"
     ) in caplog.text
-
-
-def ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
 
 
 def test_cli_keygen_checkpoint_and_verify(audit_db: AuditDb, tmp_path: Path) -> None:

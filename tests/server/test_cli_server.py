@@ -20,6 +20,7 @@ import pytest
 from sandbox.client import Client
 from sandbox.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from sandbox.tenants import hash_key
+from tests.ptc_cli import run_ptc
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -67,19 +68,12 @@ def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _ptc_run(
     address: str, *args: str, script: str = "print(1)", key: str | None = KEY
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PTC_API_KEY"}
-    if key is not None:
-        env["PTC_API_KEY"] = key
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, *args],
-        input=script,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    return run_ptc(
+        "run", "-", "--server", address, *args,
+        stdin=script,
+        env={"PTC_API_KEY": key} if key is not None else None,
+        without=("PTC_API_KEY",),
+    )  # fmt: skip
 
 
 def test_ok_through_the_server_with_a_key(address: str) -> None:

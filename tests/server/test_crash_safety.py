@@ -20,20 +20,10 @@ import psutil
 
 from sandbox.client import Client
 from sandbox.errors import PtcError
-from tests.server.test_serve import PYTHON, ROOT, _start_server
+from tests.ptc_cli import run_ptc as _ptc
+from tests.server.test_serve import _start_server
 
 BURST = 24
-
-
-def _ptc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

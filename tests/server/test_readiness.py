@@ -31,6 +31,7 @@ from sandbox.engine import Engine, EngineConfig
 from sandbox.server import SandboxServer, ServerConfig
 from sandbox.server.fleet import READINESS_SERVICE, Readiness
 from tests.postgres_support import POSTGRES_URL, fresh_schema
+from tests.ptc_cli import run_ptc as _ptc
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,17 +62,6 @@ def test_readiness_waits_for_a_warm_pool_and_a_reachable_store(tmp_path: Path) -
         (False, "draining"),
         (False, "the audit store is unreachable"),
     ]
-
-
-def _ptc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_ptc_health_asks_a_real_server(tmp_path: Path) -> None:

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.ptc_cli import CLIENT_ENV, run_ptc
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 
 
 def ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k not in ("PTC_SERVER", "PTC_API_KEY")},
-        timeout=60,
-        check=False,
-    )
+    return run_ptc(*args, stdin=stdin, without=CLIENT_ENV)
 
 
 def test_session_commands_through_ptc_serve(tmp_path: Path) -> None:
