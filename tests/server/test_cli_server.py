@@ -21,6 +21,7 @@ from sandbox.client import Client
 from sandbox.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from sandbox.tenants import hash_key
 from tests.ptc_cli import run_ptc
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -43,26 +44,8 @@ output_files = 1
 def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", "memory", "--tenants", str(tenants)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    try:
-        yield line.split()[-1]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve("--pool-size", "2", "--audit-db", "memory", "--tenants", str(tenants)) as s:
+        yield s.address
 
 
 def _ptc_run(

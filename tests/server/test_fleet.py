@@ -31,6 +31,8 @@ from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
 from tests.postgres_support import fresh_schema
+from tests.ptc_serve import start_serve
+from tests.ptc_serve import stop_serve as stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -90,35 +92,11 @@ class Fleet:
 def start_server(
     url: str, tenants: Path, instance: str, *extra: str
 ) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", url, "--tenants", str(tenants), "--instance-id", instance,
-         "--quota-lease-ttl", str(LEASE_TTL_S), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, serving = start_serve(
+        "--pool-size", "2", "--audit-db", url, "--tenants", str(tenants),
+        "--instance-id", instance, "--quota-lease-ttl", str(LEASE_TTL_S), *extra,
     )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    return proc, line.split()[-1]
-
-
-def stop_server(proc: subprocess.Popen[str]) -> str:
-    """SIGTERM (SIGKILL only as the backstop of a hung server); returns its standard error."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    stderr = proc.stderr.read() if proc.stderr else ""
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return stderr
+    return proc, serving.address
 
 
 @pytest.fixture(scope="module")
