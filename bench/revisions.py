@@ -94,7 +94,8 @@ def compare(report: Report, names: tuple[str, str], runs: tuple[Runs, Runs]) -> 
     for key in keys:
         if key[0] != title:
             title = key[0]
-            report.print(f"  {title}")
+            if title:
+                report.print(f"  {title}")
         mine = statistics.median(r[key][0] for r in this)
         theirs = statistics.median(r[key][0] for r in other)
         ratio = mine / theirs if theirs else float("nan")
