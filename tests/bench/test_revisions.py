@@ -44,4 +44,4 @@ def test_compare_reports_the_median_of_each_side_and_this_over_other(tmp_path: P
     # medians: p50 0.005 vs 0.004, rate 45 vs 40
     assert ratios == {"print(1)": pytest.approx(1.25), "executions/s": pytest.approx(1.125)}
     notes = [e["note"] for e in section["figures"] if "value" not in e]
-    assert notes == ["throughput"]  # the section of the figures that follow, by its title
+    assert notes == ["  throughput"]  # the section of the figures that follow, by its title
