@@ -354,8 +354,8 @@ def harness() -> Iterator[EngineHarness]:
 
 @pytest.fixture
 def engine_harness() -> type[EngineHarness]:
-    """The harness class, for tests that need a backend configured their own way (test modules
-    cannot import it: several test folders have a `conftest` module)."""
+    """The harness class, for tests that need a backend configured their own way (a test module
+    may also import it: ``from tests.conftest import EngineHarness``)."""
     return EngineHarness
 
 
