@@ -14,6 +14,10 @@ venv's. The whole benchmark is the unit: a block runs it once in each checkout, 
 rotated from block to block (`bench.harness.interleave_sync`), so that a drift of the machine's
 load hits both alike, as the benchmark itself does between its own cases.
 
+A benchmark that changed between the two revisions reports other figures under other labels:
+``--this-bench`` runs this checkout's ``bench/`` on both sides (copied over the other
+checkout's), so that the same benchmark measures two revisions of the code under it.
+
 Printed (and kept in this run's record): for every figure both runs report (a timing's p50, a
 rate, a ratio; keyed by section and label), the median over the blocks in each checkout and
 ``this / other``. A benchmark's own ratios against its in-run baselines (the floor, a bare RPC)
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,12 +115,26 @@ def main() -> None:
     )
     parser.add_argument("--other", type=Path, required=True, help="the other revision's checkout")
     parser.add_argument("--blocks", type=int, default=3, help="runs of the benchmark per side")
+    parser.add_argument(
+        "--this-bench",
+        action="store_true",
+        help="run this checkout's bench/ on both sides (copied over the other checkout's, which "
+        "must be a throwaway worktree): the same benchmark code, two revisions of the code it "
+        "measures",
+    )
     parser.add_argument("--json-out", default=None, help="this comparison's JSON record")
     parser.add_argument("module", help="the benchmark, e.g. bench.grpc")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the benchmark's own")
     args = parser.parse_args()
     passed = args.args[1:] if args.args[:1] == ["--"] else args.args
     other = args.other.resolve()
+    if args.this_bench:
+        shutil.copytree(
+            ROOT / "bench",
+            other / "bench",
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("results"),
+        )
     names = (_revision(ROOT), _revision(other))
     runs: tuple[Runs, Runs] = ([], [])
     with (
