@@ -13,7 +13,6 @@ the test runs in the normal suite in well under a minute.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -129,7 +128,11 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
         elif field.message_type is not None:
             if depth >= MAX_DEPTH:
                 continue
-            inner = st.deferred(functools.partial(messages, field.message_type, depth + 1))
+
+            def nested(d: Descriptor = field.message_type) -> st.SearchStrategy[Message]:
+                return messages(d, depth + 1)
+
+            inner = st.deferred(nested)  # a function of no arguments (not a partial)
             optional[field.name] = st.lists(inner, max_size=3) if _repeated(field) else inner
         else:
             optional[field.name] = (
