@@ -11,6 +11,7 @@ warm-up; `bench.harness`), then the time `verify` takes over ``--records`` recor
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -67,7 +68,7 @@ def _run(
 ) -> None:
     report.section("admit + complete, one execution with five tool calls")
     times = interleave_sync(
-        {name: (lambda store=store: _admit_complete(store)) for name, store in stores.items()},
+        {name: functools.partial(_admit_complete, store) for name, store in stores.items()},
         rounds,
         warmup=warmup,
     )

@@ -112,9 +112,10 @@ class Served:
 
 
 def _send(served: Served, data: bytes, key: str) -> grpc.StatusCode:
-    call = served.channel.unary_unary("/ptc.sandbox.v1.SandboxService/Execute")
+    # No serializers: the bytes go as they are.
+    call = served.channel.unary_unary("/ptc.sandbox.v1.SandboxService/Execute", None, None)
     try:
-        call(data, metadata=[("authorization", f"Bearer {key}")], timeout=120)
+        call(data, metadata=(("authorization", f"Bearer {key}"),), timeout=120)
     except grpc.RpcError as exc:
         return exc.code()
     return grpc.StatusCode.OK

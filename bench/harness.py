@@ -66,7 +66,8 @@ __all__ = [
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-AsyncCase = Callable[[], Awaitable[Any]]
+# A case of `interleave`: a plain callable, or one returning an awaitable (then awaited).
+AsyncCase = Callable[[], Awaitable[Any] | Any]
 SyncCase = Callable[[], Any]
 
 

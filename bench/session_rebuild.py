@@ -49,7 +49,7 @@ async def main(report: Report, rounds: int, warmup: int, backend: str) -> None:
         address = await server.start()
         manager = server.runner.sessions
         store: Any = server.runner.store
-        pool: Any = server.engine.config.backends[backend].pool  # type: ignore[attr-defined]
+        pool: Any = server.engine.config.backends[backend].pool
         try:
             sizes = (10, 100)
             ids: dict[int, str] = {}

@@ -20,7 +20,6 @@ import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its __init__)
 
@@ -45,7 +44,8 @@ async def main(report: Report, rounds: int, warmup: int, backend: str) -> None:
             )
         )
         address = await server.start()
-        pool: Any = server.engine.config.backends[backend].pool  # type: ignore[attr-defined]
+        pool = server.engine.config.backends[backend].pool
+        assert pool is not None, f"{backend} keeps a warm pool"
         try:
             async with (
                 AsyncClient(address) as client,

@@ -14,6 +14,7 @@ All three servers share the machine's cores with the client, so compare within a
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.grpc import spawn, stop
-from bench.harness import Report, bench_parser, interleave, percentile
+from bench.harness import AsyncCase, Report, bench_parser, interleave, percentile
 from sandbox.client import AsyncClient
 from sandbox.client._tls import channel_credentials
 from tests.server.tls_support import issue, make_ca
@@ -86,9 +87,9 @@ async def main(report: Report, args: Any, tmp: Path) -> None:
 
             return once
 
-        sections = {
+        sections: dict[str, dict[str, AsyncCase]] = {
             "1. health check on an open channel": {
-                m: (lambda m=m: _check(channels[m])) for m in MODES
+                m: functools.partial(_check, channels[m]) for m in MODES
             },
             "2. health check on a new channel (connection set-up included)": {
                 m: fresh(m) for m in MODES
@@ -110,7 +111,7 @@ async def main(report: Report, args: Any, tmp: Path) -> None:
                     )
         finally:
             for ch in channels.values():
-                await ch.close()
+                await ch.close(None)
             for c in clients.values():
                 await c.close()
     finally:

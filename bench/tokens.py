@@ -62,7 +62,7 @@ def weather(city: str) -> dict[str, Any]:
     }
 
 
-GET_WEATHER = {
+GET_WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",

@@ -25,23 +25,15 @@ import contextlib
 import functools
 import os
 import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 import pytest
-from postgres_support import (
-    POSTGRES_URL,
-    REQUIRE_POSTGRES,
-    UNSET_REASON,
-    fresh_schema,
-    postgres_required,
-)
 
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackendConfig
@@ -52,10 +44,16 @@ from sandbox.guest import GUEST_FILES, ZYGOTE_FILES
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
+from tests.postgres_support import (
+    POSTGRES_URL,
+    REQUIRE_POSTGRES,
+    UNSET_REASON,
+    fresh_schema,
+    postgres_required,
+)
+from tests.ptc_cli import run_ptc
 
 T = TypeVar("T")
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 POOL_SIZE = 2
 # What the process backend's runtime dir holds for as long as the backend lives.
 RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES))
@@ -300,10 +298,10 @@ class EngineHarness:
                 path for handle in idle if handle.cgroup is not None for path in handle.cgroup.paths
             }
             for parent in cgroups.parent_paths:
-                for child in parent.iterdir():
-                    if child.is_dir() and child not in expected:
-                        procs = (child / "cgroup.procs").read_text().split()
-                        problems.append(f"cgroup {child} (processes {procs})")
+                for cgroup in parent.iterdir():
+                    if cgroup.is_dir() and cgroup not in expected:
+                        procs = (cgroup / "cgroup.procs").read_text().split()
+                        problems.append(f"cgroup {cgroup} (processes {procs})")
         # Host processes run as the sandbox uid: only inside idle sandboxes.
         uid = self.backend.config.uid
         for proc in psutil.process_iter(["uids", "pid"]):
@@ -356,8 +354,8 @@ def harness() -> Iterator[EngineHarness]:
 
 @pytest.fixture
 def engine_harness() -> type[EngineHarness]:
-    """The harness class, for tests that need a backend configured their own way (test modules
-    cannot import it: several test folders have a `conftest` module)."""
+    """The harness class, for tests that need a backend configured their own way (a test module
+    may also import it: ``from tests.conftest import EngineHarness``)."""
     return EngineHarness
 
 
@@ -368,23 +366,7 @@ def clean(harness: EngineHarness) -> Iterator[EngineHarness]:
     assert harness.leftovers() == []
 
 
-def run_ptc(
-    *args: str, stdin: str = "", env: Mapping[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Runs the real `ptc` command line (``python -m sandbox.cli``) in a subprocess."""
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 @pytest.fixture(scope="session")
-def ptc() -> Any:
+def ptc() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`run_ptc`, for tests that drive the command line."""
     return run_ptc

@@ -7,16 +7,21 @@ reported)."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["Serving", "ptc_serve"]
+from tests.ptc_cli import PYTHON, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+__all__ = [
+    "PYTHON",
+    "ROOT",
+    "Serving",
+    "ptc_serve",
+    "start_serve",
+    "stop_serve",
+]  # the first two: tests.ptc_cli's
 
 
 @dataclass
@@ -27,14 +32,12 @@ class Serving:
     stderr: str = ""  # all the server wrote there, once it has stopped
 
 
-@contextlib.contextmanager
-def ptc_serve(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    stop_timeout_s: float = 60.0,
-    wrapper: Sequence[str] = (),
-) -> Iterator[Serving]:
-    """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit.
+def start_serve(
+    *args: str, env: Mapping[str, str] | None = None, wrapper: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], Serving]:
+    """``ptc serve --listen 127.0.0.1:0 *args`` (``env``: its whole environment, None: this
+    process's), returned once it listens, with its addresses. The caller stops it, with
+    `stop_serve` or on purpose otherwise (a kill -9); `ptc_serve` does both for a plain test.
     ``wrapper`` is a command that ends by exec'ing its arguments (e.g. into a cgroup)."""
     proc = subprocess.Popen(
         [*wrapper, PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", *args],
@@ -46,22 +49,50 @@ def ptc_serve(
     )
     assert proc.stdout is not None and proc.stderr is not None
     serving = Serving("", proc.pid)
-    try:
+    line = proc.stdout.readline()
+    if line.startswith("metrics on "):
+        serving.metrics_address = line.split()[-1]
         line = proc.stdout.readline()
-        if line.startswith("metrics on "):
-            serving.metrics_address = line.split()[-1]
-            line = proc.stdout.readline()
-        if not line.startswith("listening on "):
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise AssertionError(f"ptc serve did not start: {line!r} {stop_serve(proc)}")
+    serving.address = line.split()[-1]
+    return proc, serving
+
+
+def stop_serve(proc: subprocess.Popen[str], timeout_s: float = 30.0, *, read: bool = True) -> str:
+    """SIGTERM (SIGKILL only as the backstop of a hung server), reaped; its standard error
+    (``read=False``: not read, for a server killed on purpose whose children may still hold
+    the pipe: reading would wait for them)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            raise AssertionError(f"ptc serve did not start: {line!r} {proc.stderr.read()}")
-        serving.address = line.split()[-1]
+    proc.wait()
+    stderr = proc.stderr.read() if proc.stderr and read else ""
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return stderr
+
+
+@contextlib.contextmanager
+def ptc_serve(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 60.0,
+    wrapper: Sequence[str] = (),
+) -> Iterator[Serving]:
+    """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit."""
+    proc, serving = start_serve(*args, env=env, wrapper=wrapper)
+    try:
         yield serving
     finally:
         if proc.poll() is None:
             proc.terminate()
         code = proc.wait(timeout=stop_timeout_s)
-        serving.stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
+        serving.stderr = stop_serve(proc)
     assert code == 0, serving.stderr
     assert "Traceback" not in serving.stderr, serving.stderr

@@ -137,7 +137,7 @@ def test_no_import_from_a_floor_to_one_above() -> None:
         upward += [
             f"{module} -> {dep}"
             for dep in sorted(deps)
-            if (_floor(dep) if _floor(dep) is not None else -1) > floor
+            if (-1 if (above := _floor(dep)) is None else above) > floor
         ]
     assert upward == []
 

@@ -12,6 +12,7 @@ from sandbox.client.aio import (
     OutputChunk,
     Progress,
     RetryPolicy,
+    StreamCallbacks,
     Stubs,
 )
 from sandbox.client.records import (
@@ -47,6 +48,7 @@ __all__ = [
     "SessionInfo",
     "SessionOptions",
     "SessionState",
+    "StreamCallbacks",
     "Stubs",
     "SyncExecution",
     "SyncSession",

@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Unpack
+from typing import Any, TypedDict, Unpack
 
 import grpc
 from grpc import aio
@@ -67,6 +67,8 @@ __all__ = [
     "OutputChunk",
     "Progress",
     "RetryPolicy",
+    "StreamCallbacks",
+    "StreamKeywords",
     "Stubs",
 ]
 
@@ -104,6 +106,34 @@ OnOutput = Callable[[OutputChunk], Any]
 OnProgress = Callable[[Progress], Any]
 
 
+class StreamCallbacks(TypedDict, total=False):
+    """What a streamed execution calls back, each sync or async: ``on_output`` with every
+    `OutputChunk` as it is produced, ``approve`` with every call that needs approval,
+    ``on_progress`` with a `Progress` about once a second once a run is past a second."""
+
+    on_output: OnOutput | None
+    approve: Approve | None
+    on_progress: OnProgress | None
+
+
+class StreamKeywords(RunOverrides, StreamCallbacks, total=False):
+    """The keyword arguments of a streamed run (`run`, `start`, `stream`): `RunOptions`' fields
+    and the `StreamCallbacks`, written once for the sync and the asyncio client."""
+
+
+def split_keywords(
+    options: RunOptions | None, keywords: StreamKeywords
+) -> tuple[RunOptions, StreamCallbacks]:
+    """``options`` with ``keywords``' `RunOptions` fields over it, and the callbacks."""
+    callbacks = StreamCallbacks(
+        on_output=keywords.pop("on_output", None),
+        approve=keywords.pop("approve", None),
+        on_progress=keywords.pop("on_progress", None),
+    )
+    overrides: RunOverrides = keywords  # the callbacks are out: what is left is RunOverrides
+    return RunOptions.of(options, **overrides), callbacks
+
+
 class Execution:
     """One streamed execution: iterate it for output chunks, await `result()` for the end."""
 
@@ -111,16 +141,14 @@ class Execution:
         self,
         call: aio.StreamStreamCall[pb.ClientMessage, pb.ServerEvent],
         local: Mapping[str, ClientTool],
-        on_output: OnOutput | None,
-        approve: Approve | None,
-        on_progress: OnProgress | None = None,
+        callbacks: StreamCallbacks,
     ) -> None:
-        self._on_progress = on_progress
+        self._on_progress = callbacks.get("on_progress")
         self.progress: Progress | None = None  # the latest Progress event, if any came
         self._call = call
         self._local = local
-        self._on_output = on_output
-        self._approve = approve
+        self._on_output = callbacks.get("on_output")
+        self._approve = callbacks.get("approve")
         self._write_lock = asyncio.Lock()
         self._chunks: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -307,29 +335,23 @@ class AsyncClient:
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
         options: RunOptions | None = None,
-        *,
-        on_output: OnOutput | None = None,
-        approve: Approve | None = None,
-        on_progress: OnProgress | None = None,
-        **overrides: Unpack[RunOverrides],
+        **keywords: Unpack[StreamKeywords],
     ) -> Execution:
         """Starts a streamed execution and returns it while it runs; with ``session_id``, as
         that session's next cell (its tools replaced by ``tools``, kept when ``tools`` is None).
-        ``options`` (`RunOptions`) or the same names as keywords say how to run it.
-        ``on_progress`` gets a `Progress` about once a second once a run is past a second."""
-        chosen = RunOptions.of(options, **overrides)
+        ``options`` (`RunOptions`) or the same names as keywords say how to run it; the
+        `StreamCallbacks` are called as it runs."""
+        chosen, callbacks = split_keywords(options, keywords)
         request, local = execute_request(script, tools, chosen)
         request.idempotency_key = request.idempotency_key or new_key()
-        return await self._open(request, local, chosen.timeout, on_output, approve, on_progress)
+        return await self._open(request, local, chosen.timeout, callbacks)
 
     async def _open(
         self,
         request: pb.ExecuteRequest,
         local: Mapping[str, ClientTool],
         timeout: float | None,
-        on_output: OnOutput | None,
-        approve: Approve | None,
-        on_progress: OnProgress | None,
+        callbacks: StreamCallbacks,
     ) -> Execution:
         call = self._stub.ExecuteStream(metadata=self._call_metadata(), timeout=timeout)
         try:
@@ -342,29 +364,25 @@ class AsyncClient:
                 raise Unavailable(f"the server ended the stream at its start: {exc}") from exc
             details, trailing = await call.details(), await call.trailing_metadata()
             raise error_from_status(code, details, trailing) from exc
-        return Execution(call, local, on_output, approve, on_progress)
+        return Execution(call, local, callbacks)
 
     async def run(
         self,
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
         options: RunOptions | None = None,
-        *,
-        on_output: OnOutput | None = None,
-        approve: Approve | None = None,
-        on_progress: OnProgress | None = None,
-        **overrides: Unpack[RunOverrides],
+        **keywords: Unpack[StreamKeywords],
     ) -> ExecutionResult:
         """Runs ``script`` to the end with the client in the loop; returns the result. A stream
         that fails with its outcome unknown (UNAVAILABLE, or INTERNAL/UNKNOWN from a balancer
         that reset it) is opened again with the same idempotency key, which asks for the
         execution instead of running it again (`sandbox.client._retry`)."""
-        chosen = RunOptions.of(options, **overrides)
+        chosen, callbacks = split_keywords(options, keywords)
         request, local = execute_request(script, tools, chosen)
         request.idempotency_key = request.idempotency_key or new_key()
 
         async def attempt(timeout: float | None) -> ExecutionResult:
-            execution = await self._open(request, local, timeout, on_output, approve, on_progress)
+            execution = await self._open(request, local, timeout, callbacks)
             return await execution.result()
 
         return await self._retrying(request.idempotency_key, chosen.timeout, attempt)

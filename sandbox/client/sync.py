@@ -18,14 +18,13 @@ from typing import Any, TypeVar, Unpack
 from sandbox.client._retry import RetryPolicy
 from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
-    Approve,
     AsyncClient,
     Execution,
-    OnOutput,
-    OnProgress,
     OutputChunk,
     Progress,
+    StreamKeywords,
     Stubs,
+    split_keywords,
 )
 from sandbox.client.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.client.sessions import SyncSession
@@ -128,40 +127,24 @@ class Client:
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
         options: RunOptions | None = None,
-        *,
-        on_output: OnOutput | None = None,
-        approve: Approve | None = None,
-        on_progress: OnProgress | None = None,
-        **overrides: Unpack[RunOverrides],
+        **keywords: Unpack[StreamKeywords],
     ) -> ExecutionResult:
         """Runs ``script`` to the end, serving its client tools and approvals here; with
         ``session_id``, as that session's next cell. (The caller's current trace context goes
         with it: the loop thread's task starts from a copy of this thread's context.)"""
-        chosen = RunOptions.of(options, **overrides)
-        return self._call(
-            self._async.run(
-                script, tools, chosen, on_output=on_output, approve=approve, on_progress=on_progress
-            )
-        )
+        chosen, callbacks = split_keywords(options, keywords)
+        return self._call(self._async.run(script, tools, chosen, **callbacks))
 
     def stream(
         self,
         script: str,
         tools: str | Sequence[ToolLike] | None = (),
         options: RunOptions | None = None,
-        *,
-        on_output: OnOutput | None = None,
-        approve: Approve | None = None,
-        on_progress: OnProgress | None = None,
-        **overrides: Unpack[RunOverrides],
+        **keywords: Unpack[StreamKeywords],
     ) -> SyncExecution:
         """Starts an execution; iterate the answer for output, then call `result()`."""
-        chosen = RunOptions.of(options, **overrides)
-        execution = self._call(
-            self._async.start(
-                script, tools, chosen, on_output=on_output, approve=approve, on_progress=on_progress
-            )
-        )
+        chosen, callbacks = split_keywords(options, keywords)
+        execution = self._call(self._async.start(script, tools, chosen, **callbacks))
         return SyncExecution(self, execution)
 
     def execute(

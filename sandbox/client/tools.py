@@ -27,7 +27,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import pydantic
 import pydantic_core
@@ -104,13 +104,19 @@ def function_tool(
     return ClientTool(tool_name, entry, function, model)
 
 
+@overload
+def tool(function: Callable[..., Any]) -> ClientTool: ...
+@overload
+def tool(
+    *, name: str | None = None, read_only: bool = False, needs_approval: bool = False
+) -> Callable[[Callable[..., Any]], ClientTool]: ...
 def tool(
     function: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     read_only: bool = False,
     needs_approval: bool = False,
-) -> Any:
+) -> ClientTool | Callable[[Callable[..., Any]], ClientTool]:
     """Decorator form of `function_tool`: ``@tool`` or ``@tool(read_only=True)``."""
 
     def wrap(fn: Callable[..., Any]) -> ClientTool:

@@ -43,7 +43,7 @@ from sandbox.result import ExecutionResult
 from stubs_gen import load_manifest
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 pytest.importorskip("bfcl_eval", reason="needs the bfcl-eval data package")
 

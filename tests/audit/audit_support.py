@@ -66,7 +66,7 @@ def result(
         usage=Usage(wall_time_s=0.25, cpu_time_s=0.1, peak_memory_bytes=1 << 20, tool_calls=1),
         backend="process",
         isolation=["userns", "netns"],
-        effective_limits={"wall_time": 10.0},
+        effective_limits={"wall_time_ms": 10_000},  # the proto's unit-named fields
         started_at=1000.0,
         finished_at=1000.25,
     )

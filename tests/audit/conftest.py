@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres_support import fresh_schema
 
 from sandbox.audit import SqlAuditStore, open_store
+from tests.postgres_support import fresh_schema
 
 
 class AuditDb:
@@ -40,7 +40,7 @@ class AuditDb:
                 conn.close()
         import psycopg
 
-        with psycopg.connect(self.target, autocommit=True) as conn, conn.cursor() as cursor:
+        with psycopg.connect(self.target, autocommit=True) as pg, pg.cursor() as cursor:
             cursor.execute(sql.replace("?", "%s"), params)
             return list(cursor.fetchall()) if cursor.description else []
 

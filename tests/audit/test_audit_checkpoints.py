@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from audit_support import admission, result
-from conftest import AuditDb
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sandbox.audit import SqlAuditStore
@@ -30,6 +26,9 @@ from sandbox.audit.checkpoints import (
 )
 from sandbox.audit.publisher import HISTORY_FILE, CheckpointPublisher
 from sandbox.errors import InvalidArgument
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
+from tests.ptc_cli import run_ptc as ptc
 
 
 def _fill(
@@ -127,7 +126,7 @@ def test_truncated_then_regrown_past_the_checkpoint_fails_the_consistency_proof(
 def test_growth_and_pruning_keep_earlier_checkpoints_valid(audit_db: AuditDb) -> None:
     store = audit_db.open()
     key = Ed25519PrivateKey.generate()
-    sizes = []
+    sizes: list[int] = []
     checkpoints = []
     for _ in range(4):
         _fill(store, "acme", 3, start=1_000.0 + 10 * len(sizes))
@@ -238,6 +237,10 @@ def test_keys_from_files_and_environment(tmp_path: Path, monkeypatch: pytest.Mon
         load_public_keys([str(path)])
 
 
+def _failing_hook(checkpoint: Checkpoint) -> None:
+    raise ZeroDivisionError("a hook that fails")
+
+
 def test_publisher_writes_skips_and_refuses_a_truncated_store(
     audit_db: AuditDb, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -247,7 +250,7 @@ def test_publisher_writes_skips_and_refuses_a_truncated_store(
     publisher = CheckpointPublisher(store, key, directory=out, origin="ptc-1")
     seen: list[tuple[str, int]] = []
     publisher.add_hook(lambda c: seen.append((c.tenant, c.tree_size)))
-    publisher.add_hook(lambda c: 1 / 0)  # a failing hook is logged, publication goes on
+    publisher.add_hook(_failing_hook)  # a failing hook is logged, publication goes on
     _fill(store, "acme", 2)
     _fill(store, "globex", 1)
     with caplog.at_level(logging.INFO, logger="sandbox.audit.publisher"):
@@ -286,16 +289,6 @@ def test_publisher_writes_skips_and_refuses_a_truncated_store(
     assert (
         "audit checkpoint: tenant globex: entry 1 is missing from the chain: deleted; not signing"
     ) in caplog.text
-
-
-def ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
 
 
 def test_cli_keygen_checkpoint_and_verify(audit_db: AuditDb, tmp_path: Path) -> None:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-
-from audit_support import admission, result
 
 from sandbox.audit import open_store
 from sandbox.result import ExecutionStatus
-
-
-def ptc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox.cli", *args], capture_output=True, text=True, check=False
-    )
+from tests.audit.audit_support import admission, result
+from tests.ptc_cli import run_ptc as ptc
 
 
 def _db(tmp_path: Path) -> tuple[str, list[str]]:

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-from conftest import AuditDb
+from tests.audit.conftest import AuditDb
 
 WORKER = textwrap.dedent(
     """
     import sys
-    from audit_support import admission, result
+    from tests.audit.audit_support import admission, result
     from sandbox.audit import open_store
 
     store = open_store(sys.argv[1], instance="crash-host")
@@ -38,7 +39,8 @@ WORKER = textwrap.dedent(
 
 
 def test_kill_9_mid_burst_leaves_a_verifiable_store(audit_db: AuditDb) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.getcwd()]))
+    # The worker imports the test package's helpers: the repository's root is its import root.
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     child = subprocess.Popen(
         [sys.executable, "-c", WORKER, audit_db.target],
         stdout=subprocess.PIPE,

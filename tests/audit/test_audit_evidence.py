@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from audit_support import admission, result
-from conftest import AuditDb
 
 from sandbox.result import Evidence, ExecutionStatus, Violation
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def test_evidence_and_absent_observed_round_trip(audit_db: AuditDb) -> None:

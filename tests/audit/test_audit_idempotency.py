@@ -9,10 +9,10 @@ import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from audit_support import admission, result
-from conftest import AuditDb
 
 from sandbox.audit import KeyTaken
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def test_a_key_maps_to_the_first_admission_only(audit_db: AuditDb) -> None:

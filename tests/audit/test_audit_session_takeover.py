@@ -9,10 +9,9 @@ import dataclasses
 import threading
 import time
 
-from audit_support import admission, result
-from conftest import AuditDb
-
 from sandbox.audit import AuditQuery
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def _session(store_tenant: str = "acme") -> object:

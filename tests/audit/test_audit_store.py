@@ -7,13 +7,13 @@ import threading
 import uuid
 
 import pytest
-from audit_support import admission, result
-from conftest import AuditDb
 
 from sandbox.audit import AuditQuery
 from sandbox.audit._codec import OUTPUT_CAP_BYTES, admission_to_json
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.result import ExecutionStatus
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def test_admit_then_complete_round_trips(audit_db: AuditDb) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from audit_support import admission, result
-from conftest import AuditDb
-
 from sandbox.audit import SqlAuditStore
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def _populate(db: AuditDb) -> tuple[SqlAuditStore, list[str]]:

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_support import admission, result
-from small_fs import fill, small_tmpfs
 
 from sandbox.audit import AuditQuery, open_store
 from sandbox.errors import StoreUnavailable
 from sandbox.server.audit_writes import AuditWrites
 from sandbox.telemetry import metrics
+from tests.audit.audit_support import admission, result
+from tests.small_fs import fill, small_tmpfs
 
 BIG = "x" * 200_000  # a completion far larger than what a full disk has left
 
@@ -65,7 +65,8 @@ def test_refused_completions_are_kept_bounded_and_written_once_space_is_freed(
 
             filler.unlink()
             assert writes.recover() is True
-            assert (writes.pending, writes.failure) == (0, None)
+            assert writes.pending == 0
+            assert writes.failure is None, writes.failure
             assert sample("ptc_audit_completions_pending") == 0
             writes.admit(later)
             records, _ = store.list("acme", AuditQuery())

@@ -4,10 +4,9 @@ secret, created once and the same for every server sharing the store."""
 
 from __future__ import annotations
 
-from audit_support import admission, result
-from conftest import AuditDb
-
 from sandbox.audit.base import Holder, Member
+from tests.audit.audit_support import admission, result
+from tests.audit.conftest import AuditDb
 
 
 def test_the_holder_of_an_open_session(audit_db: AuditDb) -> None:

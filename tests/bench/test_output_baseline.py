@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from sandbox.execution.drive import block_buffered_output
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 PROBE = "import sys\nprint(sys.stdout.line_buffering, sys.stderr.line_buffering)"
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import psutil
 import pytest
-from output_kills import KILLS, SESSION_KILLS, STDERR_LINES, STDOUT_LINES, Kill
 
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.janitor import owner_label
@@ -25,6 +24,7 @@ from sandbox.engine import EngineConfig
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.session_runners import open_session
 from sandbox.limits import Limits, parse_limit_args
+from tests.output_kills import KILLS, SESSION_KILLS, STDERR_LINES, STDOUT_LINES, Kill
 
 BACKENDS = [
     pytest.param("process", id="process"),
@@ -56,7 +56,9 @@ def runner(request: pytest.FixtureRequest) -> Iterator[EmbeddedRunner]:
     if request.param != "process":
         client = engine_client.connect(backend.address)
         try:
-            owned = {"label": f"{LABEL_OWNER}={owner_label(backend.owner)}"}
+            owned: dict[str, str | list[str] | bool] = {
+                "label": f"{LABEL_OWNER}={owner_label(backend.owner)}"
+            }
             assert client.containers.list(all=True, filters=owned, ignore_removed=True) == []
         finally:
             client.close()

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kustomize_subset import render
-
 from sandbox.tenants.keys import new_key, sha256_of
+from tests.deploy.kustomize_subset import render
 
 __all__ = [
     "SERVER_RESERVE_BYTES",

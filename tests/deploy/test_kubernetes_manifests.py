@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_variants import (
+from kubernetes_validate import utils as kubernetes_validate
+
+from sandbox.cli import build_parser
+from sandbox.errors import InvalidArgument
+from sandbox.server.config import load_config
+from sandbox.server.fleet import READINESS_SERVICE
+from tests.deploy.k8s_variants import (
     SERVER_RESERVE_BYTES,
     VARIANTS,
     container,
@@ -24,13 +30,7 @@ from k8s_variants import (
     rendered,
     server_toml,
 )
-from kubernetes_validate import utils as kubernetes_validate
-from kustomize_subset import render
-
-from sandbox.cli import build_parser
-from sandbox.errors import InvalidArgument
-from sandbox.server.config import load_config
-from sandbox.server.fleet import READINESS_SERVICE
+from tests.deploy.kustomize_subset import render
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"

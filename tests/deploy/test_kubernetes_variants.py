@@ -34,7 +34,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from k8s_variants import (
+
+from tests.deploy.k8s_variants import (
     SERVER_RESERVE_BYTES,
     VARIANTS,
     container,
@@ -46,7 +47,7 @@ from k8s_variants import (
     rendered,
     server_toml,
 )
-from server_image import DOCKER, IMAGE, docker, logs, require_image
+from tests.server_image import DOCKER, IMAGE, docker, logs, require_image
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.timeout(300)]
 

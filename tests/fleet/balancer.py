@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from ptc_serve import PYTHON, ROOT
+
+from tests.ptc_serve import PYTHON, ROOT
 
 __all__ = ["SHIPPED_CONFIG", "Balancer", "Fleet", "nginx", "render_config"]
 
@@ -59,7 +60,7 @@ class Fleet:
 
     def sql(self, query: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
         with psycopg.connect(self.url, autocommit=True) as conn, conn.cursor() as cursor:
-            cursor.execute(query, params)  # type: ignore[arg-type]
+            cursor.execute(query, params)
             return list(cursor.fetchall()) if cursor.description else []
 
     def kill(self, index: int) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from balancer import Balancer, Fleet, fleet, nginx
+
+from tests.fleet.balancer import Balancer, Fleet, fleet, nginx
 
 # A dead server's lease expires after this; a survivor then marks its records `interrupted`.
 MEMBER_LEASE_TTL_S = 2.0

@@ -25,11 +25,11 @@ import uuid
 from typing import Any
 
 import pytest
-from balancer import Balancer, Fleet, nginx
 
 from sandbox.client import Client, InputFile, tool
 from sandbox.client.aio import RetryPolicy
 from sandbox.errors import FailedPrecondition, PtcError, Unavailable
+from tests.fleet.balancer import Balancer, Fleet, nginx
 
 pytestmark = pytest.mark.requires_postgres
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from integration_support import leftover_children
 
 from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.engine import EngineConfig
 from sandbox.integrations import ClientRunner, EmbeddedRunner
+from tests.integrations.integration_support import leftover_children
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,9 @@ class _Served:
 
     def close(self) -> None:
         backend = self.server.engine.config.backends["process"]
-        self._call(backend.pool.wait_ready())  # type: ignore[attr-defined]
+        pool = backend.pool
+        assert pool is not None, "the process backend keeps a warm pool"
+        self._call(pool.wait_ready())
         self._call(self.server.stop(grace_s=5.0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)

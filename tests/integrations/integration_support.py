@@ -55,7 +55,7 @@ def scripted_http(
 
     queue = list(responses)
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: Any) -> Any:  # httpx.Request -> httpx.Response, of the flavour imported
         requests.append(json.loads(request.content))
         return httpx.Response(200, json=queue.pop(0))
 

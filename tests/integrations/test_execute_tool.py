@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from integration_support import CITIES, get_weather
 
 from sandbox.expectations import ExpectedCalls
 from sandbox.integrations import CALLING_CONVENTION, EmbeddedRunner, ExecuteTool
 from stubs_gen import load_manifest
+from tests.integrations.integration_support import CITIES, get_weather
 
 ITEMS = [f"item-{i:03d}" for i in range(100)]
 LOOKUP = {

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from integration_support import get_weather
-
 from sandbox.expectations import ExpectedCalls
 from sandbox.integrations import ClientRunner, ExecuteTool
+from tests.integrations.integration_support import get_weather
 
 SCRIPT = (
     "import asyncio, tools\n"

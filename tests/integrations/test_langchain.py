@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from integration_support import STEP_1, STEP_2, get_weather
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.langchain import as_langchain_tool
+from tests.integrations.integration_support import STEP_1, STEP_2, get_weather
 
 
 def _call(code: str, call_id: str) -> AIMessage:
@@ -24,7 +25,9 @@ def _call(code: str, call_id: str) -> AIMessage:
 def test_langchain_two_step_task(embedded: EmbeddedRunner) -> None:
     tool = as_langchain_tool(ExecuteTool(embedded, [get_weather]))
     assert tool.name == "execute_python"
-    assert tool.tool_call_schema.model_json_schema()["required"] == ["code"]
+    schema = tool.tool_call_schema
+    assert isinstance(schema, type) and issubclass(schema, BaseModel), schema
+    assert schema.model_json_schema()["required"] == ["code"]
     assert "def get_weather(*, city: str)" in tool.description
     model = FakeMessagesListChatModel(
         responses=[

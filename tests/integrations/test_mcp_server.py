@@ -14,10 +14,11 @@ import tempfile
 import time
 from typing import Any
 
-from integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
+
+from tests.integrations.integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
 
 SCRIPT = """\
 import asyncio, tools

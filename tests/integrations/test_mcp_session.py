@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from integration_support import PYTHON, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+
+from tests.integrations.integration_support import PYTHON, leftover_children
 
 
 def _text(result: Any) -> str:

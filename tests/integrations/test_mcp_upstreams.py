@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration_support import HERE, PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+
+from tests.integrations.integration_support import HERE, PYTHON, UPSTREAM_SERVER, leftover_children
+from tests.ptc_cli import run_ptc
 
 CONTENT_SERVER = HERE / "upstream_content.py"
 EXITING_SERVER = HERE / "upstream_exits.py"
@@ -33,14 +35,7 @@ def _command(*argv: str | Path) -> str:
 
 def _ptc_mcp(*args: str) -> subprocess.CompletedProcess[str]:
     """`ptc mcp ARGS` that is expected to stop before it serves (stdin closed at once)."""
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", "mcp", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_ptc("mcp", *args)
 
 
 def _text(result: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from typing import Any
 
 from sandbox.integrations import ExecuteTool, ObservationBudget, render_observation
 from sandbox.integrations import summarize_result as summarize
@@ -290,8 +291,8 @@ def test_a_smolagents_action_error_points_at_the_actions_own_line(
 
     from sandbox.integrations.smolagents import SandboxExecutionError, SandboxExecutor
 
-    @tool
-    def get_weather(city: str) -> dict:  # type: ignore[type-arg]
+    @tool  # type: ignore[untyped-decorator]  # smolagents ships no type information
+    def get_weather(city: str) -> dict[str, Any]:
         """Current weather for a city.
 
         Args:

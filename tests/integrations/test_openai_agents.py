@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agents import Agent, Model, ModelResponse, RunConfig, Runner, Usage
-from integration_support import STEP_1, STEP_2, get_weather
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -18,6 +17,7 @@ from openai.types.responses import (
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.openai_agents import as_function_tool
+from tests.integrations.integration_support import STEP_1, STEP_2, get_weather
 
 
 class ScriptedModel(Model):

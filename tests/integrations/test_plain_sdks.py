@@ -8,9 +8,9 @@ from typing import Any
 
 import anthropic
 import openai
-from integration_support import STEP_1, STEP_2, get_weather, scripted_http
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool, anthropic_sdk, openai_sdk
+from tests.integrations.integration_support import STEP_1, STEP_2, get_weather, scripted_http
 
 
 def _chat(tool_code: str | None, call_id: str, text: str = "") -> dict[str, Any]:
@@ -51,7 +51,10 @@ def test_openai_chat_two_step_task(embedded: EmbeddedRunner) -> None:
     ]
     while True:
         response = client.chat.completions.create(
-            model="scripted", messages=messages, tools=[openai_sdk.chat_tool(execute)]
+            model="scripted",
+            messages=messages,
+            # chat_tool returns a plain dict: the integration does not import openai's TypedDicts.
+            tools=[openai_sdk.chat_tool(execute)],  # type: ignore[list-item]
         )
         message = response.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
@@ -128,8 +131,12 @@ def test_anthropic_two_step_task(embedded: EmbeddedRunner) -> None:
     ]
     while True:
         message = client.messages.create(
-            model="scripted", max_tokens=512, messages=messages, tools=[anthropic_sdk.tool(execute)]
-        )  # type: ignore[list-item]
+            model="scripted",
+            max_tokens=512,
+            messages=messages,
+            # tool() returns a plain dict: the integration does not import anthropic's TypedDicts.
+            tools=[anthropic_sdk.tool(execute)],  # type: ignore[list-item]
+        )
         messages.append(
             {
                 "role": "assistant",

@@ -10,7 +10,6 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from integration_support import PYTHON, UPSTREAM_SERVER, get_weather, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from sandbox.audit import AuditQuery, open_store
@@ -18,6 +17,12 @@ from sandbox.backends.factory import BackendOptions, build_backend
 from sandbox.engine import EngineConfig
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.limits import Limits
+from tests.integrations.integration_support import (
+    PYTHON,
+    UPSTREAM_SERVER,
+    get_weather,
+    leftover_children,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
-from ptc_serve import ptc_serve
 from smolagents import CodeAgent
-from test_mcp_server import SCRIPT
-from test_mcp_session import assert_state_kept_across_two_calls
-from test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
 
 from sandbox.integrations import ClientRunner
 from sandbox.integrations.smolagents import SandboxExecutor
+from tests.integrations.integration_support import PYTHON, UPSTREAM_SERVER, leftover_children
+from tests.integrations.test_mcp_server import SCRIPT
+from tests.integrations.test_mcp_session import assert_state_kept_across_two_calls
+from tests.integrations.test_smolagents import CALLS, STEP_1, STEP_2, ScriptedModel, get_weather
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_ptc_mcp_with_server_serves_named_upstreams_and_their_content(address: s
     """Named upstreams with the same tool names, and an answer with an image and resources,
     through `ptc serve`: the prefixed names reach the server's manifest and call log, and the
     typed items cross the stream as JSON."""
-    from test_mcp_upstreams import CONTENT_SCRIPT, NAMED
+    from tests.integrations.test_mcp_upstreams import CONTENT_SCRIPT, NAMED
 
     params = StdioServerParameters(
         command=PYTHON,

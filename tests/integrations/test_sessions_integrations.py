@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from smolagents import CodeAgent
-from test_smolagents import CALLS, ScriptedModel, get_weather
 
 from sandbox.errors import NotFound
 from sandbox.integrations import ClientRunner, EmbeddedRunner
@@ -15,6 +14,7 @@ from sandbox.integrations.execute_tool import ExecuteTool
 from sandbox.integrations.runners import RunRequest
 from sandbox.integrations.session_runners import open_session
 from sandbox.integrations.smolagents import SandboxExecutor
+from tests.integrations.test_smolagents import CALLS, ScriptedModel, get_weather
 
 STEP_1 = """Thought: fetch the temperatures once.
 <code>

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from test_sessions_integrations import (
+from sandbox.integrations import ClientRunner
+from tests.integrations.test_sessions_integrations import (
     check_code_agent_keeps_state,
     check_execute_tool_per_conversation,
     check_files_and_policy_reach_a_session_cell,
 )
-
-from sandbox.integrations import ClientRunner
 
 
 def test_code_agent_keeps_state_between_actions_in_a_session(served: ClientRunner) -> None:

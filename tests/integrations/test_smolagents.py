@@ -14,8 +14,8 @@ from sandbox.integrations.smolagents import SandboxExecutor, tool_schema
 CALLS: list[str] = []
 
 
-@tool
-def get_weather(city: str) -> dict:  # type: ignore[type-arg]
+@tool  # type: ignore[untyped-decorator]  # smolagents ships no type information
+def get_weather(city: str) -> dict[str, Any]:
     """Current weather for a city.
 
     Args:
@@ -25,7 +25,7 @@ def get_weather(city: str) -> dict:  # type: ignore[type-arg]
     return {"city": city, "temp_c": float(len(city) * 3), "humidity": 40}
 
 
-class ScriptedModel(Model):
+class ScriptedModel(Model):  # type: ignore[misc]  # smolagents ships no type information
     def __init__(self, replies: list[str]) -> None:
         super().__init__(model_id="scripted")
         self.replies = list(replies)

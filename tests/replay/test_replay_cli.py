@@ -6,7 +6,6 @@ Exit codes: 0 identical, 1 differs, the error table's codes otherwise.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from sandbox.audit import Admission, open_store
 from sandbox.result import ExecutionResult, ExecutionStatus
+from tests.ptc_cli import run_ptc as ptc
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -51,18 +51,6 @@ try:
 except tools.CallDenied as exc:
     print("denied:", exc)
 """
-
-
-def ptc(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ptc_serve import ptc_serve
 
 from sandbox.audit import Admission, open_store
 from sandbox.client import Client
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, ExecutionStatus
 from sandbox.tenants import hash_key
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable

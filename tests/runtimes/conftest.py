@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_support import ptc, world_traversable_dir
+
+from tests.runtimes.runtime_support import ptc, world_traversable_dir
 
 
 @pytest.fixture(scope="session")

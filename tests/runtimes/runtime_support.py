@@ -6,23 +6,19 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from tests.ptc_cli import run_ptc
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 
 
-def ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-        check=False,
-        env=env,
-    )
+def ptc(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`run_ptc` with room for a runtime's build (minutes on a small machine)."""
+    return run_ptc(*args, env=env, timeout=900)
 
 
 def world_traversable_dir(prefix: str) -> Path:

@@ -20,7 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
-from runtime_support import PYTHON, ROOT, ptc, world_traversable_dir
+
+from tests.runtimes.runtime_support import PYTHON, ROOT, ptc, world_traversable_dir
 
 
 @pytest.fixture

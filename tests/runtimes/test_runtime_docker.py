@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ptc_serve import ptc_serve
-from runtime_support import PYTHON, ROOT, ptc
 
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import NotFound
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
+from tests.ptc_serve import ptc_serve
+from tests.runtimes.runtime_support import PYTHON, ROOT, ptc
 
 pytestmark = pytest.mark.requires_docker
 

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ptc_serve import ptc_serve
-from runtime_support import PYTHON, ROOT, world_traversable_dir
 
 from sandbox.client import Client
 from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
 from sandbox.tenants import hash_key
+from tests.ptc_serve import ptc_serve
+from tests.runtimes.runtime_support import PYTHON, ROOT, world_traversable_dir
 
 ACME = "ptc-test-key-runtime-edges-acme-0123456789"
 BETA = "ptc-test-key-runtime-edges-beta-0123456789"

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_support import EngineHarness, world_traversable_dir
 
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.runtimes.store import MOUNT_POINT
+from tests.runtimes.runtime_support import EngineHarness, world_traversable_dir
 
 NUMPY_SCRIPT = """
 import numpy as np
@@ -162,7 +162,7 @@ def _started_total(harness: EngineHarness) -> int:
     """Sandboxes ever started, by the default pool and every runtime's own."""
     runtimes = harness.backend.runtimes
     envs = runtimes.envs.values() if runtimes is not None else ()
-    return int(harness.backend.pool.started_total) + sum(e.pool.started_total for e in envs)
+    return int(harness.backend.pool.started_total + sum(e.pool.started_total for e in envs))
 
 
 def test_missing_runtime_is_refused_before_any_sandbox(harness: EngineHarness) -> None:

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ptc_serve import ptc_serve
-from runtime_support import PYTHON, ROOT, ptc
 
 from sandbox.client import Client
 from sandbox.errors import InvalidArgument, NotFound, PermissionDenied
 from sandbox.tenants import hash_key
+from tests.ptc_serve import ptc_serve
+from tests.runtimes.runtime_support import PYTHON, ROOT, ptc
 
 ACME = "ptc-test-key-runtimes-acme-0123456789"
 BETA = "ptc-test-key-runtimes-beta-0123456789"

@@ -14,7 +14,7 @@ from sandbox.expectations import ExpectedCalls
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 
 def tool(

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ptc_serve import PYTHON, ROOT, ptc_serve
-from test_cli_run import cli_leftovers
+
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve
+from tests.sandbox.test_cli_run import cli_leftovers
 
 pytestmark = pytest.mark.requires_bwrap
 

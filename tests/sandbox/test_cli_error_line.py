@@ -3,26 +3,17 @@ limit has none (it used to end in "(line 0)"), a raised exception and a rejected
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
-from ptc_serve import PYTHON, ROOT
+
+from tests.ptc_cli import run_ptc
 
 pytestmark = pytest.mark.requires_bwrap
 
 
 def ptc_run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", "run", "-", "--allow-degraded", *args],
-        input=script,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "PTC_AUDIT_DB"},
-        timeout=120,
-        check=False,
-    )
+    return run_ptc("run", "-", "--allow-degraded", *args, stdin=script, without=("PTC_AUDIT_DB",))
 
 
 def error_line(stderr: str) -> str:

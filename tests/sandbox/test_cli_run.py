@@ -8,6 +8,7 @@ runtime directory it creates can be checked gone afterwards.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ptc_cli import run_ptc
 
 RunPtc = Callable[..., Any]
 
@@ -90,30 +93,8 @@ def cli_pids() -> list[int]:
 
 @pytest.fixture
 def ptc(cli_pids: list[int]) -> RunPtc:
-    """The real command line in a subprocess, like conftest's `run_ptc`, recording its pid."""
-
-    def run(
-        *args: str, stdin: str = "", env: dict[str, str] | None = None, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        with subprocess.Popen(
-            [PYTHON, "-m", "sandbox.cli", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-        ) as proc:
-            cli_pids.append(proc.pid)
-            try:
-                out, err = proc.communicate(stdin, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-    return run
+    """The real command line in a subprocess (`run_ptc`), its pid recorded."""
+    return functools.partial(run_ptc, pids=cli_pids)
 
 
 @pytest.fixture

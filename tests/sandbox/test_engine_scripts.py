@@ -15,7 +15,7 @@ from sandbox.limits import parse_limit_args
 from sandbox.options import RunOptions
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 ECHO = '[{"name": "echo", "description": "d", "parameters": {"type": "object", "properties": {"i": {"type": "integer"}}}}]'
 

@@ -15,7 +15,7 @@ from sandbox.backends.process.runtime_dir import make_runtime_dir
 from sandbox.handlers import ToolCall
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 MAKE = {
     "name": "make",

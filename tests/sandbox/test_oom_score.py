@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 SCRIPT = """
 import os

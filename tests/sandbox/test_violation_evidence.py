@@ -17,7 +17,7 @@ import pytest
 from sandbox.expectations import ExpectedCalls
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 MiB = 1 << 20
 ECHO = [

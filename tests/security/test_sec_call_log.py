@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sandbox.broker import RECORD_OVERHEAD_BYTES
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 MiB = 1 << 20
 ECHO = json.dumps(

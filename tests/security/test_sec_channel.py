@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
-
     from sandbox.result import ExecutionResult
+    from tests.conftest import EngineHarness
 
 ECHO = json.dumps(
     [

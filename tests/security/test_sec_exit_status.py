@@ -23,7 +23,7 @@ from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.runtime_dir import sweep_stale_runtime_dirs
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 pytestmark = pytest.mark.requires_bwrap
 

@@ -14,7 +14,7 @@ import pyseccomp
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 SECRET = "ptc-test-secret-7f3a9c"
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import EngineHarness
+    from tests.conftest import EngineHarness
 
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.errors import Unavailable

@@ -27,9 +27,9 @@ from sandbox.server import SandboxServer, ServerConfig
 T = TypeVar("T")
 POOL_SIZE = 6
 HOST_HANDLERS = {
-    "add": "ptc_test_host_tools:add",
-    "slow": "ptc_test_host_tools:slow",
-    "broken": "ptc_test_host_tools:broken",
+    "add": "tests.server.ptc_test_host_tools:add",
+    "slow": "tests.server.ptc_test_host_tools:slow",
+    "broken": "tests.server.ptc_test_host_tools:broken",
 }
 
 
@@ -79,7 +79,9 @@ class ServerHarness:
     def settle(self) -> None:
         """Waits until the warm pool is full and no sandbox is starting."""
         backend = self.server.engine.config.backends["process"]
-        self.call(backend.pool.wait_ready())  # type: ignore[attr-defined]
+        pool = backend.pool
+        assert pool is not None, "the process backend keeps a warm pool"
+        self.call(pool.wait_ready())
 
     def close(self) -> None:
         self.client.close()

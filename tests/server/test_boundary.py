@@ -10,13 +10,12 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from ptc_serve import PYTHON, ROOT, Serving, ptc_serve
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import Client
@@ -24,10 +23,11 @@ from sandbox.errors import MAX_STATUS_CHARS, InvalidArgument
 from sandbox.limits import LIMIT_SPECS, MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
 from sandbox.server.app import RECEIVE_LIMIT_BYTES
 from sandbox.tenants.keys import hash_key
+from tests.ptc_serve import PYTHON, ROOT, Serving, ptc_serve
 
 SERVICE = "/ptc.sandbox.v1.SandboxService/"
 BURSTS_SENT: list[int] = []  # malformed requests sent by the burst test, when it ran
-ALPHA = [("authorization", "Bearer key-alpha")]
+ALPHA = (("authorization", "Bearer key-alpha"),)
 CLIENT_TOOL = json.dumps(
     [{"name": "ask", "parameters": {"type": "object"}, "x-ptc": {"mode": "client"}}]
 )
@@ -61,11 +61,12 @@ def channel(served: Serving) -> Iterator[grpc.Channel]:
 
 
 def _raw(
-    channel: grpc.Channel, method: str, data: bytes, metadata: list[tuple[str, str]] | None = None
+    channel: grpc.Channel, method: str, data: bytes, metadata: Sequence[tuple[str, str]] = ALPHA
 ) -> tuple[grpc.StatusCode, str, bytes]:
-    call = channel.unary_unary(SERVICE + method)  # identity serializers: bytes as they are
+    # No serializers: the bytes go and come as they are.
+    call = channel.unary_unary(SERVICE + method, None, None)
     try:
-        return grpc.StatusCode.OK, "", call(data, metadata=ALPHA if metadata is None else metadata)
+        return grpc.StatusCode.OK, "", call(data, metadata=tuple(metadata))
     except grpc.RpcError as exc:
         return exc.code(), exc.details() or "", b""
 
@@ -263,7 +264,7 @@ def test_malformed_stream_message_ends_the_stream_and_the_run(served, channel, s
                 outbox.put(second)
     outbox.put(None)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert info.value.details().startswith(expected), info.value.details()
+    assert (info.value.details() or "").startswith(expected), info.value.details()
     # The run was stopped and recorded as cancelled, not left to its 60 s wall time.
     get = pb.GetExecutionRequest(execution_id=execution_id).SerializeToString()
     record = b""

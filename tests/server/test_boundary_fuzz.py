@@ -24,11 +24,11 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ptc_serve import Serving, ptc_serve
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import Client
 from sandbox.errors import MAX_STATUS_CHARS
+from tests.ptc_serve import Serving, ptc_serve
 
 SERVICE = pb.DESCRIPTOR.services_by_name["SandboxService"]
 PREFIX = f"/{SERVICE.full_name}/"
@@ -98,14 +98,16 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     if kind == FieldDescriptor.TYPE_FLOAT:
         return st.floats(width=32)
     if kind == FieldDescriptor.TYPE_STRING:
-        # Valid Unicode only: protobuf cannot serialize a lone surrogate; invalid UTF-8 on the
+        # Valid Unicode only (what UTF-8 encodes: all but the surrogates): protobuf cannot
+        # serialize a lone surrogate; invalid UTF-8 on the
         # wire is the "bad-utf8" corruption's job (`corrupted`).
-        chars = st.characters(blacklist_categories=("Cs",))
+        chars = st.characters(codec="utf-8")
         long = st.builds(lambda c, n: c * n, chars, st.integers(1000, 50_000))
         return st.one_of(st.text(chars, max_size=30), st.sampled_from(["", "print(1)", "[]"]), long)
     if kind == FieldDescriptor.TYPE_BYTES:
         return st.binary(max_size=64)
     if kind == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None, field.full_name
         declared = [v.number for v in field.enum_type.values]
         return st.one_of(st.sampled_from(declared), _integers(-(2**31), 2**31 - 1))
     raise AssertionError(f"no strategy for field type {kind}")
@@ -126,7 +128,11 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
         elif field.message_type is not None:
             if depth >= MAX_DEPTH:
                 continue
-            inner = st.deferred(lambda d=field.message_type: messages(d, depth + 1))
+
+            def nested(d: Descriptor = field.message_type) -> st.SearchStrategy[Message]:
+                return messages(d, depth + 1)
+
+            inner = st.deferred(nested)  # a function of no arguments (not a partial)
             optional[field.name] = st.lists(inner, max_size=3) if _repeated(field) else inner
         else:
             optional[field.name] = (
@@ -202,11 +208,11 @@ def _call(channel: grpc.Channel, method: Any, payloads: list[bytes]) -> tuple[An
     path = PREFIX + method.name
     try:
         if method.client_streaming:
-            stream = channel.stream_stream(path)
+            stream = channel.stream_stream(path, None, None)  # bytes as they are
             for _event in stream(iter(payloads), timeout=CALL_TIMEOUT_S):
                 pass
         else:
-            channel.unary_unary(path)(payloads[0], timeout=CALL_TIMEOUT_S)
+            channel.unary_unary(path, None, None)(payloads[0], timeout=CALL_TIMEOUT_S)
     except grpc.RpcError as exc:
         return exc.code(), exc.details() or ""
     return grpc.StatusCode.OK, ""

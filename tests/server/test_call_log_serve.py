@@ -12,11 +12,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from ptc_serve import ptc_serve
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import Client
+from tests.ptc_serve import ptc_serve
 
 MiB = 1 << 20
 ECHO = json.dumps(
@@ -49,7 +49,8 @@ def _record_bytes(address: str, execution_id: str) -> int:
     ) as channel:
         stub = pb_grpc.SandboxServiceStub(channel)
         record = stub.GetExecution(pb.GetExecutionRequest(execution_id=execution_id), timeout=30)
-    return record.ByteSize()
+    size: int = record.ByteSize()
+    return size
 
 
 def _store_bytes(db: Path) -> int:

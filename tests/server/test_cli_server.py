@@ -20,6 +20,8 @@ import pytest
 from sandbox.client import Client
 from sandbox.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from sandbox.tenants import hash_key
+from tests.ptc_cli import run_ptc
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -42,44 +44,19 @@ output_files = 1
 def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", "memory", "--tenants", str(tenants)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    try:
-        yield line.split()[-1]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-        assert "Traceback" not in stderr, stderr
+    with ptc_serve("--pool-size", "2", "--audit-db", "memory", "--tenants", str(tenants)) as s:
+        yield s.address
 
 
 def _ptc_run(
     address: str, *args: str, script: str = "print(1)", key: str | None = KEY
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PTC_API_KEY"}
-    if key is not None:
-        env["PTC_API_KEY"] = key
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", "run", "-", "--server", address, *args],
-        input=script,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    return run_ptc(
+        "run", "-", "--server", address, *args,
+        stdin=script,
+        env={"PTC_API_KEY": key} if key is not None else None,
+        without=("PTC_API_KEY",),
+    )  # fmt: skip
 
 
 def test_ok_through_the_server_with_a_key(address: str) -> None:

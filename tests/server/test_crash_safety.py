@@ -11,43 +11,19 @@ import contextlib
 import json
 import signal
 import sqlite3
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
 import psutil
-from test_serve import PYTHON, ROOT, _start_server
 
 from sandbox.client import Client
 from sandbox.errors import PtcError
+from tests.ptc_cli import run_ptc as _ptc
+from tests.ptc_serve import stop_serve
+from tests.server.test_serve import _start_server
 
 BURST = 24
-
-
-def _ptc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Graceful stop (SIGTERM), with SIGKILL only as the backstop of a hung server."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    proc.wait()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
 
 
 def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
@@ -86,7 +62,7 @@ def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
         for thread in threads:
             thread.join(timeout=60)
     finally:
-        _stop(proc)
+        stop_serve(proc, read=False)
     assert len(finished) >= 4
     assert errors, "the kill should have cut some executions off"
     # The zygote kills its sandboxes when the control socket of its dead host breaks or ends:
@@ -108,7 +84,7 @@ def test_kill_9_mid_burst_then_restart_and_verify(tmp_path: Path) -> None:
     # (its runtime directory, its cgroups); the chain verifies.
     killed_pid = proc.pid
     restarted, _address = _start_server("--audit-db", db, "--instance-id", "crash-test")
-    _stop(restarted)
+    stop_serve(restarted)
     assert restarted.returncode == 0
     for pid in (killed_pid, restarted.pid):
         assert not list(Path(tempfile.gettempdir()).glob(f"ptc-runtime-{pid}-*"))

@@ -77,7 +77,7 @@ def test_stop_drains_in_order(tmp_path: Path) -> None:
             seen["held"] = (str(result.status), result.stdout)
             await stopping
             seen["after"] = await _unreachable(health)
-            await channel.close()
+            await channel.close(None)
         return seen
 
     try:

@@ -20,16 +20,19 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from postgres_support import fresh_schema
 
 from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.client import Client
 from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
+from tests.postgres_support import fresh_schema
+from tests.ptc_serve import start_serve
+from tests.ptc_serve import stop_serve as stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -89,35 +92,11 @@ class Fleet:
 def start_server(
     url: str, tenants: Path, instance: str, *extra: str
 ) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "2",
-         "--audit-db", url, "--tenants", str(tenants), "--instance-id", instance,
-         "--quota-lease-ttl", str(LEASE_TTL_S), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, serving = start_serve(
+        "--pool-size", "2", "--audit-db", url, "--tenants", str(tenants),
+        "--instance-id", instance, "--quota-lease-ttl", str(LEASE_TTL_S), *extra,
     )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    return proc, line.split()[-1]
-
-
-def stop_server(proc: subprocess.Popen[str]) -> str:
-    """SIGTERM (SIGKILL only as the backstop of a hung server); returns its standard error."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    stderr = proc.stderr.read() if proc.stderr else ""
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return stderr
+    return proc, serving.address
 
 
 @pytest.fixture(scope="module")
@@ -235,8 +214,10 @@ def test_every_server_sees_every_record_and_one_chain_verifies(fleet: Fleet) -> 
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    heads = dict(fleet.sql("SELECT tenant, seq FROM chain_heads"))
-    entries = dict(fleet.sql("SELECT tenant, COUNT(*) FROM entries GROUP BY tenant"))
+    heads = {row[0]: row[1] for row in fleet.sql("SELECT tenant, seq FROM chain_heads")}
+    entries = {
+        row[0]: row[1] for row in fleet.sql("SELECT tenant, COUNT(*) FROM entries GROUP BY 1")
+    }
     assert heads == entries  # one gap-free chain per tenant, whichever server appended
 
 
@@ -358,14 +339,14 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
     assert sorted(r[0] for r in rows) == ["ok"] * 4
 
 
-def _health_stub(address: str):  # type: ignore[no-untyped-def]
+def _health_stub(address: str) -> Any:
     import grpc
     from grpc_health.v1 import health_pb2_grpc
 
     return health_pb2_grpc.HealthStub(grpc.insecure_channel(address))
 
 
-def _wait_ready(stub) -> bool:  # type: ignore[no-untyped-def]
+def _wait_ready(stub: Any) -> bool:
     from grpc_health.v1 import health_pb2
 
     for _ in range(100):
@@ -376,7 +357,7 @@ def _wait_ready(stub) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def _poll_health(stub) -> list[int]:  # type: ignore[no-untyped-def]
+def _poll_health(stub: Any) -> list[int]:
     """Health of the whole server right after SIGTERM, asked over the still-open listener."""
     from grpc_health.v1 import health_pb2
 

@@ -22,15 +22,15 @@ from pathlib import Path
 import grpc
 import psycopg
 import pytest
-from postgres_support import fresh_schema
-from ptc_serve import PYTHON, ROOT, Serving, ptc_serve
-from tls_support import Issued, issue, make_ca
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import Client
 from sandbox.errors import InvalidArgument, NotFound, Unavailable
 from sandbox.tenants import hash_key
+from tests.postgres_support import fresh_schema
+from tests.ptc_serve import PYTHON, ROOT, Serving, ptc_serve
+from tests.server.tls_support import Issued, issue, make_ca
 
 pytestmark = pytest.mark.requires_postgres
 
@@ -321,6 +321,7 @@ def test_a_carried_call_is_never_carried_again(pair: Pair) -> None:
                 f"session_lost: session '{sid}' is gone: running: the server that held it "
                 "stopped before ending it"
             )
-            assert ("ptc-holder-answer", "1") in tuple(caught.value.trailing_metadata())  # type: ignore[attr-defined]
+            trailing = caught.value.trailing_metadata()
+            assert ("ptc-holder-answer", "1") in [(m.key, str(m.value)) for m in trailing]
         finally:
             ca.session(session_id=sid).close()

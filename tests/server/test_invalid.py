@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import cast
 
 import grpc
 import pytest
-from server_support import manifest
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from tests.server.server_support import manifest
 
 ECHO = manifest(("echo_it", "echo", {"x": {"type": "integer"}}))
 CLIENT = manifest(("ask", "client", {}))
@@ -105,7 +106,7 @@ def stub(server):
 def _details(call) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as info:
         call()
-    return info.value.code(), info.value.details()
+    return info.value.code(), info.value.details() or ""
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,12 @@ OTHER_CASES = [
     ),
     ("list-page-size", "ListExecutions", pb.ListExecutionsRequest(page_size=5000), "page_size: "),
     ("list-page-token", "ListExecutions", pb.ListExecutionsRequest(page_token="x"), "page_token: "),
-    ("list-status", "ListExecutions", pb.ListExecutionsRequest(status=77), "status: unknown"),
+    (
+        "list-status",
+        "ListExecutions",
+        pb.ListExecutionsRequest(status=cast(pb.ExecutionStatus, 77)),
+        "status: unknown",
+    ),
     ("list-violation", "ListExecutions", pb.ListExecutionsRequest(violation="nope"), "violation: "),
     (
         "list-until-before-since",

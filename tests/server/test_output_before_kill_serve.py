@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from output_kills import KILLS, SESSION_KILLS, STDERR_LINES, STDOUT_LINES, Kill
-from ptc_serve import ptc_serve
 
 from sandbox.client import Client
 from sandbox.client.aio import OutputChunk, Progress
 from sandbox.limits import Limits, parse_limit_args
 from sandbox.result import ExecutionResult
 from sandbox.tenants import hash_key
+from tests.output_kills import KILLS, SESSION_KILLS, STDERR_LINES, STDOUT_LINES, Kill
+from tests.ptc_serve import ptc_serve
 
 KEY = "ptc-test-key-output-before-kill-0123"
 BACKENDS = [

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,13 +22,15 @@ from urllib.parse import parse_qs, urlparse
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from postgres_support import POSTGRES_URL, fresh_schema
 
 from sandbox.audit import open_store
 from sandbox.backends.fake import FakeBackend
 from sandbox.engine import Engine, EngineConfig
 from sandbox.server import SandboxServer, ServerConfig
 from sandbox.server.fleet import READINESS_SERVICE, Readiness
+from tests.postgres_support import POSTGRES_URL, fresh_schema
+from tests.ptc_cli import run_ptc as _ptc
+from tests.ptc_serve import ptc_serve
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,31 +63,9 @@ def test_readiness_waits_for_a_warm_pool_and_a_reachable_store(tmp_path: Path) -
     ]
 
 
-def _ptc(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_ptc_health_asks_a_real_server(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1",
-         "--audit-db", str(tmp_path / "audit.db")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        address = line.split()[-1]
+    with ptc_serve("--pool-size", "1", "--audit-db", str(tmp_path / "audit.db")) as serving:
+        address = serving.address
         live = _ptc("health", "--server", address)
         assert (live.returncode, live.stdout) == (0, "SERVING\n"), live.stderr
         deadline = time.monotonic() + 30
@@ -101,17 +79,10 @@ def test_ptc_health_asks_a_real_server(tmp_path: Path) -> None:
             1,
             "UNKNOWN: the server has no health status for 'no.such.Service'\n",
         )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        stderr = proc.stderr.read()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert "Traceback" not in stderr, stderr
     assert (
         "quotas: per instance (the SQLite audit store is not shared): each server enforces a "
         "tenant's concurrency, queue and rate on its own"
-    ) in stderr
+    ) in serving.stderr
     gone = _ptc("health", "--server", "127.0.0.1:1", "--timeout", "2")
     assert gone.returncode == 12
     assert gone.stderr.startswith("ptc health: unavailable: server 127.0.0.1:1: "), gone.stderr

@@ -9,11 +9,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from ptc_serve import ptc_serve
-from real_world_manifest import LIGATURE, SENT
-from real_world_manifest import MANIFEST as TOOLS
 
 from sandbox.client import Client
+from tests.ptc_serve import ptc_serve
+from tests.real_world_manifest import LIGATURE, SENT
+from tests.real_world_manifest import MANIFEST as TOOLS
 
 MANIFEST = json.dumps(TOOLS)
 SCRIPT = f"""\

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from sandbox.client import Client
+from tests.ptc_serve import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -23,27 +24,8 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() els
 def _start_server(*extra: str) -> tuple[subprocess.Popen[str], str]:
     if "--audit-db" not in extra:
         extra = ("--audit-db", "memory", *extra)
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "sandbox.cli",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pool-size",
-            "2",
-            *extra,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("listening on "), line + proc.stderr.read()
-    return proc, line.split()[-1]
+    proc, serving = start_serve("--pool-size", "2", *extra)
+    return proc, serving.address
 
 
 def _descendants(pid: int) -> list[int]:

@@ -8,18 +8,18 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from ptc_serve import ptc_serve
 
 from sandbox.audit.checkpoints import generate_key, read_checkpoints
 from sandbox.client import Client
 from sandbox.tenants import hash_key
+from tests.ptc_cli import run_ptc as _ptc
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -28,18 +28,6 @@ TENANTS = "".join(
     f'[[tenant]]\nid = "{t}"\nkeys = ["{hash_key(k)}"]\nbackends = ["process"]\n\n'
     for t, k in KEYS.items()
 )
-
-
-def _ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-        timeout=120,
-    )
 
 
 def _wait_for_size(path: Path, size: int, timeout_s: float = 30.0) -> None:
@@ -116,10 +104,10 @@ def test_serve_publishes_checkpoints_that_detect_truncation(tmp_path: Path) -> N
 
 
 def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PTC_CHECKPOINT_KEY"}
+    no_key = ("PTC_CHECKPOINT_KEY",)  # the key only as the test passes it
     memory = _ptc(
         "serve", "--listen", "127.0.0.1:0", "--audit-db", "memory", "--checkpoint-dir",
-        str(tmp_path), "--checkpoint-key", str(tmp_path / "none.key"), env=env,
+        str(tmp_path), "--checkpoint-key", str(tmp_path / "none.key"), without=no_key,
     )  # fmt: skip
     assert memory.returncode == 2
     assert memory.stderr.strip().endswith(
@@ -127,7 +115,7 @@ def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
     )
     nokey = _ptc(
         "serve", "--listen", "127.0.0.1:0", "--audit-db", str(tmp_path / "a.db"),
-        "--checkpoint-interval", "60", env=env,
+        "--checkpoint-interval", "60", without=no_key,
     )  # fmt: skip
     assert nokey.returncode == 2
     assert nokey.stderr.strip().endswith(
@@ -135,7 +123,7 @@ def test_serve_refuses_checkpoints_it_cannot_make(tmp_path: Path) -> None:
     )
     negative = _ptc(
         "serve", "--listen", "127.0.0.1:0", "--audit-db", str(tmp_path / "a.db"),
-        "--checkpoint-interval", "-1", env=env,
+        "--checkpoint-interval", "-1", without=no_key,
     )  # fmt: skip
     assert negative.returncode == 2
     assert negative.stderr.strip().endswith(

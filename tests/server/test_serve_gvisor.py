@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import pytest
-from ptc_serve import PYTHON, ROOT, ptc_serve
 
 from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.spec import LABEL_OWNER
 from sandbox.client import Client
 from sandbox.errors import PermissionDenied
 from sandbox.tenants import hash_key
+from tests.ptc_cli import CLIENT_ENV, run_ptc
+from tests.ptc_serve import ptc_serve
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_gvisor]
 
@@ -44,7 +45,7 @@ def _containers_of(pid: int) -> list[str]:
     client = engine_client.connect(engine_client.engine_address())
     try:
         return [
-            c.name
+            str(c.name)
             for c in client.containers.list(
                 all=True, filters={"label": LABEL_OWNER}, ignore_removed=True
             )
@@ -121,13 +122,4 @@ def test_without_a_tenants_file_the_single_tenant_may_use_gvisor() -> None:
 
 
 def _ptc(*args: str, stdin: str = SCRIPT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k not in ("PTC_SERVER", "PTC_API_KEY")},
-        timeout=120,
-        check=False,
-    )
+    return run_ptc(*args, stdin=stdin, without=CLIENT_ENV)

@@ -21,6 +21,7 @@ from sandbox.backends.fake import FakeBackend
 from sandbox.client import AsyncClient, ExecutionPage
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import ResourceExhausted, Unauthenticated
+from sandbox.result import ExecutionResult
 from sandbox.server import SandboxServer, ServerConfig
 from sandbox.tenants import hash_key
 
@@ -88,7 +89,9 @@ def test_concurrency_and_queue_per_tenant_with_other_tenants_unaffected(
 ) -> None:
     backend = fake_server.backend
 
-    async def scenario() -> tuple[list[Any], Any, ResourceExhausted, ExecutionPage]:
+    async def scenario() -> tuple[
+        tuple[ExecutionResult, ExecutionResult], ExecutionResult, ResourceExhausted, ExecutionPage
+    ]:
         async with (
             AsyncClient(fake_server.address, api_key="key-a") as acme,
             AsyncClient(fake_server.address, api_key="key-g") as globex,

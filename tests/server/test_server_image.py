@@ -31,12 +31,12 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from server_image import DOCKER, IMAGE, require_image
-from server_image import docker as _docker
-from server_image import logs as _logs
 
 from sandbox.client import Client
 from sandbox.errors import Unauthenticated
+from tests.server_image import DOCKER, IMAGE, require_image
+from tests.server_image import docker as _docker
+from tests.server_image import logs as _logs
 
 pytestmark = pytest.mark.requires_docker
 
@@ -68,14 +68,14 @@ def container() -> Iterator[tuple[str, int]]:
 
 
 def test_the_server_image_serves_grpc_to_the_host(container: tuple[str, int]) -> None:
-    container, port = container
+    container_name, port = container
     deadline = time.monotonic() + 90
-    while f"listening on 127.0.0.1:{port}" not in _logs(container):
-        state = _docker("inspect", "-f", "{{.State.Running}}", container).stdout.strip()
-        assert state == "true", _logs(container)
-        assert time.monotonic() < deadline, _logs(container)
+    while f"listening on 127.0.0.1:{port}" not in _logs(container_name):
+        state = _docker("inspect", "-f", "{{.State.Running}}", container_name).stdout.strip()
+        assert state == "true", _logs(container_name)
+        assert time.monotonic() < deadline, _logs(container_name)
         time.sleep(0.2)
-    logs = _logs(container)
+    logs = _logs(container_name)
     assert "not serving executions" not in logs, logs
     match = re.search(r"^ptc-server: generated API key: (ptc_\S+)$", logs, re.M)
     assert match, logs

@@ -29,14 +29,14 @@ from urllib.parse import urlparse, urlunparse
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from postgres_support import POSTGRES_URL
-from ptc_serve import PYTHON, ROOT, ptc_serve
-from small_fs import fill, small_tmpfs
 
 from sandbox.client import Client, tool
 from sandbox.errors import PtcError, Unavailable
 from sandbox.result import ExecutionResult
 from sandbox.server.fleet import READINESS_SERVICE
+from tests.postgres_support import POSTGRES_URL
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve
+from tests.small_fs import fill, small_tmpfs
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -184,7 +184,9 @@ def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
                 assert "database or disk is full" in message, message
             # Nothing runs now: not one record is left `running`, the in-flight one completed.
             with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-                statuses = dict(conn.execute("SELECT status, COUNT(*) FROM executions GROUP BY 1"))
+                statuses: dict[str, int] = dict(
+                    conn.execute("SELECT status, COUNT(*) FROM executions GROUP BY 1")
+                )
                 gated_status = conn.execute(
                     "SELECT status FROM executions WHERE execution_id = ?", (result.execution_id,)
                 ).fetchall()
@@ -275,7 +277,9 @@ def test_postgresql_refusing_writes_takes_the_server_out_of_rotation_until_it_ta
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
-            statuses = dict(conn.execute("SELECT status, COUNT(*) FROM executions GROUP BY 1"))
+            statuses: dict[str, int] = dict(
+                conn.execute("SELECT status, COUNT(*) FROM executions GROUP BY 1")
+            )
             gated_status = conn.execute(
                 "SELECT status FROM executions WHERE execution_id = %s", (result.execution_id,)
             ).fetchall()

@@ -8,7 +8,6 @@ import time
 
 import grpc
 import pytest
-from server_support import manifest
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import (
@@ -21,6 +20,9 @@ from sandbox.client import (
 )
 from sandbox.client.records import RUNNING
 from sandbox.errors import PtcError
+from sandbox.result import ExecutionResult
+from tests.server.conftest import ServerHarness
+from tests.server.server_support import manifest
 
 
 @tool(read_only=True)
@@ -39,7 +41,7 @@ def explode(reason: str) -> None:
     raise RuntimeError(f"client tool failed: {reason}")
 
 
-def _wait_completed(server, execution_id: str) -> ExecutionRecord:
+def _wait_completed(server: ServerHarness, execution_id: str) -> ExecutionRecord:
     for _ in range(1000):
         record = server.client.get_execution(execution_id)
         if record.status != RUNNING:
@@ -166,7 +168,8 @@ def test_approval_with_async_approver_and_client_tool(server):
 
     async def approve(request: ApprovalRequest) -> bool:
         await asyncio.sleep(0)
-        return request.arguments["target"] == "moon"
+        target: str = request.arguments["target"]
+        return target == "moon"
 
     script = (
         "import tools\n"
@@ -199,7 +202,7 @@ def test_hundred_concurrent_streams_route_every_result(server):
             "print(','.join(got))\n"
         )
 
-    async def main(client: AsyncClient) -> list:
+    async def main(client: AsyncClient) -> list[ExecutionResult]:
         return await asyncio.gather(*(client.run(script(n), tools=[tag]) for n in range(100)))
 
     results = server.run_async(main)
@@ -251,6 +254,7 @@ def test_deadline_cancels_the_execution(server):
     listed = server.client.list_executions(ExecutionQuery(page_size=20))
     mine = [r for r in listed.records if r.script == "import time\ntime.sleep(30)"]
     record = _wait_completed(server, mine[0].execution_id)
+    assert record.result is not None
     assert (record.status, record.result.status) == ("cancelled", "cancelled")
 
 
@@ -268,7 +272,7 @@ def test_client_that_never_answers_hits_the_wall_time_limit(server):
         call = client._stub.ExecuteStream()
         await call.write(pb.ClientMessage(start=request))
         events = []
-        while (event := await call.read()) is not grpc.aio.EOF:
+        while isinstance(event := await call.read(), pb.ServerEvent):  # else the end (EOF)
             events.append(event)
         return events
 

@@ -23,14 +23,15 @@ from typing import Any
 
 import grpc
 import pytest
-from ptc_serve import Serving, ptc_serve
-from tls_support import Issued, issue, make_ca
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import AsyncClient, Client
 from sandbox.errors import InvalidArgument, Unauthenticated, Unavailable
 from sandbox.tenants import hash_key
+from tests.ptc_cli import run_ptc
+from tests.ptc_serve import Serving, ptc_serve
+from tests.server.tls_support import Issued, issue, make_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
@@ -105,16 +106,9 @@ def mtls_server(pki: Pki) -> Iterator[Serving]:
 
 
 def _ptc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PTC_TLS_")}
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input="print(6 * 7)",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-        env={**base, "PTC_API_KEY": KEY, **(env or {})},
+    tls = [k for k in os.environ if k.startswith("PTC_TLS_")]  # only what the test passes
+    return run_ptc(
+        *args, stdin="print(6 * 7)", env={"PTC_API_KEY": KEY, **(env or {})}, without=tls
     )
 
 

@@ -7,10 +7,10 @@ import json
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from server_support import manifest
 
 from sandbox.client import ExecutionQuery
 from sandbox.errors import NotFound
+from tests.server.server_support import manifest
 
 
 def test_unary_print(server):

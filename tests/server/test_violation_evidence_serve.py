@@ -3,9 +3,8 @@ through a real server and client, and back from the audit record the server kept
 
 from __future__ import annotations
 
-from server_support import manifest
-
 from sandbox.expectations import ExpectedCalls
+from tests.server.server_support import manifest
 
 MiB = 1 << 20
 ECHO = manifest(("echo", "echo", {"i": {"type": "integer"}}))

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ptc_serve import PYTHON, ROOT, ptc_serve
+
+from tests.ptc_cli import CLIENT_ENV, run_ptc
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve
 
 LOOKUP = [
     {
@@ -28,20 +30,7 @@ RESTRICTED_ESCAPE = "x = 1\nprint(getattr(x, 'real'))"
 
 
 def ptc(*args: str, stdin: str = "", cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("PTC_SERVER", "PTC_API_KEY", "PTC_AUDIT_DB")
-        },
-        timeout=120,
-        check=False,
-    )
+    return run_ptc(*args, stdin=stdin, cwd=cwd, without=(*CLIENT_ENV, "PTC_AUDIT_DB"))
 
 
 @pytest.fixture(scope="module")

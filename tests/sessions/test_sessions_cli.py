@@ -3,42 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.ptc_cli import CLIENT_ENV, run_ptc
+from tests.ptc_serve import ptc_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 
 
 def ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k not in ("PTC_SERVER", "PTC_API_KEY")},
-        timeout=60,
-        check=False,
-    )
+    return run_ptc(*args, stdin=stdin, without=CLIENT_ENV)
 
 
 def test_session_commands_through_ptc_serve(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--pool-size", "1"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        address = line.split()[-1]
+    with ptc_serve("--pool-size", "1") as serving:
+        address = serving.address
         created = ptc("session", "create", "--server", address, "--idle-timeout", "60")
         assert created.returncode == 0, created.stderr
         sid = created.stdout.strip()
@@ -69,7 +51,3 @@ def test_session_commands_through_ptc_serve(tmp_path: Path) -> None:
         no_server = ptc("run", "-", "--session", sid, stdin="x")
         assert no_server.returncode == 2
         assert "--session: sessions live on a server; give --server ADDR too" in no_server.stderr
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)  # also closes its pipes
-    assert proc.returncode == 0

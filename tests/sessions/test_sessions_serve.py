@@ -24,6 +24,7 @@ from sandbox.errors import (
     PermissionDenied,
     ResourceExhausted,
 )
+from sandbox.result import ExecutionResult
 
 from .conftest import KEY_A, SessionServer
 
@@ -33,7 +34,7 @@ ECHO = json.dumps([{"name": "lookup", "parameters": _PARAMS}])
 ECHO2 = json.dumps([{"name": "search", "parameters": _PARAMS}])
 
 
-def tripped(result):  # type: ignore[no-untyped-def]
+def tripped(result: ExecutionResult) -> list[tuple[str, str]]:
     return [(v.limit, v.action) for v in result.violations]
 
 

@@ -6,7 +6,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from stubsgen_support import FakeRuntime, install_runtime, restore_runtime
+
+from tests.stubs_gen.stubsgen_support import FakeRuntime, install_runtime, restore_runtime
 
 
 @pytest.fixture

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stubs_gen import ManifestError, load_manifest
+from tests.ptc_cli import run_ptc as _ptc
 
 SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}}
 
@@ -157,18 +156,6 @@ def test_deep_nesting_is_a_manifest_error() -> None:
         load_manifest([{"name": "t", "parameters": {"properties": {"x": schema}}}])
     with pytest.raises(ManifestError):
         load_manifest("[" * 100_000 + "]" * 100_000)
-
-
-def _ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    code = "import sys; from sandbox.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_cli_bad_manifest_exits_2_without_traceback(tmp_path: Path) -> None:

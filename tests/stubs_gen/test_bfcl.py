@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stubsgen_support import (
+
+from stubs_gen import load_manifest, render_compact, render_module
+from tests.stubs_gen.stubsgen_support import (
     CATEGORIES,
     FakeRuntime,
     entries,
     ground_truth_arguments,
     import_source,
 )
-
-from stubs_gen import load_manifest, render_compact, render_module
 
 pytest.importorskip("bfcl_eval", reason="needs the bfcl-eval data package")
 

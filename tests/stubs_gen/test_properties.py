@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-from stubsgen_support import import_source, install_runtime, restore_runtime
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
+from tests.stubs_gen.stubsgen_support import import_source, install_runtime, restore_runtime
 
 NAMES = st.one_of(
     st.sampled_from(

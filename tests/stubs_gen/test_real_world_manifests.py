@@ -10,8 +10,6 @@ import json
 import keyword
 import re
 import string
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from real_world_manifest import LIGATURE, MANIFEST, SENT
-from stubsgen_support import FakeRuntime, import_source
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
 from stubs_gen.names import python_name
+from tests.ptc_cli import run_ptc as _ptc
+from tests.real_world_manifest import LIGATURE, MANIFEST, SENT
+from tests.stubs_gen.stubsgen_support import FakeRuntime, import_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ARRAY_ENUM_WARNING = (
@@ -162,18 +161,6 @@ def test_array_level_enum_readings() -> None:
         {"type": "string", "enum": ["a"]},
     ):
         assert _property(schema) == (schema, ())
-
-
-def _ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_cli_stubs_keeps_the_names_and_warns_once(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ import typing
 from typing import Any
 
 import pytest
-from stubsgen_support import FakeRuntime, import_source
 
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
+from tests.stubs_gen.stubsgen_support import FakeRuntime, import_source
 
 AWKWARD = [
     {

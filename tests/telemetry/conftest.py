@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
-from telemetry_support import InProcessServer
+
+from tests.telemetry.telemetry_support import InProcessServer
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,9 @@ class InProcessServer:
 
     def settle(self) -> None:
         backend = self.server.engine.config.backends["process"]
-        self.call(backend.pool.wait_ready())  # type: ignore[attr-defined]
+        pool = backend.pool
+        assert pool is not None, "the process backend keeps a warm pool"
+        self.call(pool.wait_ready())
 
     def close(self) -> None:
         self.client.close()

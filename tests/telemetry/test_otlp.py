@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -20,10 +18,13 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from telemetry_support import PYTHON, ROOT, echo_manifest
+
+from tests.ptc_cli import run_ptc
+from tests.ptc_serve import ptc_serve
+from tests.telemetry.telemetry_support import echo_manifest
 
 
-class _Collector(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -51,17 +52,17 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[m
 def collector() -> Iterator[tuple[_Collector, str]]:
     servicer = _Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    # opentelemetry-proto's generated gRPC module carries no annotations.
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield servicer, f"http://127.0.0.1:{port}"
     server.stop(0)
 
 
-def _env(endpoint: str, service: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+def _otel(endpoint: str, service: str) -> dict[str, str]:
+    """The OpenTelemetry settings of a `ptc` process: its only OTEL_ variables (see `_not_ours`)."""
     return {
-        **base,
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         "OTEL_SERVICE_NAME": service,
@@ -69,27 +70,25 @@ def _env(endpoint: str, service: str) -> dict[str, str]:
     }
 
 
+def _not_ours() -> list[str]:
+    """The OTEL_ variables of this process's environment, kept from a `ptc` subprocess."""
+    return [k for k in os.environ if k.startswith("OTEL_")]
+
+
+def _env(endpoint: str, service: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in _not_ours()}
+    return {**base, **_otel(endpoint, service)}
+
+
 def test_ptc_run_exports_its_spans_over_otlp(collector, tmp_path) -> None:
     servicer, endpoint = collector
     (tmp_path / "tools.json").write_text(echo_manifest("lookup"))
-    proc = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "sandbox.cli",
-            "run",
-            "-",
-            "--tools",
-            str(tmp_path / "tools.json"),
-            "--json",
-        ],
-        cwd=ROOT,
-        env=_env(endpoint, "ptc-otlp-test"),
-        input="import tools\nfor i in range(3):\n    tools.lookup(x=i)\nprint('done')\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_ptc(
+        "run", "-", "--tools", str(tmp_path / "tools.json"), "--json",
+        stdin="import tools\nfor i in range(3):\n    tools.lookup(x=i)\nprint('done')\n",
+        env=_otel(endpoint, "ptc-otlp-test"),
+        without=_not_ours(),
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "ok"
@@ -123,57 +122,19 @@ def test_ptc_run_exports_its_spans_over_otlp(collector, tmp_path) -> None:
 
 def test_serve_and_client_export_one_trace(collector, tmp_path) -> None:
     servicer, endpoint = collector
-    serve = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "sandbox.cli",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pool-size",
-            "1",
-            "--audit-db",
-            "memory",
-        ],
-        cwd=ROOT,
-        env=_env(endpoint, "ptc-serve-test"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        line = serve.stdout.readline()
-        assert line.startswith("listening on "), line + serve.stderr.read()  # type: ignore[union-attr]
-        address = line.split()[-1]
-        (tmp_path / "tools.json").write_text(echo_manifest("lookup"))
-        proc = subprocess.run(
-            [
-                PYTHON,
-                "-m",
-                "sandbox.cli",
-                "run",
-                "-",
-                "--tools",
-                str(tmp_path / "tools.json"),
-                "--json",
-                "--server",
-                address,
-            ],
-            cwd=ROOT,
-            env=_env(endpoint, "ptc-cli-test"),
-            input="import tools\nprint(tools.lookup(x=7))\n",
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    (tmp_path / "tools.json").write_text(echo_manifest("lookup"))
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", "memory", env=_env(endpoint, "ptc-serve-test")
+    ) as serving:
+        proc = run_ptc(
+            "run", "-", "--tools", str(tmp_path / "tools.json"), "--json",
+            "--server", serving.address,
+            stdin="import tools\nprint(tools.lookup(x=7))\n",
+            env=_otel(endpoint, "ptc-cli-test"),
+            without=_not_ours(),
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["stdout"] == "{'x': 7}\n"
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        _out, err = serve.communicate(timeout=30)
-        assert serve.returncode == 0, err
 
     spans = {s["name"]: s for s in servicer.spans}
     assert set(spans) == {

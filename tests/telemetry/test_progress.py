@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from telemetry_support import PYTHON, ROOT, InProcessServer, echo_manifest
 
 from sandbox.client import Progress
+from tests.telemetry.telemetry_support import PYTHON, ROOT, InProcessServer, echo_manifest
 
 LONG_SCRIPT = (
     "import time, tools\n"

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_support import PYTHON, ROOT, echo_manifest
 
 from sandbox.client import Client
+from tests.ptc_cli import run_ptc
+from tests.ptc_serve import ptc_serve
+from tests.telemetry.telemetry_support import echo_manifest
 
 SCRAPE_WAIT_S = 40
 
@@ -35,36 +37,13 @@ def _free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """`ptc serve` with metrics: (gRPC address, metrics address)."""
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "sandbox.cli",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pool-size",
-            "1",
-            "--audit-db",
-            str(tmp_path / "audit.db"),
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first, second = proc.stdout.readline(), proc.stdout.readline()
-        assert first.startswith("metrics on 127.0.0.1:"), first + second
-        assert second.startswith("listening on "), second
-        yield second.split()[-1], first.split()[-1]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
+    with ptc_serve(
+        "--pool-size", "1", "--audit-db", str(tmp_path / "audit.db"),
+        "--metrics-listen", "127.0.0.1:0",
+    ) as serving:  # fmt: skip
+        metrics = serving.metrics_address
+        assert metrics is not None and metrics.startswith("127.0.0.1:"), metrics
+        yield serving.address, metrics
 
 
 @pytest.fixture
@@ -191,23 +170,8 @@ def _query_value(url: str, promql: str) -> float:
 
 
 def test_bad_metrics_listen_is_a_clear_error() -> None:
-    proc = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "sandbox.cli",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--audit-db",
-            "memory",
-            "--metrics-listen",
-            "nowhere",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    proc = run_ptc(
+        "serve", "--listen", "127.0.0.1:0", "--audit-db", "memory", "--metrics-listen", "nowhere"
     )
     assert proc.returncode == 2
     assert "--metrics-listen 'nowhere': expected HOST:PORT" in proc.stderr
@@ -219,24 +183,10 @@ def test_metrics_port_in_use_is_unavailable_and_starts_nothing(tmp_path: Path) -
         taken.listen(1)
         port = taken.getsockname()[1]
         (tmp_path / "server.toml").write_text(f'metrics_listen = "127.0.0.1:{port}"\n')
-        proc = subprocess.run(
-            [
-                PYTHON,
-                "-m",
-                "sandbox.cli",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--audit-db",
-                "memory",
-                "--config",
-                str(tmp_path / "server.toml"),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_ptc(
+            "serve", "--listen", "127.0.0.1:0", "--audit-db", "memory",
+            "--config", str(tmp_path / "server.toml"),
+        )  # fmt: skip
     assert proc.returncode == 12, proc.stderr
     assert f"--metrics-listen 127.0.0.1:{port}: cannot listen" in proc.stderr
     assert "listening on" not in proc.stdout

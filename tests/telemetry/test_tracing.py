@@ -11,20 +11,21 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from telemetry_support import PYTHON, ROOT, InProcessServer, echo_manifest
 
 from sandbox.client import function_tool
 from sandbox.engine import ExecutionRequest
 from sandbox.telemetry import tracing
 from sandbox.telemetry.spans import SPANS_PER_TURN
 from sandbox.telemetry.tracing import DEFAULT_SPAN_QUEUE
+from tests.telemetry.telemetry_support import PYTHON, ROOT, InProcessServer, echo_manifest
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,9 @@ def otel() -> Iterator[tuple[InMemorySpanExporter, TracerProvider]]:
 
 
 @pytest.fixture
-def exporter(otel, server) -> InMemorySpanExporter:
+def exporter(
+    otel: tuple[InMemorySpanExporter, TracerProvider], server: object
+) -> InMemorySpanExporter:
     otel[0].clear()
     return otel[0]
 
@@ -49,6 +52,17 @@ def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
         assert span.name not in named, f"two spans named {span.name}"
         named[span.name] = span
     return named
+
+
+def _seq_of(attributes: Mapping[str, Any]) -> int:
+    """A tool call span's ``ptc.tool.seq``: an int, or the test fails saying what it was."""
+    seq = attributes["ptc.tool.seq"]
+    assert isinstance(seq, int), attributes
+    return seq
+
+
+def _seq(span: ReadableSpan) -> int:
+    return _seq_of(dict(span.attributes or {}))
 
 
 def _finished(exporter: InMemorySpanExporter, count: int) -> tuple[ReadableSpan, ...]:
@@ -147,7 +161,7 @@ def test_unary_execute_with_a_violation(
     assert execution.status.status_code == StatusCode.ERROR
     tool_spans = sorted(
         (s for s in spans if s.name == "execute_tool echo1"),
-        key=lambda s: dict(s.attributes or {})["ptc.tool.seq"],
+        key=_seq,
     )
     assert [dict(s.attributes or {})["ptc.tool.status"] for s in tool_spans] == ["ok", "refused"]
     assert [s.status.status_code for s in tool_spans] == [StatusCode.UNSET, StatusCode.ERROR]
@@ -189,7 +203,7 @@ def test_embedded_engine_with_payloads_opted_in_and_capped(
     assert dict(execution.attributes or {})["ptc.tenant"] == "default"
     calls = sorted(
         (dict(s.attributes or {}) for s in spans if s.name == "execute_tool say"),
-        key=lambda a: a["ptc.tool.seq"],
+        key=_seq_of,
     )
     long_args = json.dumps({"s": "a" * 100})
     assert calls[0]["ptc.tool.arguments"] == (
@@ -319,9 +333,7 @@ def test_spans_of_many_calls_are_all_made_and_end_inside_the_execution(
     spans = _finished(exporter, calls + 3)  # execution, stubs, acquire, the calls
     execution = next(s for s in spans if s.name == "ptc.execution")
     tool_spans = [s for s in spans if s.name == "execute_tool many"]
-    assert sorted(dict(s.attributes or {})["ptc.tool.seq"] for s in tool_spans) == list(
-        range(1, calls + 1)
-    )
+    assert sorted(_seq(s) for s in tool_spans) == list(range(1, calls + 1))
     assert {_parent(s) for s in tool_spans} == {execution.context.span_id}
     assert dict(execution.attributes or {})["ptc.usage.tool_calls"] == calls
     assert execution.end_time is not None

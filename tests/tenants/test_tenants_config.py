@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ from sandbox.errors import InvalidLimits
 from sandbox.limits import CEILINGS, DEFAULTS, Limits
 from sandbox.tenants import effective_limits, hash_key, parse_tenants
 from sandbox.tenants.config import TenantConfigError
+from tests.ptc_cli import run_ptc as ptc
 
 KEY_A = "ptc_key_for_acme"
 KEY_B = "ptc_key_for_globex"
@@ -200,16 +199,6 @@ def test_bad_files_name_the_tenant_and_key(text: str, tenant: str | None, key: s
     if tenant is not None:
         assert f"tenant {tenant!r}" in error.message
     assert f": {key}: " in error.message
-
-
-def ptc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def test_cli_check_and_hash_key(tmp_path: Path) -> None:

@@ -84,7 +84,9 @@ def test_fifty_concurrent_requests_from_two_tenants() -> None:
     assert acme is not None and globex is not None
     log: list[str] = []
 
-    async def main() -> list[tuple[int, list[ResourceExhausted], int]]:
+    async def main() -> tuple[
+        tuple[int, list[ResourceExhausted], int], tuple[int, list[ResourceExhausted], int]
+    ]:
         return await asyncio.gather(
             _flood(registry, acme, 25, log, 0.01), _flood(registry, globex, 25, log, 0.01)
         )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import DockerHarness
+    from tests.backends.docker.conftest import DockerHarness
 
 MiB = 1 << 20
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import DockerHarness
+    from tests.backends.docker.conftest import DockerHarness
 
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 ATTEMPTS = 3

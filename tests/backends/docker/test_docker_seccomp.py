@@ -21,7 +21,7 @@ import pyseccomp
 from sandbox.backends.docker.seccomp_profile import DENIED_SYSCALLS
 
 if TYPE_CHECKING:
-    from conftest import DockerHarness
+    from tests.backends.docker.conftest import DockerHarness
 
 
 def test_every_denied_syscall_fails_with_eperm(oclean: DockerHarness) -> None:
