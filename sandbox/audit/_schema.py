@@ -130,11 +130,11 @@ _V5 = (
     )""",
 )
 
-# Version 7 (any server serves any session): the fleet's shared secret, created once at random
+# Version 6 (any server serves any session): the fleet's shared secret, created once at random
 # by the first server that needs it and read by every other; in a fleet without TLS client
 # certificates a server carries calls to another with it (`sandbox.server.peers`). The row is
-# as secret as the database's password. (Numbered 7: steps 5 and 6 are being written elsewhere.)
-_V7 = (
+# as secret as the database's password.
+_V6 = (
     """CREATE TABLE IF NOT EXISTS fleet_secret (
         id BIGINT PRIMARY KEY,
         secret TEXT NOT NULL
@@ -148,7 +148,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, _V3),
     (4, _V4),
     (5, _V5),
-    (7, _V7),
+    (6, _V6),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -102,7 +102,7 @@ def test_served_max_sandboxes_is_lowered_and_the_server_says_why(
     (path / limit_file).write_text(str(20 * GIB))
     # The single tenant's ceiling is CEILINGS' 8 GiB: 2 fit under 20 GiB beside the server.
     assert CEILINGS.memory_bytes == 8 * GIB
-    with ptc_serve(wrapper=_into(path)) as serving:
+    with ptc_serve("--audit-db", "memory", wrapper=_into(path)) as serving:
         with Client(serving.address) as client:
             result = client.execute("print(6 * 7)")
         assert result.stdout == "42\n"
@@ -116,7 +116,8 @@ def test_served_without_room_for_one_sandbox_refuses_to_start(
     path, limit_file = memory_cgroup
     (path / limit_file).write_text(str(6 * GIB))
     done = subprocess.run(
-        [*_into(path), PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0"],
+        [*_into(path), PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0"]
+        + ["--audit-db", "memory"],
         cwd=ROOT,
         capture_output=True,
         text=True,
