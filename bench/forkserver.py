@@ -508,9 +508,23 @@ async def main(
             legacy.close()
 
 
+def uvloop_loop() -> asyncio.AbstractEventLoop:
+    import uvloop  # only this process's: ptc serve, spawned from here, picks its own
+
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
 if __name__ == "__main__":
     parser = bench_parser(__doc__, rounds=3, warmup=0)
     parser.add_argument("--per-block", type=int, default=200, help="executions per block")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="this process's event loop: the embedded engine's and the gRPC client's "
+        "(ptc serve picks its own, uvloop unless PTC_EVENT_LOOP says otherwise)",
+    )
     parser.add_argument(
         "--legacy-rev", default="6285339^", help="the code before the fork server ('' to skip)"
     )
@@ -521,8 +535,11 @@ if __name__ == "__main__":
         help="Docker backend executions per block (0 to skip)",
     )
     args = parser.parse_args()
-    with Report("forkserver", args) as report:
-        asyncio.run(
+    with (
+        Report("forkserver", args) as report,
+        asyncio.Runner(loop_factory=uvloop_loop if args.loop == "uvloop" else None) as runner,
+    ):
+        runner.run(
             main(
                 report,
                 args.rounds,

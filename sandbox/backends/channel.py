@@ -1,4 +1,12 @@
-"""The host end of the tool channel, read by a thread of its own.
+"""The host end of the tool channel, read by a thread of its own once the guest calls a tool.
+
+A channel built with ``on_loop`` (the process backend's) is read on the event loop until the
+guest's first tool call, and only then by a thread of its own: a script that calls no tool (or
+a sandbox that waits in the pool) never has a thread. Its `ready` and `end` frames and its end of
+stream are a few loop callbacks, where a thread per sandbox cost a start and four cross-thread
+wake-ups per execution (`sandbox.backends.process.sandbox` has the figure). From the
+first call on, the thread serves the calls as below; the switch happens between two reads, on
+the loop, so frames are read by one reader at a time and in order.
 
 Why a thread and not the event loop: a plain stub call is a synchronous round trip, and served
 by asyncio every frame cost two loop turns (the transport wakes a StreamReader, which wakes the
@@ -54,6 +62,7 @@ __all__ = ["OUT_HIGH_WATER", "READY_FRAME_BYTES", "ChannelSink", "FrameChannel",
 
 READY_FRAME_BYTES = 4096
 RECV_BYTES = 256 * 1024
+LOOP_RECV_BYTES = 64 * 1024  # one read on the loop (under glibc's mmap threshold)
 OUT_HIGH_WATER = 1 << 20
 SPIN_S = 50e-6
 SPIN_MISSES = 2  # spins in a row that found nothing before the thread stops spinning
@@ -85,12 +94,21 @@ class ChannelSink(Protocol):
 
 
 class FrameChannel:
-    """One sandbox's channel: the thread starts at once and waits for the guest's `ready`."""
+    """One sandbox's channel: reading starts at once (on the loop when ``on_loop``, else in
+    its thread) and waits for the guest's `ready`."""
 
-    def __init__(self, sock: socket.socket, name: str) -> None:
+    def __init__(self, sock: socket.socket, name: str, on_loop: bool = False) -> None:
         self._sock = sock
         self._fd = sock.fileno()
+        self._name = name
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._thread: threading.Thread | None = None
+        self._inbuf = bytearray()  # frames read on the loop and not yet consumed
+        self._said_ready = False  # (read on the loop)
+        self._reading = False  # the loop watches the socket for frames
+        self._read_all = False  # the loop read the end of stream, an error or a violation
+        self._called = False  # a tool call arrived: the thread takes over reading
         self._sink: ChannelSink | None = None
         self._served = threading.Event()  # after `ready`, the thread reads on only once set
         self._max_frame = READY_FRAME_BYTES
@@ -106,8 +124,17 @@ class FrameChannel:
         """The exit code of the guest's well-formed `end` frame, once one arrived (advisory)."""
         self.on_end: Callable[[], None] | None = None
         """Called on the channel thread the moment a well-formed `end` frame arrives."""
-        sock.setblocking(True)
-        self._thread = threading.Thread(target=self._run, name=f"ptc-chan-{name}", daemon=True)
+        if on_loop:
+            sock.setblocking(False)
+            self._read_on_loop()
+        else:
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._sock.setblocking(True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"ptc-chan-{self._name}", daemon=True
+        )
         self._thread.start()
 
     # -- the event loop's side ----------------------------------------------------------------
@@ -120,6 +147,11 @@ class FrameChannel:
         self._max_frame = max_frame
         self._sink = sink
         self._served.set()
+        if self._thread is None and not self._read_all and not self._reading:
+            # Read on the loop: frames that arrived while the sandbox waited, then the rest.
+            self._consume()
+            if self._thread is None:
+                self._read_on_loop()
 
     def send(self, frame: bytes) -> None:
         """Sends one whole frame after those before it; never blocks. A no-op once closed."""
@@ -138,6 +170,9 @@ class FrameChannel:
             self._drained.notify_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # ends a recv() in progress
+        if self._thread is None and not self._closed.done():
+            self._stop_reading()  # read on the loop: nothing more to wait for
+            self._post(self._finish, None)  # after the frames already handed over
         with contextlib.suppress(Exception):
             await asyncio.shield(self._closed)
 
@@ -181,8 +216,71 @@ class FrameChannel:
                 self._closed.set_exception(error)
 
     def _post(self, callback: Callable[..., object], *args: object) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(callback, *args)  # after what is already queued, in order
+            return
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
             self._loop.call_soon_threadsafe(callback, *args)
+
+    # -- reading on the loop (``on_loop``, until the first tool call) -------------------------
+    def _read_on_loop(self) -> None:
+        if self._read_all:
+            return
+        self._reading = True
+        self._loop.add_reader(self._fd, self._readable)
+
+    def _stop_reading(self, for_good: bool = True) -> None:
+        self._read_all = self._read_all or for_good
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(LOOP_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._stop_reading()
+            self._post(self._finish, exc)
+            return
+        if not data:
+            self._stop_reading()
+            error = None
+            if self._inbuf and not self._closing:
+                part = "header" if len(self._inbuf) < HEADER.size else "body"
+                error = ProtocolViolation(f"channel closed inside a frame {part}")
+                if self._sink is not None and self._ready.done():
+                    self._post(self._sink.deliver, error)
+            self._post(self._finish, error)
+            return
+        self._inbuf += data
+        self._consume()
+
+    def _consume(self) -> None:
+        """Consumes the whole frames read on the loop; hands reading to the thread once the
+        guest has called a tool, and pauses it while a sandbox waits for its job."""
+        try:
+            self._said_ready = self._frames(self._inbuf, self._said_ready)
+        except ProtocolViolation as exc:
+            self._stop_reading()
+            if self._sink is not None and self._ready.done():
+                self._post(self._sink.deliver, exc)
+            self._post(self._finish, exc)
+            return
+        except BaseException as exc:  # a host bug: the session reports it, never hides it
+            self._stop_reading()
+            self._post(self._finish, exc)
+            return
+        if self._closing:
+            return
+        if self._called:
+            self._stop_reading(for_good=False)
+            self._start_thread()
+        elif self._said_ready and self._sink is None:
+            # An idle pooled sandbox: nothing to read until its job (its death is seen by the
+            # backend's exit watch, not here). Frames already read wait with it.
+            self._stop_reading(for_good=False)
 
     # -- either side --------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -200,7 +298,7 @@ class FrameChannel:
             self._backlog += data
             if self._flushing:
                 return
-        if threading.get_ident() == self._thread.ident:
+        if threading.get_ident() != self._loop_thread:
             self._post(self._start_flushing)
         else:
             self._start_flushing()
@@ -220,12 +318,14 @@ class FrameChannel:
             self._post(self._finish, error)
 
     def _read_forever(self) -> None:
-        inbuf = bytearray()
+        # What the loop read before the thread took over (a part of a frame at most).
+        inbuf, self._inbuf = self._inbuf, bytearray()
+        self._wait_drained()
         # recv_into one buffer: recv(n) would allocate n bytes per call, and over glibc's
         # mmap threshold that is an mmap/munmap pair (with TLB shootdowns) per frame.
         chunk_buf = bytearray(RECV_BYTES)
         chunk_view = memoryview(chunk_buf)
-        said_ready = False
+        said_ready = self._said_ready
         misses = 0  # spins in a row that found nothing
         while not self._closing:
             if said_ready and not self._served.is_set():
@@ -283,7 +383,8 @@ class FrameChannel:
                 if reply is not None:
                     self._write(reply)
                     self._answered_inline = True
-                    self._wait_drained()
+                    if self._thread is not None:  # never on the loop: the loop flushes
+                        self._wait_drained()
         finally:
             del inbuf[:offset]
         return said_ready
@@ -309,6 +410,7 @@ class FrameChannel:
         sink = self._sink
         assert sink is not None
         if isinstance(message, GuestCall):
+            self._called = True
             reply = sink.inline(message)
             if reply is not None:
                 return reply

@@ -21,6 +21,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from sandbox import eventloop
 from sandbox.server import SandboxServer, ServerConfig, load_config
 
 __all__ = ["register", "run"]
@@ -201,5 +202,5 @@ async def _serve(config: ServerConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("sandbox.audit.publisher").setLevel(logging.INFO)  # the checkpoint lines
-    asyncio.run(_serve(_config(args)))
+    eventloop.run(_serve(_config(args)))
     return 0

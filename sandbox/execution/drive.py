@@ -144,7 +144,7 @@ class Drive:
         job: Job,
         broker: Broker,
         on_output: OutputCallback | None,
-        cancel: asyncio.Event,
+        cancel: asyncio.Event | None,
         cell: CellRules | None = None,
     ) -> None:
         self.handle, self.job, self.broker, self.cell = handle, job, broker, cell
@@ -164,6 +164,7 @@ class Drive:
         self._calls: dict[int, asyncio.Task[None]] = {}  # 0: the kill after a violation
         self._waiting: dict[int, CallRecord] = {}  # calls the loop answers, by guest call id
         self._helpers: list[asyncio.Future[Any]] = []
+        self._cpu_timer: asyncio.TimerHandle | None = None
         self._stopping = False
 
     # -- the channel (see `sandbox.backends.channel`) ------------------------------------------
@@ -256,7 +257,21 @@ class Drive:
             used_s -= self.usage_base.cpu_time_s
         return "cpu_time" if used_s >= self.job.limits.cpu_time_ms / 1000 else None
 
+    def _check_cpu(self) -> None:
+        """A single-use run's CPU watch: a timer, not a task (the loop's bookkeeping for a
+        task per execution is host CPU every execution pays, `bench.forkserver`)."""
+        self._cpu_timer = None
+        if self._stopping:
+            return
+        reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+        if reason is None:
+            self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
+        else:
+            self._helpers.append(asyncio.ensure_future(self.kill(reason)))
+
     async def watch_cancel(self) -> None:
+        if self.cancel is None:
+            return
         await self.cancel.wait()
         self.cancelled = True
         await self.kill("cancelled")
@@ -308,11 +323,19 @@ class Drive:
         handle.channel.send(encode_frame(self._frame()))
         if self.cell is not None:
             self.cell.on_sent()
-        self._helpers = [
-            asyncio.ensure_future(self.serve_channel()),
-            asyncio.ensure_future(self.watch_cpu()),
-            asyncio.ensure_future(self.watch_cancel()),
-        ]
+        self._helpers = [asyncio.ensure_future(self.serve_channel())]
+        if self.cell is None:
+            # A single-use run: the CPU watch is a timer, and nothing watches a cancel that
+            # nobody can set.
+            if handle.capabilities.cgroup_cpu:
+                self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
+            if self.cancel is not None:
+                self._helpers.append(asyncio.ensure_future(self.watch_cancel()))
+        else:
+            self._helpers += [
+                asyncio.ensure_future(self.watch_cpu()),
+                asyncio.ensure_future(self.watch_cancel()),
+            ]
         return started
 
     def _frame(self) -> dict[str, Any]:
@@ -385,6 +408,9 @@ class Drive:
         hands over from here on stay recorded as cancelled."""
         handle = self.handle
         self._stopping = True
+        if self._cpu_timer is not None:
+            self._cpu_timer.cancel()
+            self._cpu_timer = None
         if self.cell is None:
             await handle.channel.close()
         else:  # the sandbox stays: serve the channel until the next cell
@@ -501,6 +527,6 @@ async def run_session(
     """Runs ``job`` in the single-use ``handle`` and returns how it ended; always disposes of
     the handle."""
     try:
-        return await Drive(handle, job, broker, on_output, cancel or asyncio.Event()).run()
+        return await Drive(handle, job, broker, on_output, cancel).run()
     finally:
         await handle.dispose()

@@ -1,4 +1,6 @@
-"""The channel thread on a real socketpair, the test playing the guest's end.
+"""The channel thread on a real socketpair, the test playing the guest's end; and the same
+channel read on the event loop until the guest's first call (``on_loop``, the process
+backend's).
 
 What the engine tests cannot pin down exactly: frames are answered inline or handed to the
 loop in arrival order, replies from both never interleave, a guest that stops reading stalls
@@ -87,9 +89,9 @@ async def until(predicate: Any, what: str, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def opened(name: str) -> tuple[FrameChannel, socket.socket]:
+async def opened(name: str, on_loop: bool = False) -> tuple[FrameChannel, socket.socket]:
     host, guest = socket.socketpair()
-    channel = FrameChannel(host, name)
+    channel = FrameChannel(host, name, on_loop=on_loop)
     guest.sendall(frame({"t": "ready", "pid": 7}))
     ready = await channel.ready(5)
     assert ready.pid == 7
@@ -150,10 +152,13 @@ async def test_a_guest_that_stops_reading_stalls_only_its_channel() -> None:
         (True, 70000, "frame of 70000 bytes is over the 65536-byte cap"),
     ],
 )
+@pytest.mark.parametrize("on_loop", [False, True], ids=["thread", "on_loop"])
 @in_loop
-async def test_frame_caps_before_and_after_ready(served: bool, size: int, message: str) -> None:
+async def test_frame_caps_before_and_after_ready(
+    served: bool, size: int, message: str, on_loop: bool
+) -> None:
     host, guest = socket.socketpair()
-    channel = FrameChannel(host, "caps")
+    channel = FrameChannel(host, "caps", on_loop=on_loop)
     sink = Sink()
     if served:
         guest.sendall(frame({"t": "ready", "pid": 7}))
@@ -171,10 +176,11 @@ async def test_frame_caps_before_and_after_ready(served: bool, size: int, messag
     guest.close()
 
 
+@pytest.mark.parametrize("on_loop", [False, True], ids=["thread", "on_loop"])
 @in_loop
-async def test_frames_before_ready_must_be_ready() -> None:
+async def test_frames_before_ready_must_be_ready(on_loop: bool) -> None:
     host, guest = socket.socketpair()
-    channel = FrameChannel(host, "first")
+    channel = FrameChannel(host, "first", on_loop=on_loop)
     guest.sendall(call(1))
     with pytest.raises(ProtocolViolation, match="the guest did not say ready"):
         await channel.ready(5)
@@ -208,10 +214,11 @@ async def test_close_stops_the_thread_of_an_idle_channel() -> None:
     guest.close()
 
 
+@pytest.mark.parametrize("on_loop", [False, True], ids=["thread", "on_loop"])
 @in_loop
-async def test_frames_sent_before_serve_are_served_in_order() -> None:
+async def test_frames_sent_before_serve_are_served_in_order(on_loop: bool) -> None:
     host, guest = socket.socketpair()
-    channel = FrameChannel(host, "early")
+    channel = FrameChannel(host, "early", on_loop=on_loop)
     guest.sendall(frame({"t": "ready", "pid": 7}) + call(1))
     await channel.ready(5)
     guest.sendall(call(3))
@@ -221,4 +228,68 @@ async def test_frames_sent_before_serve_are_served_in_order() -> None:
     replies = [await asyncio.to_thread(read_frame, guest) for _ in range(2)]
     assert [r["id"] for r in replies] == [1, 3]
     guest.close()
+    await channel.close()
+
+
+def channel_threads(name: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == f"ptc-chan-{name}"]
+
+
+@in_loop
+async def test_on_loop_a_run_without_calls_never_has_a_thread() -> None:
+    channel, guest = await opened("nocall", on_loop=True)
+    assert channel_threads("nocall") == []
+    sink = Sink()
+    channel.serve(sink, 1 << 16)
+    guest.sendall(frame({"t": "end", "status": "ok", "exit_code": 4, "error": None}))
+    guest.close()
+    await channel.wait_closed()
+    assert channel.end_exit_code == 4
+    assert [type(m) for m in sink.delivered] == [GuestEnd]
+    assert channel_threads("nocall") == []
+    await channel.close()
+
+
+@in_loop
+async def test_on_loop_the_first_call_hands_reading_to_the_thread() -> None:
+    channel, guest = await opened("handover", on_loop=True)
+    sink = Sink()
+    channel.serve(sink, 1 << 16)
+    guest.sendall(call(1) + call(2))
+    await until(lambda: len(sink.delivered) == 1, "call 2 handed to the loop")
+    assert sink.inline_threads == {threading.current_thread().name}  # read on the loop
+    assert channel_threads("handover") == ["ptc-chan-handover"]  # from now on, the thread
+    guest.sendall(call(3))
+    await until(lambda: len(sink.inline_calls) == 3, "call 3 read by the thread")
+    assert sink.inline_threads == {threading.current_thread().name, "ptc-chan-handover"}
+    channel.send(frame({"t": "result", "id": 2, "ok": True, "value": "late"}))
+    replies = [await asyncio.to_thread(read_frame, guest) for _ in range(3)]
+    assert [(r["id"], r["value"]) for r in replies] == [(1, ""), (3, ""), (2, "late")]
+    guest.sendall(frame({"t": "end", "status": "ok", "exit_code": 0, "error": None}))
+    guest.close()
+    await channel.wait_closed()
+    assert isinstance(sink.delivered[-1], GuestEnd)
+    await channel.close()
+
+
+@in_loop
+async def test_on_loop_close_of_an_idle_channel() -> None:
+    channel, guest = await opened("idle-loop", on_loop=True)
+    await channel.close()
+    await channel.close()  # idempotent
+    assert channel_threads("idle-loop") == []
+    channel.send(call(1))  # after close: dropped, no error
+    assert guest.recv(1) == b""
+    guest.close()
+
+
+@in_loop
+async def test_on_loop_a_frame_cut_by_the_end_of_stream_is_a_violation() -> None:
+    channel, guest = await opened("cut", on_loop=True)
+    sink = Sink()
+    channel.serve(sink, 1 << 16)
+    guest.sendall(HEADER.pack(10) + b"{")
+    guest.close()
+    await channel.wait_closed()
+    assert [str(m) for m in sink.delivered] == ["channel closed inside a frame body"]
     await channel.close()

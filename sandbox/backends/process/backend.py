@@ -23,6 +23,7 @@ from sandbox.backends.pool import WarmPool
 from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
+from sandbox.backends.process.releaser import Releaser
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.runtimes import RuntimeEnvs
 from sandbox.backends.process.sandbox import (
@@ -40,7 +41,6 @@ from sandbox.runtimes import DEFAULT_RUNTIME, Runtime, RuntimeStore
 __all__ = ["ProcessBackend", "ProcessBackendConfig", "default_guest_python"]
 
 NOBODY = 65534
-REAP_DELAY_S = 0.02
 log = logging.getLogger(__name__)
 
 
@@ -90,7 +90,7 @@ class ProcessBackend:
         self._pool: WarmPool[ProcessSandbox] | None = None
         self._names = itertools.count(1)
         self._isolation: list[str] = []
-        self._reaping: set[asyncio.Task[None]] = set()
+        self._releaser = Releaser()
         self._seccomp = False
         self.zygote: ZygoteSupervisor | None = None
         self._slots = asyncio.Semaphore(self.config.max_sandboxes)
@@ -206,26 +206,13 @@ class ProcessBackend:
         return sandbox
 
     def _reap(self, sandbox: ProcessSandbox) -> None:
-        task = asyncio.create_task(self._release_later(sandbox))
-        self._reaping.add(task)
-        task.add_done_callback(self._reaping.discard)
-
-    @staticmethod
-    async def _release_later(sandbox: ProcessSandbox) -> None:
-        # Not at once: removing the cgroup directories in a worker thread right after an
-        # execution held up the server's reply to it by about 0.5 ms (bench.grpc).
-        await asyncio.sleep(REAP_DELAY_S)
-        try:
-            await asyncio.to_thread(sandbox.release_leftovers)
-        except OSError as exc:
-            # Nobody awaits this task for its result: say so here, or the leak goes unseen.
-            log.warning("a finished sandbox's cgroup could not be removed: %s", exc)
-            raise
+        # Namespaces and cgroup go in the releasing thread, off the request path and without
+        # a worker-thread hop per execution.
+        self._releaser.release(sandbox.release_leftovers)
 
     async def drain(self) -> None:
         """Waits until every finished sandbox's cgroup is removed."""
-        while self._reaping:
-            await asyncio.gather(*list(self._reaping), return_exceptions=True)
+        await self._releaser.drain()
 
     @property
     def pool(self) -> WarmPool[ProcessSandbox]:
@@ -267,6 +254,7 @@ class ProcessBackend:
         if self.runtimes is not None:
             await self.runtimes.close()
         await self.drain()
+        await asyncio.to_thread(self._releaser.close)
         if self.zygote is not None:
             await asyncio.to_thread(self.zygote.close)
         if self.cgroups is not None:

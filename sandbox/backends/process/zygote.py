@@ -1,7 +1,9 @@
 """The host's side of the fork server: starting, supervising and replacing the zygote.
 
 One zygote per process backend (`sandbox.guest.zygote` runs inside it) forks every sandbox.
-Requests are serialized on one SOCK_SEQPACKET socket under a lock, from worker threads. The
+Requests are serialized on one SOCK_SEQPACKET socket under a lock: `fork_async` sends its request
+and awaits the reply on the event loop (no worker thread per sandbox); starting or replacing a
+zygote, which blocks for a while, happens in a worker thread (`fork`). The
 supervisor replaces the zygote when it has died (and logs it: sandboxes it already forked are
 not its children in any way that matters and run on), and retires it after `max_forks` forks or
 `max_age_s` seconds, because every child shares the zygote's address-space layout and hash
@@ -14,6 +16,7 @@ start is an `Unavailable` error naming bwrap's own message.
 from __future__ import annotations
 
 import array
+import asyncio
 import contextlib
 import json
 import logging
@@ -83,6 +86,23 @@ class _Zygote:
         payload = json.dumps(message).encode()
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         self.control.sendmsg([payload], rights)
+        return self.read_reply()
+
+    async def request_async(self, message: dict[str, object], fds: list[int]) -> dict[str, object]:
+        """`request` on the event loop: the reply is awaited through the loop's selector."""
+        payload = json.dumps(message).encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        # A SOCK_SEQPACKET send of one small message: the socket has room, it does not block.
+        self.control.sendmsg([payload], rights)
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+        fd = self.control.fileno()
+        loop.add_reader(fd, _resolve_once, readable)
+        try:
+            async with asyncio.timeout(REPLY_TIMEOUT_S):
+                await readable
+        finally:
+            loop.remove_reader(fd)
         return self.read_reply()
 
     def read_reply(self) -> dict[str, object]:
@@ -195,6 +215,11 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         os.close(program)
 
 
+def _resolve_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _has_children(pid: int | None) -> bool:
     if pid is None:
         return False
@@ -223,6 +248,7 @@ class ZygoteSupervisor:
     def __init__(self, settings: ZygoteSettings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
+        self._async_lock = asyncio.Lock()  # `fork_async` callers queue here, not on `_lock`
         self._zygote: _Zygote | None = None
         self._closed = False
         self.generations = 0  # zygotes started so far
@@ -266,35 +292,64 @@ class ZygoteSupervisor:
             self.generations += 1
         return zygote
 
-    def fork(self, tmp_bytes: int, fds: list[int]) -> Forked:
+    def fork(self, tmp_bytes: int, fds: list[int], attempts: int = 2) -> Forked:
         """Forks one sandbox with these four descriptors (channel, stdout, stderr, status).
         Blocking: call from a worker thread."""
-        request = {"t": "fork", "tmp_bytes": tmp_bytes, "exit_status": self.settings.exit_status}
         with self._lock:
-            for attempt in (1, 2):
+            for attempt in range(1, attempts + 1):
                 zygote = self._current()
                 try:
-                    reply = zygote.request(request, fds)
+                    reply = zygote.request(self._request(tmp_bytes), fds)
                 except (OSError, ValueError) as exc:
                     # Died under us: one retry with a fresh zygote, then give up.
-                    log.warning(
-                        "the fork server (pid %d) failed a request (%r); starting a new one",
-                        zygote.proc.pid,
-                        exc,
-                    )
-                    self._retire(zygote)
-                    self._zygote = None
-                    self.deaths += 1
-                    if attempt == 2:
+                    self._failed(zygote, exc)
+                    if attempt == attempts:
                         raise Unavailable(f"the fork server failed: {exc!r}") from exc
                     continue
-                if reply.get("t") != "forked" or not isinstance(reply.get("pid"), int):
-                    raise Unavailable(f"the fork server refused a fork: {reply!r}")
-                zygote.forks += 1
-                pid = reply["pid"]
-                assert isinstance(pid, int)
-                return Forked(pid, reply.get("init") is True)
+                return self._forked(zygote, reply)
         raise AssertionError("unreachable")
+
+    async def fork_async(self, tmp_bytes: int, fds: list[int]) -> Forked:
+        """`fork` from the event loop: the request goes out and its reply comes back through
+        the loop, with no worker thread. When the zygote must be started or replaced first
+        (dead, worn, or failing this very request) that part runs in a worker thread."""
+        async with self._async_lock:
+            zygote = self._zygote
+            usable = zygote is not None and zygote.alive and not self._worn(zygote)
+            if zygote is None or not usable or self._closed or not self._lock.acquire(False):
+                return await asyncio.to_thread(self.fork, tmp_bytes, fds)
+            try:
+                reply = await zygote.request_async(self._request(tmp_bytes), fds)
+            except (OSError, ValueError) as exc:  # TimeoutError is an OSError
+                self._failed(zygote, exc)
+            else:
+                return self._forked(zygote, reply)
+            finally:
+                self._lock.release()
+            # Its one retry, with a fresh zygote (started in a worker thread).
+            return await asyncio.to_thread(self.fork, tmp_bytes, fds, 1)
+
+    def _request(self, tmp_bytes: int) -> dict[str, object]:
+        return {"t": "fork", "tmp_bytes": tmp_bytes, "exit_status": self.settings.exit_status}
+
+    def _failed(self, zygote: _Zygote, exc: BaseException) -> None:
+        log.warning(
+            "the fork server (pid %d) failed a request (%r); starting a new one",
+            zygote.proc.pid,
+            exc,
+        )
+        self._retire(zygote)
+        if self._zygote is zygote:
+            self._zygote = None
+        self.deaths += 1
+
+    def _forked(self, zygote: _Zygote, reply: dict[str, object]) -> Forked:
+        if reply.get("t") != "forked" or not isinstance(reply.get("pid"), int):
+            raise Unavailable(f"the fork server refused a fork: {reply!r}")
+        zygote.forks += 1
+        pid = reply["pid"]
+        assert isinstance(pid, int)
+        return Forked(pid, reply.get("init") is True)
 
     def _retire(self, zygote: _Zygote) -> None:
         zygote.retire()

@@ -16,7 +16,7 @@ class CgroupError(OSError):
     """A cgroup file could not be created, written, read or removed; the message names the path."""
 
 
-def fail(action: str, path: Path, exc: OSError) -> CgroupError:
+def fail(action: str, path: Path | str, exc: OSError) -> CgroupError:
     reason = exc.strerror or str(exc)
     return CgroupError(exc.errno or 0, f"cannot {action} {path}: {reason}")
 
@@ -34,7 +34,7 @@ def read(path: Path | str) -> str:
         raise fail("read", Path(path), exc) from exc
 
 
-def write(path: Path, value: str) -> None:
+def write(path: Path | str, value: str) -> None:
     # One write(2) per value: cgroup files take exactly one value (one pid) per write.
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -46,7 +46,7 @@ def write(path: Path, value: str) -> None:
         raise fail(f"write {value!r} to", path, exc) from exc
 
 
-def keyed(path: Path) -> dict[str, int]:
+def keyed(path: Path | str) -> dict[str, int]:
     """Parse a flat keyed file (``key value`` per line), such as cpu.stat or pids.events."""
     out: dict[str, int] = {}
     for line in read(path).splitlines():
@@ -56,7 +56,7 @@ def keyed(path: Path) -> dict[str, int]:
     return out
 
 
-def int_or_zero(path: Path) -> int:
+def int_or_zero(path: Path | str) -> int:
     try:
         return int(read(path).strip())
     except CgroupError as exc:
@@ -65,12 +65,12 @@ def int_or_zero(path: Path) -> int:
         raise
 
 
-def rmdir(path: Path) -> None:
+def rmdir(path: Path | str) -> None:
     # A cgroup can stay busy for a moment after its last task has exited.
     until = time.monotonic() + _RMDIR_TIMEOUT_S
     while True:
         try:
-            path.rmdir()
+            os.rmdir(path)
             return
         except FileNotFoundError:
             return

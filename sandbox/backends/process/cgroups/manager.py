@@ -123,10 +123,10 @@ class CgroupManager:
         if not _NAME_RE.fullmatch(name):
             raise ValueError(f"bad cgroup name {name!r}")
         cgroup = self._sandbox(name)
-        made: list[Path] = []
+        made: list[str] = []
         try:
-            for d in cgroup.paths:
-                d.mkdir()
+            for d in cgroup.dirs:
+                os.mkdir(d)
                 made.append(d)
         except OSError as exc:
             for d in reversed(made):
@@ -136,10 +136,11 @@ class CgroupManager:
 
     def _sandbox(self, name: str, parent_name: str | None = None) -> SandboxCgroup:
         parent_name = parent_name or self._name
-        dirs: dict[str, Path] = {}
-        keys: dict[Path, tuple[str, str]] = {}
+        dirs: dict[str, str] = {}
+        keys: dict[str, tuple[str, str]] = {}
         for h in self._hierarchies:
-            d = h.base / parent_name / name
+            # Strings, not Paths: a sandbox's start builds a dozen of these (bench.forkserver).
+            d = f"{h.base}/{parent_name}/{name}"
             keys[d] = (h.key, f"{h.rel.rstrip('/')}/{parent_name}/{name}")
             for controller in h.controllers:
                 dirs[controller] = d

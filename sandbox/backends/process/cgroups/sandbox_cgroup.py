@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from sandbox.backends.process.cgroups.controls import CgroupControls, CgroupLimits, CgroupUsage
-from sandbox.backends.process.cgroups.files import CgroupError, fail, rmdir, write
+from sandbox.backends.process.cgroups.files import CgroupError, fail, read, rmdir, write
 from sandbox.backends.process.cgroups.v1 import V1Controls
 from sandbox.backends.process.cgroups.v2 import V2Controls
 
@@ -27,7 +27,7 @@ class SandboxCgroup:
     """One sandbox's cgroup: a directory in each hierarchy (one on v2, one per mount on v1)."""
 
     def __init__(
-        self, version: Literal[1, 2], dirs: dict[str, Path], keys: dict[Path, tuple[str, str]]
+        self, version: Literal[1, 2], dirs: dict[str, str], keys: dict[str, tuple[str, str]]
     ) -> None:
         self.version: Literal[1, 2] = version
         self._controls: CgroupControls = V2Controls(dirs) if version == 2 else V1Controls(dirs)
@@ -35,9 +35,14 @@ class SandboxCgroup:
         self._removed = False
 
     @property
+    def dirs(self) -> list[str]:
+        """The cgroup's directories, one per hierarchy, as strings (the hot path's)."""
+        return list(self._keys)
+
+    @property
     def paths(self) -> list[Path]:
         """The cgroup's directories, one per hierarchy."""
-        return list(self._keys)
+        return [Path(d) for d in self._keys]
 
     def set_limits(self, limits: CgroupLimits) -> None:
         """Write all limits; may be called again (before the job starts) to raise or lower them."""
@@ -47,7 +52,7 @@ class SandboxCgroup:
         """Move each process (with all its threads) into this cgroup in every hierarchy."""
         for pid in pids:
             for d in self._keys:
-                write(d / "cgroup.procs", str(pid))
+                write(f"{d}/cgroup.procs", str(pid))
 
     def usage(self) -> CgroupUsage:
         """Totals since creation; read after the sandbox has ended for final figures."""
@@ -58,11 +63,11 @@ class SandboxCgroup:
         found: set[int] = set()
         for d in self._keys:
             try:
-                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise fail("read", d / "cgroup.procs", exc) from exc
+                found.update(int(p) for p in read(f"{d}/cgroup.procs").split())
+            except CgroupError as exc:
+                if exc.errno == errno.ENOENT:
+                    continue
+                raise
         return sorted(found)
 
     def kill_all(self) -> None:
@@ -127,7 +132,7 @@ class SandboxCgroup:
         # (the kernel refuses to remove a cgroup that still holds a process), and only
         # otherwise kill, wait and retry.
         if not self._try_rmdir_all():
-            if any(d.exists() for d in self._keys):
+            if any(os.path.exists(d) for d in self._keys):
                 self.kill_all()
             for d in self._keys:
                 rmdir(d)

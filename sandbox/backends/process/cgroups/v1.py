@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +24,7 @@ class V1Controls:
 
     version: Literal[1, 2] = 1
 
-    def __init__(self, dirs: dict[str, Path]) -> None:
+    def __init__(self, dirs: dict[str, str]) -> None:
         self._dirs = dirs  # controller ("memory", "pids", "cpu", "cpuacct", "freezer") → dir
         self._memory_limit: int | None = None  # as we last wrote it
         self._memsw: bool | None = None  # swap accounting, looked up once
@@ -31,7 +32,7 @@ class V1Controls:
 
     def set_limits(self, limits: CgroupLimits) -> None:
         mem = self._dirs["memory"]
-        limit, memsw = mem / "memory.limit_in_bytes", mem / "memory.memsw.limit_in_bytes"
+        limit, memsw = f"{mem}/memory.limit_in_bytes", f"{mem}/memory.memsw.limit_in_bytes"
         value = str(limits.memory_bytes)
         if self._has_memsw():
             # The kernel keeps memsw >= memory at every step, so the order depends on direction
@@ -48,35 +49,35 @@ class V1Controls:
         else:
             # Without swap accounting, swappiness 0 is what keeps a v1 memcg out of swap.
             write(limit, value)
-            write(mem / "memory.swappiness", "0")
+            write(f"{mem}/memory.swappiness", "0")
         self._memory_limit = limits.memory_bytes
-        write(self._dirs["pids"] / "pids.max", str(limits.pids))
+        write(f"{self._dirs['pids']}/pids.max", str(limits.pids))
         cpu = self._dirs["cpu"]
         if not self._period_set:  # a new cgroup's period is the kernel's default, not ours
-            write(cpu / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+            write(f"{cpu}/cpu.cfs_period_us", str(CFS_PERIOD_US))
             self._period_set = True
         quota = -1 if limits.cpu_cores is None else cfs_quota_us(limits.cpu_cores)
-        write(cpu / "cpu.cfs_quota_us", str(quota))
+        write(f"{cpu}/cpu.cfs_quota_us", str(quota))
 
     def _has_memsw(self) -> bool:
         if self._memsw is None:
-            self._memsw = (self._dirs["memory"] / "memory.memsw.limit_in_bytes").exists()
+            self._memsw = os.path.exists(f"{self._dirs['memory']}/memory.memsw.limit_in_bytes")
         return self._memsw
 
     def usage(self) -> CgroupUsage:
         mem = self._dirs["memory"]
-        peak = int_or_zero(mem / "memory.max_usage_in_bytes")
-        oom = keyed(mem / "memory.oom_control")
-        failcnt = int_or_zero(mem / "memory.failcnt")
+        peak = int_or_zero(f"{mem}/memory.max_usage_in_bytes")
+        oom = keyed(f"{mem}/memory.oom_control")
+        failcnt = int_or_zero(f"{mem}/memory.failcnt")
         if "oom_kill" in oom:
             oom_killed = oom["oom_kill"] > 0
         else:
             # Kernels before 4.13 have no counter: infer it from hitting the limit or a stuck OOM.
-            at_limit = peak >= int_or_zero(mem / "memory.limit_in_bytes")
+            at_limit = peak >= int_or_zero(f"{mem}/memory.limit_in_bytes")
             oom_killed = oom.get("under_oom", 0) > 0 or (failcnt > 0 and at_limit)
-        refused = keyed(self._dirs["pids"] / "pids.events").get("max", 0)
+        refused = keyed(f"{self._dirs['pids']}/pids.events").get("max", 0)
         return CgroupUsage(
-            cpu_time_ns=int_or_zero(self._dirs["cpuacct"] / "cpuacct.usage"),
+            cpu_time_ns=int_or_zero(f"{self._dirs['cpuacct']}/cpuacct.usage"),
             memory_peak_bytes=peak,
             oom_killed=oom_killed,
             pids_limit_hit=refused > 0,
@@ -90,11 +91,11 @@ class V1Controls:
     def freeze(self) -> bool:
         if "freezer" not in self._dirs:
             return False
-        write(self._dirs["freezer"] / "freezer.state", "FROZEN")
+        write(f"{self._dirs['freezer']}/freezer.state", "FROZEN")
         return True
 
     def frozen(self) -> bool:
-        return read(self._dirs["freezer"] / "freezer.state").strip() == "FROZEN"
+        return read(f"{self._dirs['freezer']}/freezer.state").strip() == "FROZEN"
 
     def thaw(self) -> None:
-        write(self._dirs["freezer"] / "freezer.state", "THAWED")
+        write(f"{self._dirs['freezer']}/freezer.state", "THAWED")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -24,50 +25,50 @@ class V2Controls:
 
     version: Literal[1, 2] = 2
 
-    def __init__(self, dirs: dict[str, Path]) -> None:
+    def __init__(self, dirs: dict[str, str]) -> None:
         self._dir = dirs["memory"]  # every controller is the same directory on v2
 
     def set_limits(self, limits: CgroupLimits) -> None:
         d = self._dir
-        write(d / "memory.max", str(limits.memory_bytes))
-        if (d / "memory.swap.max").exists():
-            write(d / "memory.swap.max", "0")
-        write(d / "pids.max", str(limits.pids))
+        write(f"{d}/memory.max", str(limits.memory_bytes))
+        if os.path.exists(f"{d}/memory.swap.max"):
+            write(f"{d}/memory.swap.max", "0")
+        write(f"{d}/pids.max", str(limits.pids))
         if limits.cpu_cores is None:
-            write(d / "cpu.max", f"max {CFS_PERIOD_US}")
+            write(f"{d}/cpu.max", f"max {CFS_PERIOD_US}")
         else:
-            write(d / "cpu.max", f"{cfs_quota_us(limits.cpu_cores)} {CFS_PERIOD_US}")
+            write(f"{d}/cpu.max", f"{cfs_quota_us(limits.cpu_cores)} {CFS_PERIOD_US}")
 
     def usage(self) -> CgroupUsage:
         d = self._dir
-        events = keyed(d / "memory.events")
-        refused = keyed(d / "pids.events").get("max", 0)
+        events = keyed(f"{d}/memory.events")
+        refused = keyed(f"{d}/pids.events").get("max", 0)
         return CgroupUsage(
-            cpu_time_ns=keyed(d / "cpu.stat").get("usage_usec", 0) * 1000,
-            memory_peak_bytes=int_or_zero(d / "memory.peak"),
+            cpu_time_ns=keyed(f"{d}/cpu.stat").get("usage_usec", 0) * 1000,
+            memory_peak_bytes=int_or_zero(f"{d}/memory.peak"),
             oom_killed=events.get("oom_kill", 0) > 0,
             pids_limit_hit=refused > 0,
             memory_limit_hits=events.get("max", 0),
             pids_limit_hits=refused,
-            peak_pids=int_or_zero(d / "pids.peak") if (d / "pids.peak").exists() else None,
+            peak_pids=int_or_zero(f"{d}/pids.peak") if os.path.exists(f"{d}/pids.peak") else None,
         )
 
     def kill_file(self) -> Path | None:
-        kill = self._dir / "cgroup.kill"
+        kill = Path(self._dir, "cgroup.kill")
         return kill if kill.exists() else None
 
     def freeze(self) -> bool:
-        state = self._dir / "cgroup.freeze"
-        if not state.exists():
+        state = f"{self._dir}/cgroup.freeze"
+        if not os.path.exists(state):
             return False
         write(state, "1")
         return True
 
     def frozen(self) -> bool:
-        return "frozen 1" in read(self._dir / "cgroup.events").splitlines()
+        return "frozen 1" in read(f"{self._dir}/cgroup.events").splitlines()
 
     def thaw(self) -> None:
-        write(self._dir / "cgroup.freeze", "0")
+        write(f"{self._dir}/cgroup.freeze", "0")
 
 
 def enable_controllers(directory: Path) -> None:
