@@ -23,6 +23,7 @@ from tests.ptc_serve import PYTHON, ROOT, ptc_serve
 
 MIB = 1024**2
 GIB = 1024**3
+SERVE_ARGS = ("--listen", "127.0.0.1:0", "--audit-db", "memory")
 
 
 def _limit(limit_gib: int, usage_mib: int | None) -> OwnMemory:
@@ -116,8 +117,7 @@ def test_served_without_room_for_one_sandbox_refuses_to_start(
     path, limit_file = memory_cgroup
     (path / limit_file).write_text(str(6 * GIB))
     done = subprocess.run(
-        [*_into(path), PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0"]
-        + ["--audit-db", "memory"],
+        [*_into(path), PYTHON, "-m", "sandbox.cli", "serve", *SERVE_ARGS],
         cwd=ROOT,
         capture_output=True,
         text=True,
