@@ -111,6 +111,8 @@ def test_the_container_arguments_parse_with_ptc_serve() -> None:
     env = {e["name"] for e in container["env"]}
     assert parsed.audit_db == "$(PTC_AUDIT_DB)" and "PTC_AUDIT_DB" in env
     assert parsed.instance_id == "$(POD_NAME)" and "POD_NAME" in env
+    # The fleet reaches it at the pod's IP (a pod's host name does not resolve).
+    assert parsed.advertise == "$(POD_IP):50051" and "POD_IP" in env
     assert "PTC_CHECKPOINT_KEY" in env
 
 

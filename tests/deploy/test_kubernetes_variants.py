@@ -99,6 +99,7 @@ class Pod:
         # The env the kubelet gives the container: its fieldRef and the replaced Secrets.
         values = {
             "POD_NAME": self.name,
+            "POD_IP": "127.0.0.1",  # --network none: loopback is its only address
             "PTC_AUDIT_DB": "/var/lib/ptc/audit.db",
             "PTC_CHECKPOINT_KEY": _pem(),
         }
