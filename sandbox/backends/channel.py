@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import socket
 import threading
 import time
@@ -345,7 +346,7 @@ class FrameChannel:
             self._answered_inline = False
             if got is None:
                 waited_from = time.perf_counter()
-                got = self._sock.recv_into(chunk_buf)
+                got = self._recv_waiting(chunk_buf)
                 if time.perf_counter() - waited_from < SPIN_S:
                     misses = 0  # the guest calls in a tight loop again
             size = got
@@ -388,6 +389,19 @@ class FrameChannel:
         finally:
             del inbuf[:offset]
         return said_ready
+
+    def _recv_waiting(self, buffer: bytearray) -> int:
+        """A blocking read, even when the socket's file is non-blocking: uvloop's `add_writer`
+        (the loop flushing a large reply's backlog) puts the file in O_NONBLOCK mode for its
+        own poll handle, under the thread's feet. Then the thread waits in poll(2), which
+        `close`'s shutdown wakes as it wakes a recv()."""
+        while True:
+            try:
+                return self._sock.recv_into(buffer)
+            except BlockingIOError:
+                waiting = select.poll()
+                waiting.register(self._fd, select.POLLIN | select.POLLPRI)
+                waiting.poll()
 
     def _spin(self, buffer: bytearray) -> int | None:
         """Polls without sleeping for up to `SPIN_S`: the size read (0 at end of stream), or
