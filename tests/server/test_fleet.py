@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from sandbox.backends.process.cgroups import CgroupManager
-from sandbox.client import Client
+from sandbox.client import Client, RetryPolicy
 from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
@@ -291,11 +291,10 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
         assert _wait_ready(health)
         with Client(address, api_key=KEYS["pair"]) as client:
             runs = [
-                client.stream(
-                    "import time\nprint('go', flush=True)\ntime.sleep(2.5)\nprint('done')"
-                )
+                client.stream("import time\nprint('go', flush=True)\ntime.sleep(6)\nprint('done')")
                 for _ in range(4)
-            ]  # two run, two wait in the tenant's queue
+            ]  # two run, two wait in the tenant's queue: the drain lasts about 12 s, past
+            # the CLI's start and its retries (the SDK asks again on UNAVAILABLE, ~4 s at most)
             next(iter(runs[0]))  # running: the first two are in their sandboxes
             proc.send_signal(signal.SIGTERM)
             statuses = _poll_health(health)
@@ -304,7 +303,9 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
                 health_pb2.HealthCheckRequest(service=READINESS_SERVICE), timeout=5
             )
             assert ready.status == health_pb2.HealthCheckResponse.NOT_SERVING
-            # Refused on every path: unary, streamed, and the CLI.
+            # Refused on every path: unary, streamed, and the CLI. (Asked once: a retry would
+            # only be refused again, here where no other server takes it.)
+            client.retry = RetryPolicy(attempts=1)
             with pytest.raises(Unavailable, match="the server is shutting down"):
                 client.execute("print(1)", timeout=30)
             with pytest.raises(Unavailable, match="the server is shutting down"):
