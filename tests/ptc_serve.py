@@ -63,7 +63,7 @@ def start_serve(
 def stop_serve(proc: subprocess.Popen[str], timeout_s: float = 30.0, *, read: bool = True) -> str:
     """SIGTERM (SIGKILL only as the backstop of a hung server), reaped; its standard error
     (``read=False``: not read, for a server killed on purpose whose children may still hold
-    the pipe: reading would wait for them)."""
+    the pipe: reading would wait for them). Stopping a stopped server again returns ""."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -71,7 +71,7 @@ def stop_serve(proc: subprocess.Popen[str], timeout_s: float = 30.0, *, read: bo
         except subprocess.TimeoutExpired:
             proc.kill()
     proc.wait()
-    stderr = proc.stderr.read() if proc.stderr and read else ""
+    stderr = proc.stderr.read() if proc.stderr and not proc.stderr.closed and read else ""
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.ptc_serve import PYTHON, ROOT
+from tests.ptc_serve import ROOT, start_serve, stop_serve
 
 __all__ = ["SHIPPED_CONFIG", "Balancer", "Fleet", "nginx", "render_config"]
 
@@ -72,42 +72,6 @@ class Fleet:
         return int(instance.removeprefix("fleet-"))
 
 
-def _start_server(
-    url: str, instance: str, args: Sequence[str]
-) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--audit-db", url,
-         "--instance-id", instance, *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        proc.wait()
-        raise AssertionError(f"ptc serve did not start: {line!r} {proc.stderr.read()}")
-    return proc, line.split()[-1]
-
-
-def _stop_server(proc: subprocess.Popen[str]) -> str:
-    """SIGTERM (SIGKILL only as the backstop of a hung server); returns its standard error."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    stderr = proc.stderr.read() if proc.stderr else ""
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return stderr
-
-
 @contextlib.contextmanager
 def fleet(url: str, size: int = 3, args: Sequence[str] = ()) -> Iterator[Fleet]:
     """``size`` servers on the PostgreSQL schema ``url``; each stopped with SIGTERM at the end
@@ -116,13 +80,15 @@ def fleet(url: str, size: int = 3, args: Sequence[str] = ()) -> Iterator[Fleet]:
     running = Fleet(url)
     try:
         for index in range(size):
-            proc, address = _start_server(url, running.instance(index), args)
+            proc, serving = start_serve(
+                "--audit-db", url, "--instance-id", running.instance(index), *args
+            )
             running.procs.append(proc)
-            running.addresses.append(address)
+            running.addresses.append(serving.address)
         yield running
     finally:
         killed = [proc.returncode == -signal.SIGKILL for proc in running.procs]
-        running.stderrs = [_stop_server(proc) for proc in running.procs]
+        running.stderrs = [stop_serve(proc, 60) for proc in running.procs]
     for proc, was_killed, stderr in zip(running.procs, killed, running.stderrs, strict=True):
         if not was_killed:
             assert proc.returncode == 0, stderr

@@ -26,6 +26,7 @@ import pytest
 
 from sandbox.client import Client
 from sandbox.client.aio import RetryPolicy
+from sandbox.client.sessions import SyncSession
 from sandbox.errors import FailedPrecondition
 from tests.fleet.balancer import Balancer, Fleet
 from tests.fleet.conftest import MEMBER_LEASE_TTL_S
@@ -92,25 +93,34 @@ def _upstreams_used(balancer: Balancer) -> set[str]:
     return set(re.findall(r" (127\.0\.0\.1:\d+) 200$", balancer.access_log(), re.MULTILINE))
 
 
+def _opened(client: Client) -> SyncSession:
+    """A new session of ``client``, which asks again patiently enough to outlast a lease."""
+    client.retry = PATIENT
+    session = client.session()
+    session.create()
+    return session
+
+
+def _converse(session: SyncSession, cells: range) -> None:
+    """Cells ``cells`` of the conversation, each checked against what it must print."""
+    for index in cells:
+        done = session.execute(_cell(index), timeout=120)
+        assert (done.status, done.stdout) == ("ok", _expected(index)), done
+
+
 def test_a_conversation_keeps_its_state_and_outlives_kill_9_of_its_holder(
     three: Fleet, balancer: Balancer
 ) -> None:
     with Client(balancer.address) as client:
-        client.retry = PATIENT
-        session = client.session()
-        session.create()
+        session = _opened(client)
         first_holder = _holder(three, session.id)
-        for index in range(KILLED_AFTER):
-            done = session.execute(_cell(index), timeout=120)
-            assert (done.status, done.stdout) == ("ok", _expected(index)), done
+        _converse(session, range(KILLED_AFTER))
         # Every server took some of the requests; every cell ran on the holder.
         assert _upstreams_used(balancer) == set(three.addresses)
         assert _cell_instances(three, session.id) == [first_holder] * KILLED_AFTER
 
         three.kill(three.index_of(first_holder))
-        for index in range(KILLED_AFTER, CELLS):
-            done = session.execute(_cell(index), timeout=120)
-            assert (done.status, done.stdout) == ("ok", _expected(index)), done
+        _converse(session, range(KILLED_AFTER, CELLS))
         final = session.execute("print(open('/tmp/log').read().split() == [str(i) for i in "
                                 f"range({CELLS})], sorted(seen) == list(range({CELLS})))")  # fmt: skip
         assert final.stdout == "True True\n"
@@ -127,9 +137,7 @@ def test_a_non_reproducible_conversation_is_lost_naming_the_first_cell_that_diff
     three: Fleet, balancer: Balancer
 ) -> None:
     with Client(balancer.address) as client:
-        client.retry = PATIENT
-        session = client.session()
-        session.create()
+        session = _opened(client)
         ids = [
             session.execute(script, timeout=120).execution_id
             for script in ("a = 1", "import random\nprint(random.random())", "print(a)")
@@ -149,18 +157,13 @@ def test_a_non_reproducible_conversation_is_lost_naming_the_first_cell_that_diff
 
 def test_sigterm_of_the_holder_hands_the_session_over(three: Fleet, balancer: Balancer) -> None:
     with Client(balancer.address) as client:
-        client.retry = PATIENT
-        session = client.session()
-        session.create()
-        for index in range(5):
-            assert session.execute(_cell(index), timeout=120).stdout == _expected(index)
+        session = _opened(client)
+        _converse(session, range(5))
         holder = _holder(three, session.id)
         proc = three.procs[three.index_of(holder)]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        for index in range(5, 10):
-            done = session.execute(_cell(index), timeout=120)
-            assert (done.status, done.stdout) == ("ok", _expected(index)), done
+        _converse(session, range(5, 10))
         assert _holder(three, session.id) != holder
         session.close()
     _verify(three)

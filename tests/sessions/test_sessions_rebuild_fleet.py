@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,9 +29,8 @@ from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.client import Client
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.tenants import hash_key
+from tests.ptc_serve import PYTHON, ROOT, stop_serve
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 LEASE_TTL_S = 2.0
 KEYS = {t: f"ptc-test-key-rebuild-{t}-0123456789" for t in ("acme", "tight", "cpu")}
 TENANTS = f"""
@@ -132,30 +130,13 @@ class Fleet:
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _stop(proc: subprocess.Popen[str]) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stderr is None or proc.stderr.closed:
-        return ""  # stopped before
-    stderr = proc.stderr.read()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return stderr
-
-
 @pytest.fixture
 def fleet(pg_url: str, tmp_path: Path) -> Iterator[Fleet]:
     made = Fleet(pg_url, tmp_path)
     try:
         yield made
     finally:
-        stderrs = [_stop(proc) for proc in made.procs]
+        stderrs = [stop_serve(proc, 60) for proc in made.procs]
         manager = CgroupManager.detect()  # what a killed server left, removed as a restart would
         if manager is not None:
             manager.cleanup_stale()
@@ -267,7 +248,7 @@ def test_sigterm_hands_the_session_to_the_next_server_with_nothing_lost(fleet: F
     _b, b_address = fleet.start("rb-b")
     with Client(a_address, api_key=KEYS["acme"]) as on_a:
         kept, kept_ids = _build(on_a, CELLS)
-    stderr = _stop(a)
+    stderr = stop_serve(a, 60)
     assert a.returncode == 0, stderr
     record = fleet.sql("SELECT status FROM executions WHERE execution_id = %s", (kept,))
     assert record == [("interrupted",)]  # handed over: open, not ended
