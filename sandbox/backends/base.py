@@ -14,6 +14,7 @@ presence of an attribute. Backends are built from configuration by `sandbox.back
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -144,6 +145,10 @@ class SandboxHandle(Protocol):
 
     async def wait(self) -> int:
         """Waits for the sandbox to end; returns the exit code (negative for a signal)."""
+
+    def exit_future(self) -> asyncio.Future[int]:
+        """`wait` as one future, the same on every call, for done-callbacks: a single-use
+        run watches its end through callbacks, not a task. Never cancel it."""
 
     async def kill(self) -> None:
         """Kills every process of the sandbox."""

@@ -163,6 +163,12 @@ class FrameChannel:
         """Until the thread has stopped (end of stream, violation, error or `close`)."""
         await asyncio.shield(self._closed)
 
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        """`wait_closed` as a future, for done-callbacks (its exception is a host bug's).
+        Never cancel it."""
+        return self._closed
+
     async def close(self) -> None:
         """Stops the thread and closes the socket; idempotent."""
         self._closing = True
@@ -174,8 +180,9 @@ class FrameChannel:
         if self._thread is None and not self._closed.done():
             self._stop_reading()  # read on the loop: nothing more to wait for
             self._post(self._finish, None)  # after the frames already handed over
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._closed)
+        if not self._closed.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closed)
 
     def _start_flushing(self) -> None:
         with self._lock:

@@ -110,6 +110,9 @@ class FakeSandbox:
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
 
+    def exit_future(self) -> asyncio.Future[int]:
+        return self._exited
+
     async def kill(self) -> None:
         self._killed.set()
         with contextlib.suppress(OSError):

@@ -288,23 +288,55 @@ class Drive:
     # -- the run -------------------------------------------------------------------------------
     async def run(self) -> Outcome:
         """Runs the job to its end and returns how it ended."""
+        if self.cell is None:
+            return await self._run_single_use()
         started = await self._start()
         exited = asyncio.ensure_future(self.handle.wait())
-        ended = asyncio.ensure_future(self.ended.wait()) if self.cell is not None else None
+        ended = asyncio.ensure_future(self.ended.wait())
         try:
             await self._until_end(exited, ended)
-            if ended is None:
-                exit_code = await exited
-                wall = time.monotonic() - started
-                await self._drain()
-            else:
-                exit_code, wall = await self._settle_cell(exited, ended, started)
+            exit_code, wall = await self._settle_cell(exited, ended, started)
         finally:
             exited.cancel()
-            if ended is not None:
-                ended.cancel()
+            ended.cancel()
             await self._stop()
         return self._outcome(exit_code, wall)
+
+    async def _run_single_use(self) -> Outcome:
+        """A single-use run: it ends with the sandbox's exit, once its output pipes and its
+        channel have closed too (or `DRAIN_GRACE_S` after the exit). Those ends, the wall-time
+        limit and the CPU watch are done-callbacks and timers on the loop, where a task and a
+        wait per condition cost the host a few dozen loop callbacks per execution
+        (`bench.host_profile`)."""
+        handle = self.handle
+        started = await self._start()
+        loop = asyncio.get_running_loop()
+        channel_closed = handle.channel.closed
+        end = _SingleUseEnd(
+            loop,
+            handle.exit_future(),
+            [handle.stdout.closed, handle.stderr.closed, channel_closed],
+        )
+        wall_timer = loop.call_later(self.job.limits.wall_time_ms / 1000, self._on_wall_time)
+        try:
+            await end.done
+        finally:
+            wall_timer.cancel()
+            end.detach()
+            await self._stop()
+        error = channel_closed.exception() if channel_closed.done() else None
+        if error is not None:
+            raise error  # a host bug: never hidden
+        return self._outcome(end.exit_code, end.exited_at - started)
+
+    def _on_wall_time(self) -> None:
+        self._helpers.append(asyncio.ensure_future(self.kill("wall_time")))
+
+    def _on_channel_error(self, closed: asyncio.Future[None]) -> None:
+        """A single-use channel that ended with a host bug's exception: the sandbox goes, and
+        `run` raises it afterwards."""
+        if not closed.cancelled() and closed.exception() is not None and not self._stopping:
+            self._helpers.append(asyncio.ensure_future(self.kill("host_error")))
 
     async def _start(self) -> float:
         """Serves output and channel, then sends the job; returns when the clock started."""
@@ -321,18 +353,18 @@ class Drive:
         handle.stderr.attach(self.stderr, self.on_output)
         handle.channel.serve(self, self.job.max_call_bytes + FRAME_OVERHEAD)
         handle.channel.send(encode_frame(self._frame()))
-        if self.cell is not None:
-            self.cell.on_sent()
-        self._helpers = [asyncio.ensure_future(self.serve_channel())]
         if self.cell is None:
-            # A single-use run: the CPU watch is a timer, and nothing watches a cancel that
-            # nobody can set.
+            # A single-use run: the channel's end and the CPU watch are callbacks and a timer,
+            # and nothing watches a cancel that nobody can set.
+            handle.channel.closed.add_done_callback(self._on_channel_error)
             if handle.capabilities.cgroup_cpu:
                 self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
             if self.cancel is not None:
                 self._helpers.append(asyncio.ensure_future(self.watch_cancel()))
         else:
-            self._helpers += [
+            self.cell.on_sent()
+            self._helpers = [
+                asyncio.ensure_future(self.serve_channel()),
                 asyncio.ensure_future(self.watch_cpu()),
                 asyncio.ensure_future(self.watch_cancel()),
             ]
@@ -352,14 +384,12 @@ class Drive:
             frame["rlimits"]["cpu_s"] = _rlimit_cpu_s(cell.total_cpu_s, self.handle)
         return frame
 
-    async def _until_end(
-        self, exited: asyncio.Future[int], ended: asyncio.Future[Any] | None
-    ) -> None:
-        """Waits for the sandbox's exit (a cell: or its `end` frame, or its channel closing);
-        kills it when the wall-time limit comes first."""
+    async def _until_end(self, exited: asyncio.Future[int], ended: asyncio.Future[Any]) -> None:
+        """Waits for a cell's `end` frame, its sandbox's exit or its channel closing; kills it
+        when the wall-time limit comes first."""
         closed = self._helpers[0]
         done, _ = await asyncio.wait(
-            [exited] if ended is None else [exited, ended, closed],
+            [exited, ended, closed],
             timeout=self.job.limits.wall_time_ms / 1000,
             return_when=asyncio.FIRST_COMPLETED,
         )
@@ -378,9 +408,6 @@ class Drive:
         """Output written just before the end is still in the pipes: drain, but not forever."""
         handle = self.handle
         await asyncio.wait([handle.stdout.closed, handle.stderr.closed], timeout=DRAIN_GRACE_S)
-        if self.cell is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._helpers[0]), DRAIN_GRACE_S)
 
     async def _settle_cell(
         self, exited: asyncio.Future[int], ended: asyncio.Future[Any], started: float
@@ -412,6 +439,7 @@ class Drive:
             self._cpu_timer.cancel()
             self._cpu_timer = None
         if self.cell is None:
+            handle.channel.closed.remove_done_callback(self._on_channel_error)
             await handle.channel.close()
         else:  # the sandbox stays: serve the channel until the next cell
             handle.channel.serve(_Between(handle), self.job.max_call_bytes + FRAME_OVERHEAD)
@@ -490,6 +518,66 @@ class Drive:
             pids_counted=self.handle.capabilities.cgroup_pids,
             own_signals_delivered=self.handle.capabilities.own_signals_delivered,
         )
+
+
+class _SingleUseEnd:
+    """The end of a single-use run: `done` resolves once the sandbox has exited and every one
+    of ``others`` (its output pipes and channel closing) has resolved, or `DRAIN_GRACE_S` after
+    the exit when one of them has not (output written just before the end is drained, but not
+    forever)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        exited: asyncio.Future[int],
+        others: list[asyncio.Future[None]],
+    ) -> None:
+        self._loop = loop
+        self._exited = exited
+        self._others = others
+        self._open = sum(not other.done() for other in others)
+        self._grace: asyncio.TimerHandle | None = None
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.exit_code = 0
+        self.exited_at = 0.0
+        exited.add_done_callback(self._on_exit)
+        for other in others:
+            if not other.done():
+                other.add_done_callback(self._on_other)
+
+    def _on_exit(self, exited: asyncio.Future[int]) -> None:
+        self.exited_at = time.monotonic()
+        error = exited.exception() if not exited.cancelled() else asyncio.CancelledError()
+        if error is not None:  # the backend lost the sandbox (e.g. its engine): `run` raises
+            if not self.done.done():
+                self.done.set_exception(error)
+            return
+        self.exit_code = exited.result()
+        if self._open == 0:
+            self._finish()
+        else:
+            self._grace = self._loop.call_later(DRAIN_GRACE_S, self._finish)
+
+    def _on_other(self, _other: asyncio.Future[None]) -> None:
+        self._open -= 1
+        if self._open == 0 and self._exited.done():
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def detach(self) -> None:
+        """No callback runs from here on (the run is over, or cancelled)."""
+        self._exited.remove_done_callback(self._on_exit)
+        for other in self._others:
+            other.remove_done_callback(self._on_other)
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
 
 
 class _Between:

@@ -95,6 +95,7 @@ class DockerSandbox:
             self._watch_exit(pid)
         self.channel.on_end = self._sample  # on the channel thread, while the guest still lives
         self._engine_fate: asyncio.Future[Fate] | None = None
+        self._exit_task: asyncio.Future[int] | None = None
         self._end_before_kill = False
         self._exit_code: int | None = None
         self._oom_killed = False
@@ -162,6 +163,12 @@ class DockerSandbox:
         self._exit_code = fate.exit_code
         return fate.exit_code
 
+    def exit_future(self) -> asyncio.Future[int]:
+        if self._exit_task is None:
+            self._exit_task = asyncio.ensure_future(self.wait())
+            self._exit_task.add_done_callback(_retrieve)
+        return self._exit_task
+
     # -- control -----------------------------------------------------------------------------
     async def apply_limits(self, limits: ResolvedLimits) -> None:
         """Nothing to do: the backend only hands out containers created with these limits."""
@@ -216,6 +223,8 @@ class DockerSandbox:
                 self._exited.cancel()
             os.close(self._pidfd)
             self._pidfd = -1
+        if self._exit_task is not None and not self._exit_task.done():
+            self._exit_task.cancel()
         await self.channel.close()
         for transport in self._transports:
             transport.close()

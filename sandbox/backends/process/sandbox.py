@@ -110,7 +110,6 @@ class ProcessSandbox:
         stdout: OutputStream,
         stderr: OutputStream,
         tmp_bytes: int,
-        transports: list[asyncio.BaseTransport],
     ) -> None:
         self._started = started
         self.pid = started.pid
@@ -120,7 +119,6 @@ class ProcessSandbox:
         self.stdout = stdout
         self.stderr = stderr
         self.tmp_bytes = tmp_bytes
-        self._transports = transports
         self.reaper: Callable[[ProcessSandbox], None] | None = None
         self.on_disposed: Callable[[], None] | None = None  # the backend's count of the living
         self.applied = started.applied
@@ -186,6 +184,9 @@ class ProcessSandbox:
     async def wait(self) -> int:
         return await asyncio.shield(self._exit)
 
+    def exit_future(self) -> asyncio.Future[int]:
+        return self._exit
+
     async def kill(self) -> None:
         # SIGKILL to pid 1 (or to its reaper, whose death pid 1 follows by its parent-death
         # signal) is immediate and total: the kernel then kills every process in its pid
@@ -237,8 +238,8 @@ class ProcessSandbox:
         await self.kill()
         await self.channel.close()
         await self._exit
-        for transport in self._transports:
-            transport.close()
+        self.stdout.close()
+        self.stderr.close()
         self._fds_closed = True
         for fd in (self._started.pidfd, self._started.status_fd):
             if fd >= 0:
@@ -395,26 +396,14 @@ async def _start(
         guest_sock.close()
 
 
-async def _output_stream(fd: int) -> tuple[OutputStream, asyncio.BaseTransport]:
-    pipe = open(fd, "rb", buffering=0)  # noqa: SIM115  (the transport closes it)
-    try:
-        transport, stream = await asyncio.get_running_loop().connect_read_pipe(OutputStream, pipe)
-    except BaseException:  # cancelled while the backend closes: no transport owns the pipe
-        pipe.close()
-        raise
-    return stream, transport
-
-
-async def _abandon(
-    started: _Started, opened: list[asyncio.BaseTransport], pipes_taken: int = 0
-) -> None:
-    """Kills and releases a sandbox that never became ready; the first ``pipes_taken`` output
-    pipes were handed to `_output_stream`, which closes them (or their transport does)."""
+async def _abandon(started: _Started, opened: list[OutputStream]) -> None:
+    """Kills and releases a sandbox that never became ready; the output pipes already handed
+    to an `OutputStream` (``opened``, in order: stdout, stderr) are closed by it."""
     with contextlib.suppress(OSError):
         signal.pidfd_send_signal(started.pidfd, signal.SIGKILL)
-    for resource in opened:
-        resource.close()
-    unwrapped = [started.stdout_fd, started.stderr_fd][pipes_taken:]
+    for stream in opened:
+        stream.close()
+    unwrapped = [started.stdout_fd, started.stderr_fd][len(opened) :]
     for fd in (started.pidfd, started.status_fd, *unwrapped):
         if fd >= 0:
             with contextlib.suppress(OSError):
@@ -446,24 +435,13 @@ async def spawn_sandbox(
         raise Unavailable(f"the process sandbox did not start: {exc!r}") from exc
     sandbox: ProcessSandbox | None = None
     channel: FrameChannel | None = None
-    opened: list[asyncio.BaseTransport] = []
-    pipes_taken = 0
+    opened: list[OutputStream] = []
     try:
         channel = FrameChannel(started.host_sock, name, on_loop=True)
-        pipes_taken = 1
-        stdout, out_transport = await _output_stream(started.stdout_fd)
-        opened.append(out_transport)
-        pipes_taken = 2
-        stderr, err_transport = await _output_stream(started.stderr_fd)
-        opened.append(err_transport)
-        sandbox = ProcessSandbox(
-            started,
-            channel,
-            stdout,
-            stderr,
-            settings.tmp_bytes,
-            [out_transport, err_transport],
-        )
+        opened.append(OutputStream.from_fd(started.stdout_fd))
+        opened.append(OutputStream.from_fd(started.stderr_fd))
+        stdout, stderr = opened
+        sandbox = ProcessSandbox(started, channel, stdout, stderr, settings.tmp_bytes)
         sandbox.reaper = reaper
         await sandbox.channel.ready(settings.ready_timeout_s)
         # The reaper made the sandbox's mounts before it forked pid 1, which said ready.
@@ -476,7 +454,7 @@ async def spawn_sandbox(
         else:
             if channel is not None:
                 await channel.close()  # closes the host end of the socket
-            await _abandon(started, opened, pipes_taken)
+            await _abandon(started, opened)
         if isinstance(exc, (ProtocolViolation, TimeoutError, OSError, ValueError)):
             raise Unavailable(f"the process sandbox did not become ready: {exc!r}") from exc
         raise
