@@ -328,9 +328,11 @@ async def acquire_sandbox(
 def check_runtime(backend: Backend, runtime: str | None) -> str | None:
     """The request's runtime when ``backend`` can run it (None for the standard library); a
     clear error otherwise, before any sandbox is taken."""
+    if not runtime:
+        return None
     from sandbox.runtimes import DEFAULT_RUNTIME, validate_name
 
-    if runtime is None or runtime in ("", DEFAULT_RUNTIME):
+    if runtime == DEFAULT_RUNTIME:
         return None
     validate_name(runtime)
     if not backend.capabilities.runtimes:

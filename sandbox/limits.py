@@ -34,6 +34,7 @@ limit from them), checked the same embedded, by the server and by the client SDK
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -420,7 +421,22 @@ def apply_ceilings(
     ceilings: ResolvedLimits,
     policy: Literal["clamp", "refuse"] = "clamp",
 ) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
-    """Effective limits = request (or default) capped by ceilings, once, for the whole run."""
+    """Effective limits = request (or default) capped by ceilings, once, for the whole run.
+
+    Remembered for the last few hundred combinations (all four are immutable): nearly every
+    request asks for the same limits, and resolving them field by field was a tenth of the
+    host's Python work per execution (`bench.host_profile`). A refusal is not remembered."""
+    resolved, adjustments = _apply_ceilings(requested, defaults, ceilings, policy)
+    return resolved, list(adjustments)
+
+
+@functools.lru_cache(maxsize=256)
+def _apply_ceilings(
+    requested: Limits,
+    defaults: ResolvedLimits,
+    ceilings: ResolvedLimits,
+    policy: Literal["clamp", "refuse"],
+) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]:
     resolved = requested.resolve(defaults)
     adjustments: list[LimitAdjustment] = []
     changes: dict[str, int] = {}
@@ -436,7 +452,7 @@ def apply_ceilings(
             )
         changes[spec.field] = ceiling
         adjustments.append(LimitAdjustment(spec.name, spec.to_human(value), spec.to_human(ceiling)))
-    return dataclasses.replace(resolved, **changes), adjustments
+    return dataclasses.replace(resolved, **changes), tuple(adjustments)
 
 
 def parse_limit_args(args: Iterable[str]) -> Limits:

@@ -12,6 +12,7 @@ host's account of the ending (killed by a signal, or no report at all).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +31,13 @@ __all__ = ["classify_error", "finish", "limits_fields", "rejected", "start", "st
 
 def limits_fields(limits: ResolvedLimits) -> dict[str, int]:
     """Effective limits as results and audit records carry them: the proto's unit-named fields
-    (``wall_time_ms``, ``memory_bytes``, ...) with canonical integer values."""
+    (``wall_time_ms``, ``memory_bytes``, ...) with canonical integer values (a copy of the one
+    remembered per limits: a caller may change it)."""
+    return dict(_limits_fields(limits))
+
+
+@functools.lru_cache(maxsize=256)
+def _limits_fields(limits: ResolvedLimits) -> dict[str, int]:
     return {spec.field: limits.value(spec.name) for spec in LIMIT_SPECS}
 
 
