@@ -140,8 +140,19 @@ class FrameChannel:
 
     # -- the event loop's side ----------------------------------------------------------------
     async def ready(self, timeout_s: float) -> GuestReady:
-        """The guest's first frame, which must say `ready`."""
-        return await asyncio.wait_for(asyncio.shield(self._ready), timeout_s)
+        """The guest's first frame, which must say `ready`; awaited once, by the sandbox's
+        start (a timer, not `wait_for`: a few loop callbacks less per sandbox)."""
+        if not self._ready.done():
+            timer = self._loop.call_later(timeout_s, self._ready_timed_out, timeout_s)
+            try:
+                await self._ready
+            finally:
+                timer.cancel()
+        return self._ready.result()
+
+    def _ready_timed_out(self, timeout_s: float) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(TimeoutError(f"the guest said nothing in {timeout_s:g} s"))
 
     def serve(self, sink: ChannelSink, max_frame: int) -> None:
         """Hands every further frame to ``sink``; call once, after `ready`."""

@@ -98,10 +98,11 @@ class _Zygote:
         readable: asyncio.Future[None] = loop.create_future()
         fd = self.control.fileno()
         loop.add_reader(fd, _resolve_once, readable)
+        timer = loop.call_later(REPLY_TIMEOUT_S, _expire, readable)  # not asyncio.timeout: cheaper
         try:
-            async with asyncio.timeout(REPLY_TIMEOUT_S):
-                await readable
+            await readable
         finally:
+            timer.cancel()
             loop.remove_reader(fd)
         return self.read_reply()
 
@@ -218,6 +219,11 @@ def _start(settings: ZygoteSettings) -> _Zygote:
 def _resolve_once(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError(f"the fork server did not reply in {REPLY_TIMEOUT_S} s"))
 
 
 def _has_children(pid: int | None) -> bool:
