@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -61,13 +62,13 @@ def _own_cpu_s() -> float:
 class Server:
     """A real ``ptc serve`` from ``checkout`` under the profiling wrapper, and its client."""
 
-    def __init__(self, name: str, checkout: Path) -> None:
+    def __init__(self, name: str, checkout: Path, extra: list[str]) -> None:
         self.name = name
         self.dir = tempfile.TemporaryDirectory(prefix="ptc-bench-serve-profile-")
         self.stats = f"{self.dir.name}/profile.stats"
         env = {**os.environ, "PYTHONPATH": str(checkout)}
         argv = [sys.executable, str(WRAPPER), self.stats, "serve", "--listen", "127.0.0.1:0",
-                "--audit-db", f"{self.dir.name}/audit.db"]  # fmt: skip
+                "--audit-db", f"{self.dir.name}/audit.db", *extra]  # fmt: skip
         self.proc = subprocess.Popen(argv, cwd=checkout, env=env, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline()
@@ -134,10 +135,10 @@ async def main(report: Report, args: argparse.Namespace) -> None:
     executions: int = args.executions
     concurrency: int = args.concurrency
     baseline: str | None = args.baseline
-    servers = [Server("this", ROOT)]
+    servers = [Server("this", ROOT, args.serve_arg)]
     try:
         if baseline:
-            servers.append(Server("baseline", Path(baseline).resolve()))
+            servers.append(Server("baseline", Path(baseline).resolve(), args.baseline_serve_arg))
         for server in servers:
             for _ in range(warmup):
                 await server.block(executions, concurrency)
@@ -162,7 +163,10 @@ async def main(report: Report, args: argparse.Namespace) -> None:
             for label, value in medians["this"].items():
                 report.figure(label, value - medians["baseline"][label], "ms")
         if args.profile:
-            print_profile(await servers[0].profiled(executions, concurrency), top=40)
+            stats = await servers[0].profiled(executions, concurrency)
+            print_profile(stats, top=40)
+            if args.profile_out:
+                shutil.copyfile(stats, args.profile_out)
     finally:
         for server in servers:
             with contextlib.suppress(Exception):
@@ -175,6 +179,13 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--baseline", metavar="DIR", help="another checkout's server to compare")
     parser.add_argument("--profile", action="store_true", help="profile one more block")
+    parser.add_argument(
+        "--serve-arg", action="append", default=[], help="one more argument for ptc serve"
+    )
+    parser.add_argument(
+        "--baseline-serve-arg", action="append", default=[], help="the same for the baseline"
+    )
+    parser.add_argument("--profile-out", metavar="FILE", help="keep the profile's pstats here")
     parsed = parser.parse_args()
     with Report("serve_profile", parsed) as report:
         asyncio.run(main(report, parsed))

@@ -22,6 +22,7 @@ from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile, chec
 from sandbox.limits import (
     CEILINGS,
     LIMIT_SPECS,
+    SPEC_BY_FIELD,
     LimitAdjustment,
     Limits,
     ResolvedLimits,
@@ -98,9 +99,11 @@ def enum_name(value: int, prefix: str, enum: Any) -> str:
 # -- limits ------------------------------------------------------------------------------------
 def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
     values: dict[str, int] = {}
-    for spec in LIMIT_SPECS:
-        if message.HasField(spec.field):
-            value = int(getattr(message, spec.field))
+    # The fields set, in field-number order (the limits' own order): most requests set none.
+    for descriptor, raw in message.ListFields():
+        spec = SPEC_BY_FIELD.get(descriptor.name)
+        if spec is not None:
+            value = int(raw)
             if value <= 0:
                 raise InvalidArgument(
                     f"{where}.{spec.field}: must be positive (leave it unset to inherit the "
@@ -114,6 +117,9 @@ def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb
     """From canonical dataclasses, or from a mapping keyed by field (``wall_time_ms``, what
     results and audit records carry) or, in records written before that, by limit name in the
     limit's report unit (``wall_time`` in seconds)."""
+    if isinstance(limits, Mapping) and limits.keys() <= SPEC_BY_FIELD.keys():
+        # Keyed by field, as every result is: built in one call (a result's hot path).
+        return pb.Limits(**{field: int(value) for field, value in limits.items()})
     message = pb.Limits()
     for spec in LIMIT_SPECS:
         value: float | None
