@@ -139,16 +139,16 @@ class SqlAuditStore:
     def _lock_head(self, tx: Tx, tenant: str) -> tuple[int, str]:
         """Locks the tenant's chain head (creating it for a tenant's first entry) and returns
         its (seq, hash). Held to the end of ``tx``: pass it on to `_append`."""
-        select = "SELECT seq, head_hash FROM chain_heads WHERE tenant = ?" + self._db.for_update
-        rows = tx.execute(select, (tenant,))
-        if not rows:  # the tenant's first entry (or a race to write it: DO NOTHING, then lock)
-            tx.execute(
-                "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
-                "ON CONFLICT (tenant) DO NOTHING",
-                (tenant,),
-            )
-            rows = tx.execute(select, (tenant,))
-        return int(rows[0][0]), str(rows[0][1])
+        tx.execute(
+            "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
+            "ON CONFLICT (tenant) DO NOTHING",
+            (tenant,),
+        )
+        row = tx.execute(
+            "SELECT seq, head_hash FROM chain_heads WHERE tenant = ?" + self._db.for_update,
+            (tenant,),
+        )[0]
+        return int(row[0]), str(row[1])
 
     def _append(
         self,
