@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench.harness import Report, bench_parser
@@ -129,16 +130,63 @@ class Server:
         self.dir.cleanup()
 
 
+class Embedded:
+    """The same executions through an `Engine` in this process (what ``ptc serve`` wraps), on
+    the same loop: its figures are this process's (``server process``), its loop thread's
+    (``server main thread``) and nothing for a client."""
+
+    name = "embedded"
+
+    def __init__(self) -> None:
+        from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
+        from sandbox.engine import Engine, EngineConfig
+
+        self.backend = ProcessBackend(ProcessBackendConfig())
+        self.engine = Engine(EngineConfig(backends={"process": self.backend}))
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.backend.pool.wait_ready()
+
+    async def block(self, executions: int, concurrency: int) -> dict[str, float]:
+        from sandbox.engine import ExecutionRequest
+
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with slots:
+                result = await self.engine.execute(ExecutionRequest("print(1)"))
+                assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+
+        process0, thread0 = _own_cpu_s(), time.thread_time()
+        await asyncio.gather(*(one() for _ in range(executions)))
+        process1, thread1 = _own_cpu_s(), time.thread_time()
+        per = 1e3 / executions
+        return {
+            "server process": (process1 - process0) * per,
+            "server main thread": (thread1 - thread0) * per,
+            "server other threads": ((process1 - process0) - (thread1 - thread0)) * per,
+            "client (this process)": 0.0,
+        }
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
 async def main(report: Report, args: argparse.Namespace) -> None:
     rounds: int = args.rounds
     warmup: int = args.warmup
     executions: int = args.executions
     concurrency: int = args.concurrency
     baseline: str | None = args.baseline
-    servers = [Server("this", ROOT, args.serve_arg)]
+    servers: list[Server | Embedded] = [Server("this", ROOT, args.serve_arg)]
     try:
         if baseline:
             servers.append(Server("baseline", Path(baseline).resolve(), args.baseline_serve_arg))
+        if args.embedded:
+            embedded = Embedded()
+            servers.append(embedded)
+            await embedded.start()
         for server in servers:
             for _ in range(warmup):
                 await server.block(executions, concurrency)
@@ -158,11 +206,13 @@ async def main(report: Report, args: argparse.Namespace) -> None:
             for label, value in medians[name].items():
                 report.figure(label, value, "ms")
             report.data("blocks", runs)
-        if baseline:
-            report.section("this - baseline, CPU per execution (medians)")
-            for label, value in medians["this"].items():
-                report.figure(label, value - medians["baseline"][label], "ms")
+        for other in ("baseline", "embedded"):
+            if other in medians:
+                report.section(f"this - {other}, CPU per execution (medians)")
+                for label, value in medians["this"].items():
+                    report.figure(label, value - medians[other][label], "ms")
         if args.profile:
+            assert isinstance(servers[0], Server)
             stats = await servers[0].profiled(executions, concurrency)
             print_profile(stats, top=40)
             if args.profile_out:
@@ -180,6 +230,9 @@ if __name__ == "__main__":
     parser.add_argument("--baseline", metavar="DIR", help="another checkout's server to compare")
     parser.add_argument("--profile", action="store_true", help="profile one more block")
     parser.add_argument(
+        "--embedded", action="store_true", help="also the engine in this process, alternating"
+    )
+    parser.add_argument(
         "--serve-arg", action="append", default=[], help="one more argument for ptc serve"
     )
     parser.add_argument(
@@ -187,5 +240,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--profile-out", metavar="FILE", help="keep the profile's pstats here")
     parsed = parser.parse_args()
+    from sandbox import eventloop
+
     with Report("serve_profile", parsed) as report:
-        asyncio.run(main(report, parsed))
+        eventloop.run(main(report, parsed))  # the server's loop (uvloop), for both sides

@@ -10,6 +10,7 @@ integer fields.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -84,10 +85,12 @@ _EVIDENCE = {
 _EVIDENCE_NAMES = {value: name for name, value in _EVIDENCE.items()}
 
 
+@functools.cache  # a handful of statuses; an unknown one raises, and is not cached
 def _status_enum(status: str) -> int:
     return int(pb.ExecutionStatus.Value("EXECUTION_STATUS_" + status.upper()))
 
 
+@functools.cache
 def _call_status_enum(status: str) -> int:
     return int(pb.CallStatus.Value("CALL_STATUS_" + status.upper()))
 
