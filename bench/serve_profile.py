@@ -1,7 +1,9 @@
 """Where a served execution's CPU goes: a real ``ptc serve``'s process, per execution, profiled.
 
 Run: ``python -m bench.serve_profile [--executions N] [--concurrency C] [--rounds R]
-[--profile] [--baseline DIR]`` as root (cgroups, like the process backend). Starts a real
+[--baseline DIR] [--embedded] [--profile [--profile-out FILE]] [--serve-arg=ARG ...]`` as root
+(cgroups, like the process backend), e.g. ``--rounds 7 --baseline /tmp/before --embedded``.
+Starts a real
 ``ptc serve`` as `bench.forkserver` does (SQLite audit on, one tenant, loopback), runs
 ``print(1)`` through the client SDK (`sandbox.client.AsyncClient`, the unary ``Execute``) N
 times at concurrency C, and prints per block, then the median over ``--rounds`` blocks, the CPU
@@ -16,10 +18,18 @@ per execution of:
 ``--baseline DIR`` also starts the server of another checkout (a ``git worktree`` of an older
 revision, run with ``PYTHONPATH=DIR`` and this venv) and alternates blocks between the two, in
 an order rotated from round to round, so that the machine's load hits both alike; it prints
-``this - baseline`` for each figure. With ``--profile`` one more block runs with this
+``this - baseline`` for each figure (``--baseline-serve-arg`` gives that server more arguments:
+``--baseline . --baseline-serve-arg=--audit-db=memory`` is what the SQLite audit costs).
+``--embedded`` also runs the same executions through an `Engine` in this process, in its own
+alternating blocks, and prints ``this - embedded``: what serving adds to the engine. Every side
+runs on the server's event loop (uvloop where installed). The audit database of each server
+starts empty and grows by its executions, as a real server's does.
+
+With ``--profile`` one more block runs with this
 checkout's server under cProfile (``bench/_serve_profiled.py``: the event loop's thread, timed
 by its own CPU clock) and prints its CPU by module and its costliest functions (profiling slows
-Python code several times over and syscalls not at all: read its shares as where to look).
+Python code several times over and syscalls not at all: read its shares as where to look);
+``--profile-out`` keeps its `pstats` file.
 
 The machine is shared and noisy: CPU per execution moves less with the load than a rate, but a
 difference under ~0.2 ms between single runs is noise; compare medians of alternating blocks.

@@ -139,11 +139,12 @@ def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb
 
 
 def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
-    """The set fields of ``message`` as ``{field: value}``, as a result carries them."""
+    """The set fields of ``message`` as ``{field: value}``, as a result carries them (in field
+    number order, which is `LIMIT_SPECS` order)."""
     return {
-        spec.field: int(getattr(message, spec.field))
-        for spec in LIMIT_SPECS
-        if message.HasField(spec.field)
+        descriptor.name: int(value)
+        for descriptor, value in message.ListFields()
+        if descriptor.name in SPEC_BY_FIELD
     }
 
 
