@@ -1,4 +1,4 @@
-"""A write's work does not grow with the tenant's chain: SQLite's own instruction counts.
+"""Writing or reading a record costs the same on a long chain: SQLite's own instruction counts.
 
 Each append locks the chain head and writes one entry and its index rows; nothing on the write
 path may walk the chain. Counted as the virtual-machine instructions SQLite runs for a write
@@ -19,7 +19,7 @@ from sandbox.audit.sqlite import SQLiteAuditStore, _SQLiteDb
 from tests.audit.audit_support import admission, result
 
 
-def _instructions(store: SQLiteAuditStore, write: Callable[[], None]) -> int:
+def _instructions(store: SQLiteAuditStore, work: Callable[[], object]) -> int:
     db = store._db
     assert isinstance(db, _SQLiteDb)
     conn = db._conn  # white box: the store's one connection
@@ -32,7 +32,7 @@ def _instructions(store: SQLiteAuditStore, write: Callable[[], None]) -> int:
 
     conn.set_progress_handler(step, 1)
     try:
-        write()
+        work()
     finally:
         conn.set_progress_handler(None, 1)
     return count
@@ -65,5 +65,25 @@ def test_admitting_and_completing_cost_the_same_on_a_long_chain(tmp_path: Path) 
         # same on both chains).
         assert long[0] < short[0] + 200, (short, long)
         assert long[1] < short[1] + 200, (short, long)
+    finally:
+        store.close()
+
+
+def test_reading_a_record_costs_the_same_on_a_long_chain(tmp_path: Path) -> None:
+    store = SQLiteAuditStore(tmp_path / "audit.db")
+    try:
+        first = admission("acme")
+        store.admit(first)
+        store.complete(first.execution_id, result(first.execution_id))
+        short = _instructions(store, lambda: store.get("acme", first.execution_id))
+        for _ in range(1500):
+            adm = admission("acme")
+            store.admit(adm)
+            store.complete(adm.execution_id, result(adm.execution_id))
+        record = store.get("acme", first.execution_id)
+        assert record is not None and record.status == "ok"  # still the first one, whole
+        long = _instructions(store, lambda: store.get("acme", first.execution_id))
+        # Ordered by seq in SQL, the read walked the chain: 39 instructions, then 15,039.
+        assert long < short + 200, (short, long)
     finally:
         store.close()
