@@ -39,7 +39,9 @@ def _module(filename: str, function: str) -> str:
     return filename.rsplit("/", 1)[-1]
 
 
-def print_profile(profile: cProfile.Profile, top: int = 25) -> None:
+def print_profile(profile: cProfile.Profile | str, top: int = 25) -> None:
+    """Prints a profile's CPU by module and its costliest functions (``profile``: a profiler,
+    or the path of its dumped stats)."""
     stats = pstats.Stats(profile)
     by_module: collections.Counter[str] = collections.Counter()
     for (filename, _line, function), row in stats.stats.items():  # type: ignore[attr-defined]

@@ -9,7 +9,14 @@ integrations' `EmbeddedRunner` — runs its prepared executions through `Recorde
       or, when the engine raised,
     failed(exc)                a record that says how it ended and why, then the error goes on
 
-so that every admitted execution leaves a finished record whatever happened to it: `failed` for
+Both writes are synchronous calls on the caller's thread (the server's event loop), each one
+transaction of the store: the admission is committed before `Engine.run` is called, so nothing
+runs unrecorded, and the completion before the result is returned (a completion the server's
+store refuses is kept and written later: `sandbox.server.audit_writes`). What "committed"
+survives is the store's: a SQLite file in WAL mode with ``synchronous=NORMAL`` survives a crash
+of the process, not a power loss.
+
+So every admitted execution leaves a finished record whatever happened to it: `failed` for
 an error of the service (a backend that could not give a sandbox, a broken engine), `cancelled`
 when the task running it was cancelled, `interrupted` when the process is stopping (Ctrl-C, a
 draining server). A recorder without a store runs the execution and records nothing.

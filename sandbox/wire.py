@@ -10,6 +10,7 @@ integer fields.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from sandbox.files import FileDigest, InputFile, OmittedOutput, OutputFile, chec
 from sandbox.limits import (
     CEILINGS,
     LIMIT_SPECS,
+    SPEC_BY_FIELD,
     LimitAdjustment,
     Limits,
     ResolvedLimits,
@@ -83,10 +85,12 @@ _EVIDENCE = {
 _EVIDENCE_NAMES = {value: name for name, value in _EVIDENCE.items()}
 
 
+@functools.cache  # a handful of statuses; an unknown one raises, and is not cached
 def _status_enum(status: str) -> int:
     return int(pb.ExecutionStatus.Value("EXECUTION_STATUS_" + status.upper()))
 
 
+@functools.cache
 def _call_status_enum(status: str) -> int:
     return int(pb.CallStatus.Value("CALL_STATUS_" + status.upper()))
 
@@ -98,9 +102,11 @@ def enum_name(value: int, prefix: str, enum: Any) -> str:
 # -- limits ------------------------------------------------------------------------------------
 def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
     values: dict[str, int] = {}
-    for spec in LIMIT_SPECS:
-        if message.HasField(spec.field):
-            value = int(getattr(message, spec.field))
+    # The fields set, in field-number order (the limits' own order): most requests set none.
+    for descriptor, raw in message.ListFields():
+        spec = SPEC_BY_FIELD.get(descriptor.name)
+        if spec is not None:
+            value = int(raw)
             if value <= 0:
                 raise InvalidArgument(
                     f"{where}.{spec.field}: must be positive (leave it unset to inherit the "
@@ -114,6 +120,9 @@ def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb
     """From canonical dataclasses, or from a mapping keyed by field (``wall_time_ms``, what
     results and audit records carry) or, in records written before that, by limit name in the
     limit's report unit (``wall_time`` in seconds)."""
+    if isinstance(limits, Mapping) and limits.keys() <= SPEC_BY_FIELD.keys():
+        # Keyed by field, as every result is: built in one call (a result's hot path).
+        return pb.Limits(**{field: int(value) for field, value in limits.items()})
     message = pb.Limits()
     for spec in LIMIT_SPECS:
         value: float | None
@@ -130,11 +139,12 @@ def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb
 
 
 def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
-    """The set fields of ``message`` as ``{field: value}``, as a result carries them."""
+    """The set fields of ``message`` as ``{field: value}``, as a result carries them (in field
+    number order, which is `LIMIT_SPECS` order)."""
     return {
-        spec.field: int(getattr(message, spec.field))
-        for spec in LIMIT_SPECS
-        if message.HasField(spec.field)
+        descriptor.name: int(value)
+        for descriptor, value in message.ListFields()
+        if descriptor.name in SPEC_BY_FIELD
     }
 
 

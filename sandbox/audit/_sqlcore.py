@@ -137,6 +137,8 @@ class SqlAuditStore:
     # -- chain appends -----------------------------------------------------------------------
 
     def _lock_head(self, tx: Tx, tenant: str) -> tuple[int, str]:
+        """Locks the tenant's chain head (creating it for a tenant's first entry) and returns
+        its (seq, hash). Held to the end of ``tx``: pass it on to `_append`."""
         tx.execute(
             "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
             "ON CONFLICT (tenant) DO NOTHING",
@@ -148,14 +150,24 @@ class SqlAuditStore:
         )[0]
         return int(row[0]), str(row[1])
 
-    def _append(self, tx: Tx, tenant: str, kind: str, execution_id: str, payload: str) -> Entry:
-        seq, head = self._lock_head(tx, tenant)
+    def _append(
+        self,
+        tx: Tx,
+        tenant: str,
+        kind: str,
+        execution_id: str,
+        payload: str,
+        head: tuple[int, str] | None = None,
+    ) -> Entry:
+        """Appends an entry to the tenant's chain. ``head``: what `_lock_head` returned earlier
+        in ``tx`` (the lock holds to its end, so the head cannot have moved); else locked here."""
+        seq, head_hash = head if head is not None else self._lock_head(tx, tenant)
         at_us = _now_us()
-        digest = entry_hash(tenant, seq + 1, kind, execution_id, at_us, payload, head)
-        entry = Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head, digest)
+        digest = entry_hash(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash)
+        entry = Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash, digest)
         tx.execute(
             f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (tenant, entry.seq, kind, execution_id, at_us, payload, head, digest),
+            (tenant, entry.seq, kind, execution_id, at_us, payload, head_hash, digest),
         )
         tx.execute(
             "UPDATE chain_heads SET seq = ?, head_hash = ? WHERE tenant = ?",
@@ -173,11 +185,12 @@ class SqlAuditStore:
                 "SELECT 1 FROM executions WHERE execution_id = ?", (admission.execution_id,)
             ):
                 raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            head = None
             if admission.idempotency_key:
                 # The tenant's chain head is locked first (FOR UPDATE on PostgreSQL; SQLite's
                 # write transaction is already exclusive), so two servers admitting the same
                 # key serialise here and the second one sees the first one's row.
-                self._lock_head(tx, admission.tenant)
+                head = self._lock_head(tx, admission.tenant)
                 taken = tx.execute(
                     "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
                     (admission.tenant, admission.idempotency_key),
@@ -189,7 +202,9 @@ class SqlAuditStore:
                     "VALUES (?, ?, ?)",
                     (admission.tenant, admission.idempotency_key, admission.execution_id),
                 )
-            entry = self._append(tx, admission.tenant, "admitted", admission.execution_id, payload)
+            entry = self._append(
+                tx, admission.tenant, "admitted", admission.execution_id, payload, head
+            )
             derived = derive(
                 admission.tenant,
                 entry.seq,
@@ -215,13 +230,13 @@ class SqlAuditStore:
         payload = canonical(data)
         with self._db.write() as tx:
             tenant = self._tenant_of(tx, execution_id)
-            self._lock_head(tx, tenant)
+            head = self._lock_head(tx, tenant)
             status = tx.execute(
                 "SELECT status FROM executions WHERE execution_id = ?", (execution_id,)
             )[0][0]
             if status not in ("running", "interrupted"):
                 raise InvalidArgument(f"execution {execution_id} was already completed")
-            entry = self._append(tx, tenant, "completed", execution_id, payload)
+            entry = self._append(tx, tenant, "completed", execution_id, payload, head)
             self._reindex(tx, tenant, execution_id, entry, data)
 
     def _tenant_of(self, tx: Tx, execution_id: str) -> str:
@@ -231,25 +246,32 @@ class SqlAuditStore:
         return str(rows[0][0])
 
     def _reindex(self, tx: Tx, tenant: str, execution_id: str, entry: Entry, result: Any) -> None:
-        first = tx.execute(
-            "SELECT seq, payload, prev_hash FROM entries "
-            "WHERE tenant = ? AND execution_id = ? AND kind = 'admitted'",
+        # One look-up by (tenant, execution_id), the `entries_execution` index: the execution's
+        # admission and its take-overs, a handful of rows. (Asked for the latest take-over
+        # alone with ORDER BY seq DESC LIMIT 1, SQLite walked the tenant's whole chain
+        # backwards instead: a completion cost more the longer the chain.)
+        first: tuple[Any, ...] | None = None
+        taken: tuple[Any, ...] | None = None
+        for row in tx.execute(
+            "SELECT seq, kind, payload, prev_hash FROM entries "
+            "WHERE tenant = ? AND execution_id = ? AND kind IN ('admitted', 'taken_over')",
             (tenant, execution_id),
-        )[0]
-        taken = tx.execute(
-            "SELECT payload FROM entries WHERE tenant = ? AND execution_id = ? "
-            "AND kind = 'taken_over' ORDER BY seq DESC LIMIT 1",
-            (tenant, execution_id),
-        )
+        ):
+            if row[1] == "admitted":
+                first = row
+            elif taken is None or int(row[0]) > int(taken[0]):
+                taken = row
+        if first is None:
+            raise NotFound(f"no admission entry for execution {execution_id}")
         derived = derive(
             tenant,
             int(first[0]),
-            json.loads(first[1]),
-            str(first[2]),
+            json.loads(first[2]),
+            str(first[3]),
             entry.kind,
             entry.entry_hash,
             result,
-            str(json.loads(taken[0][0])["instance"]) if taken else None,
+            str(json.loads(taken[2])["instance"]) if taken is not None else None,
         )
         self._write_row(tx, execution_id, derived.row, insert=False)
         tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
@@ -366,14 +388,14 @@ class SqlAuditStore:
         reason = canonical({"reason": why, "instance": instance})
         for execution_id, tenant in running:
             with self._db.write() as tx:
-                self._lock_head(tx, tenant)
+                head = self._lock_head(tx, tenant)
                 still = tx.execute(
                     "SELECT 1 FROM executions WHERE execution_id = ? AND status = 'running'",
                     (execution_id,),
                 )
                 if not still:
                     continue
-                entry = self._append(tx, tenant, "interrupted", execution_id, reason)
+                entry = self._append(tx, tenant, "interrupted", execution_id, reason, head)
                 self._reindex(tx, tenant, execution_id, entry, None)
                 marked += 1
         return marked
@@ -387,7 +409,7 @@ class SqlAuditStore:
         payload = canonical({"reason": reason, "instance": self.instance, "handed_over": True})
         with self._db.write() as tx:
             tenant = self._tenant_of(tx, execution_id)
-            self._lock_head(tx, tenant)
+            head = self._lock_head(tx, tenant)
             still = tx.execute(
                 "SELECT 1 FROM executions WHERE execution_id = ? AND status = 'running' "
                 "AND instance = ?",
@@ -395,7 +417,7 @@ class SqlAuditStore:
             )
             if not still:
                 return False
-            entry = self._append(tx, tenant, "interrupted", execution_id, payload)
+            entry = self._append(tx, tenant, "interrupted", execution_id, payload, head)
             self._reindex(tx, tenant, execution_id, entry, None)
         return True
 
@@ -409,7 +431,7 @@ class SqlAuditStore:
         tenant's, or held by a live server)."""
         now = _now_us()
         with self._db.write() as tx:
-            self._lock_head(tx, tenant)
+            head = self._lock_head(tx, tenant)
             rows = tx.execute(
                 "SELECT instance, status FROM executions WHERE execution_id = ? AND tenant = ?",
                 (execution_id, tenant),
@@ -435,7 +457,7 @@ class SqlAuditStore:
             if not moved:
                 return None
             payload = canonical({"instance": self.instance, "from": holder, "at_us": now})
-            entry = self._append(tx, tenant, "taken_over", execution_id, payload)
+            entry = self._append(tx, tenant, "taken_over", execution_id, payload, head)
             self._reindex(tx, tenant, execution_id, entry, None)
         return holder
 
@@ -446,14 +468,18 @@ class SqlAuditStore:
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start : start + _BATCH]
             marks = ", ".join("?" for _ in chunk)
+            # Sorted here, not with ORDER BY seq: asked to order by seq, SQLite walked the
+            # tenant's whole chain in seq order instead of looking the ids up in the
+            # `entries_execution` index (a read cost more the longer the chain).
             for row in tx.execute(
-                "SELECT execution_id, kind, payload, prev_hash, entry_hash FROM entries "
-                f"WHERE tenant = ? AND execution_id IN ({marks}) ORDER BY seq",
+                "SELECT execution_id, kind, payload, prev_hash, entry_hash, seq FROM entries "
+                f"WHERE tenant = ? AND execution_id IN ({marks})",
                 (tenant, *chunk),
             ):
                 by_id[row[0]].append(row)
         records: dict[str, AuditRecord] = {}
-        for execution_id, rows in by_id.items():
+        for execution_id, found in by_id.items():
+            rows = [row[:5] for row in sorted(found, key=lambda row: int(row[5]))]
             record = _record_from_entries(rows)
             if record is not None:
                 records[execution_id] = record

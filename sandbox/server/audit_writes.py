@@ -208,6 +208,11 @@ class AuditWrites:
     def verify(self, tenant: str | None = None) -> VerifyReport:
         return self.store.verify(tenant)
 
+    @property
+    def quick_reads(self) -> bool:
+        """Whether a short read of the store may run on the event loop (`SQLiteAuditStore`)."""
+        return bool(getattr(self.store, "quick_reads", False))
+
     # A store that can move sessions between servers (`SessionHolding`): the SQL stores.
     @property
     def holds_sessions(self) -> bool:

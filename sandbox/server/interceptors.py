@@ -131,6 +131,10 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, tenancy: Tenancy | None = None, fleet: FleetIdentity | None = None) -> None:
         self.tenancy = tenancy
         self.fleet = fleet or FleetIdentity(None)  # without a fleet CA nobody is a server
+        # The wrapped handler of each (method, carried or not), built on its first call: it
+        # depends on nothing else of a call (its credential is checked per call, before this).
+        # Keyed also by gRPC's own handler, so a handler registered anew is wrapped anew.
+        self._wrapped: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -141,13 +145,6 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
             return handler
         name = handler_call_details.method[len(SERVICE_PREFIX) :]
-        request_type = _REQUEST_TYPES.get(name)
-        common = {
-            "request_deserializer": handler.request_deserializer
-            if request_type is None
-            else tolerant_decoder(request_type),
-            "response_serializer": handler.response_serializer,
-        }
         if self.tenancy is not None and handler.unary_unary is not None:
             try:
                 authenticate(self.tenancy, handler_call_details.invocation_metadata)
@@ -157,10 +154,22 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
                 # ExecuteStream: refused before its first message, the SDK's write raced the
                 # refusal and saw "Internal error from Core" (6 of 60 tries), so the servicer
                 # reads that message (bounded by the receive limit) before refusing.
-                return grpc.stream_unary_rpc_method_handler(_refuse(exc, name), **common)
+                return grpc.stream_unary_rpc_method_handler(
+                    _refuse(exc, name), **_serializers(handler, name)
+                )
         forwarded = any(
             key == FORWARDED_BY for key, _ in handler_call_details.invocation_metadata or ()
         )
+        cached = self._wrapped.get((name, forwarded))
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, name, forwarded)
+        self._wrapped[(name, forwarded)] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: Any, name: str, forwarded: bool) -> Any:
+        """gRPC's ``handler`` of method ``name``, wrapped (see the module docstring)."""
+        common = _serializers(handler, name)
 
         def gate(behaviour: Any) -> Any:
             return _gated(behaviour, self.fleet) if forwarded else behaviour
@@ -181,3 +190,14 @@ class ErrorInterceptor(aio.ServerInterceptor):  # type: ignore[type-arg]
         # A handler that reads and writes through its context is a coroutine, not a generator.
         wrap = _wrap_stream if inspect.isasyncgenfunction(behaviour) else _wrap_unary
         return grpc.stream_stream_rpc_method_handler(wrap(behaviour, name), **common)
+
+
+def _serializers(handler: Any, name: str) -> dict[str, Any]:
+    """The method's request decoder (`boundary.tolerant_decoder` for ours) and encoder."""
+    request_type = _REQUEST_TYPES.get(name)
+    return {
+        "request_deserializer": handler.request_deserializer
+        if request_type is None
+        else tolerant_decoder(request_type),
+        "response_serializer": handler.response_serializer,
+    }

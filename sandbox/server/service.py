@@ -32,7 +32,7 @@ from sandbox.server.forwarding import Forwarder
 from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.server.stream import StreamSession
-from sandbox.telemetry.tracing import attached, extract_context
+from sandbox.telemetry.tracing import attached, extract_context, tracer
 from sandbox.tenants.base import Tenant
 from stubs_gen import render_compact
 
@@ -210,6 +210,8 @@ def _before_deadline(context: Context) -> bool:
 
 def _trace_parent(context: Context) -> Any:
     """The caller's W3C trace context (``traceparent`` metadata), when tracing is on."""
+    if tracer() is None:  # off: no need to copy the call's metadata to look
+        return None
     return extract_context(
         {str(k).lower(): str(v) for k, v in (context.invocation_metadata() or ())}
     )

@@ -69,6 +69,8 @@ def _result_json(result: ExecutionResult | None) -> str:
 
 
 class MemoryAuditStore:
+    quick_reads = True  # a dict look-up: no need for a worker thread (see `SQLiteAuditStore`)
+
     def __init__(self) -> None:
         self._secret = secrets.token_urlsafe(32)
         self._entries: dict[str, _Entry] = {}
