@@ -258,12 +258,19 @@ class Drive:
         return "cpu_time" if used_s >= self.job.limits.cpu_time_ms / 1000 else None
 
     def _check_cpu(self) -> None:
-        """A single-use run's CPU watch: a timer, not a task (the loop's bookkeeping for a
-        task per execution is host CPU every execution pays, `bench.forkserver`)."""
+        """A single-use run's watch, every `CPU_POLL_S`: its CPU limit and a cancel. A timer,
+        not a task for each (the loop's bookkeeping for a task per execution is host CPU
+        every execution pays, `bench.forkserver`); a cancel is therefore seen within
+        `CPU_POLL_S`, not at once."""
         self._cpu_timer = None
         if self._stopping:
             return
-        reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+        reason: str | None = None
+        if self.cancel is not None and self.cancel.is_set():
+            self.cancelled = True
+            reason = "cancelled"
+        elif self.handle.capabilities.cgroup_cpu:
+            reason = self._cpu_spent(self.handle.usage().cpu_time_s)
         if reason is None:
             self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
         else:
@@ -354,13 +361,11 @@ class Drive:
         handle.channel.serve(self, self.job.max_call_bytes + FRAME_OVERHEAD)
         handle.channel.send(encode_frame(self._frame()))
         if self.cell is None:
-            # A single-use run: the channel's end and the CPU watch are callbacks and a timer,
-            # and nothing watches a cancel that nobody can set.
+            # A single-use run: the channel's end is a callback, its CPU limit and a cancel are
+            # watched by one timer, and nothing watches a cancel that nobody can set.
             handle.channel.closed.add_done_callback(self._on_channel_error)
-            if handle.capabilities.cgroup_cpu:
+            if handle.capabilities.cgroup_cpu or self.cancel is not None:
                 self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
-            if self.cancel is not None:
-                self._helpers.append(asyncio.ensure_future(self.watch_cancel()))
         else:
             self.cell.on_sent()
             self._helpers = [
