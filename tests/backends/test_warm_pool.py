@@ -70,14 +70,16 @@ async def _a_pool_that_demand_outran_replaces_a_taken_sandbox_at_once() -> None:
     pool = _pool(starts, size=1, max_idle=4)
     pool.start()
     await pool.wait_ready(5)
-    await pool.acquire()
-    await pool.acquire()  # found none idle: a miss, the target goes up
-    assert pool.misses == 1 and pool.target == 2
+    for _ in range(4):
+        await pool.acquire()  # the last three found none idle: misses raise the target
+    assert pool.misses == 3 and pool.target == 4
     await pool.wait_ready(5)
-    assert pool.idle == 2
     await pool.acquire()
-    # One still idle, yet its replacement starts now: demand outran the pool lately.
-    assert pool.idle == 1 and pool._starting == 1 and pool._timer is None
+    await pool.acquire()
+    assert pool.idle == 2 and pool._starting == 0  # half the target still idle: held back
+    await pool.acquire()
+    # Fewer than half idle: demand outruns the pool, and the replacements start now.
+    assert pool.idle == 1 and pool._starting == 3
     await pool.close()
 
 
