@@ -65,7 +65,7 @@ class OutputStream(asyncio.Protocol):
         self._fd = -1
         self._transport: asyncio.BaseTransport | None = None
         self._loop = asyncio.get_running_loop()
-        self._owned = False  # `read_fd`: the stream reads (and closes) the descriptor itself
+        self._owned = False  # `from_fd`: the stream reads (and closes) the descriptor itself
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     @classmethod
