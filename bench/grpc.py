@@ -104,10 +104,13 @@ ECHO_MANIFEST = [
 
 
 # -- subprocesses ------------------------------------------------------------------------------
-def spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """Starts a server subprocess; returns it and the address from its first line."""
+def spawn(
+    args: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Starts a server subprocess (``python ARGS`` in ``cwd``); returns it and the address from
+    its first line."""
     proc = subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, text=True
     )  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.readline()
@@ -119,8 +122,13 @@ def spawn(args: list[str]) -> tuple[subprocess.Popen[str], str]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, and SIGKILL should it not exit within 30 s; reaped, its pipe closed."""
     proc.terminate()
-    proc.wait(30)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
 

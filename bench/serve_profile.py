@@ -44,12 +44,11 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.grpc import spawn, stop
 from bench.harness import Report, bench_parser
 from bench.host_profile import print_profile
 from sandbox.client import AsyncClient
@@ -78,16 +77,10 @@ class Server:
         self.dir = tempfile.TemporaryDirectory(prefix="ptc-bench-serve-profile-")
         self.stats = f"{self.dir.name}/profile.stats"
         env = {**os.environ, "PYTHONPATH": str(checkout)}
-        argv = [sys.executable, str(WRAPPER), self.stats, "serve", "--listen", "127.0.0.1:0",
+        args = [str(WRAPPER), self.stats, "serve", "--listen", "127.0.0.1:0",
                 "--audit-db", f"{self.dir.name}/audit.db", *extra]  # fmt: skip
-        self.proc = subprocess.Popen(argv, cwd=checkout, env=env, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline()
-        if not first.startswith("listening on "):
-            self.proc.kill()
-            self.proc.wait()
-            raise SystemExit(f"{name}: ptc serve did not start: {first!r}")
-        self.client = AsyncClient(first.split()[-1])
+        self.proc, address = spawn(args, cwd=checkout, env=env)
+        self.client = AsyncClient(address)
 
     def cpu_s(self) -> tuple[float, float]:
         """(whole process, main thread) CPU seconds so far."""
@@ -129,14 +122,7 @@ class Server:
 
     async def close(self) -> None:
         await self.client.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop(self.proc)
         self.dir.cleanup()
 
 

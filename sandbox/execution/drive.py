@@ -284,13 +284,10 @@ class Drive:
         await self.kill("cancelled")
 
     async def serve_channel(self) -> None:
-        try:
+        """A cell's: until its channel closes (an error there is the session lost, seen by
+        `_until_end`; a single-use run watches its channel with `_on_channel_error`)."""
+        with contextlib.suppress(Exception):
             await self.handle.channel.wait_closed()
-        except Exception:
-            if self.cell is not None:
-                return  # a cell sees the channel closed, and the session lost
-            await self.kill("host_error")  # a bug on our side; `run` raises it afterwards
-            raise
 
     # -- the run -------------------------------------------------------------------------------
     async def run(self) -> Outcome:

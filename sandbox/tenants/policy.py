@@ -8,9 +8,7 @@ adjustment in the result, ``refuse`` raises `InvalidLimits` naming the limit and
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
-from typing import Literal
 
 from sandbox.errors import NotFound, PermissionDenied
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits, apply_ceilings
@@ -22,25 +20,9 @@ __all__ = ["check_backend", "check_runtime", "check_tool_modes", "effective_limi
 def effective_limits(
     tenant: Tenant, requested: Limits
 ) -> tuple[ResolvedLimits, list[LimitAdjustment]]:
-    """The request's limits (or the tenant's defaults) capped by the tenant's ceilings."""
-    limits, adjustments = _capped(
-        requested, tenant.defaults, tenant.ceilings, tenant.ceiling_policy
-    )
-    return limits, list(adjustments)
-
-
-@functools.lru_cache(maxsize=1024)
-def _capped(
-    requested: Limits,
-    defaults: ResolvedLimits,
-    ceilings: ResolvedLimits,
-    policy: Literal["clamp", "refuse"],
-) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]:
-    """`apply_ceilings`, once per distinct request: most requests ask for the same limits (or
-    none), and the answer depends only on these four frozen values. A refusal raises every
-    time (an exception is never cached)."""
-    limits, adjustments = apply_ceilings(requested, defaults, ceilings, policy)
-    return limits, tuple(adjustments)
+    """The request's limits (or the tenant's defaults) capped by the tenant's ceilings
+    (`apply_ceilings` remembers the answer per distinct request)."""
+    return apply_ceilings(requested, tenant.defaults, tenant.ceilings, tenant.ceiling_policy)
 
 
 def check_backend(tenant: Tenant, backend: str) -> None:
