@@ -54,7 +54,18 @@ def _revision(checkout: Path) -> str:
         check=False,
         timeout=10,
     )
-    return done.stdout.strip() or str(checkout)
+    revision = done.stdout.strip() or str(checkout)
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=10,
+    )
+    # Uncommitted changes are another revision of the code (and, unmarked, the same name as
+    # the commit checked out beside it: one side's runs would be taken for the other's).
+    return f"{revision}+changes" if changed.stdout.strip() else revision
 
 
 def figures(record: dict[str, Any]) -> dict[tuple[str, str], tuple[float, str]]:
@@ -136,6 +147,8 @@ def main() -> None:
             ignore=shutil.ignore_patterns("results"),
         )
     names = (_revision(ROOT), _revision(other))
+    if names[0] == names[1]:
+        names = (f"{names[0]} ({ROOT.name})", f"{names[1]} ({other.name})")
     runs: tuple[Runs, Runs] = ([], [])
     with (
         tempfile.TemporaryDirectory(prefix="ptc-bench-revisions-") as tmp,

@@ -11,6 +11,8 @@ import asyncio
 import os
 from collections.abc import Callable
 
+from sandbox import epoll_readers
+
 __all__ = ["CappedOutput", "OutputCallback", "OutputStream"]
 
 OutputCallback = Callable[[str, bytes], None]
@@ -66,17 +68,19 @@ class OutputStream(asyncio.Protocol):
         self._transport: asyncio.BaseTransport | None = None
         self._loop = asyncio.get_running_loop()
         self._owned = False  # `from_fd`: the stream reads (and closes) the descriptor itself
+        self._readers = epoll_readers.for_loop(self._loop)
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     @classmethod
     def from_fd(cls, fd: int) -> OutputStream:
-        """A stream that reads pipe ``fd`` straight from the loop's selector, and owns it
-        (`close` closes it). No transport: setting one up and tearing it down cost a dozen
-        loop callbacks per pipe, twice per sandbox (`bench.host_profile`)."""
+        """A stream that reads pipe ``fd`` straight from the loop's epoll readers
+        (`sandbox.epoll_readers`), and owns it (`close` closes it). No transport:
+        setting one up and tearing it down cost a dozen loop callbacks per pipe, twice per
+        sandbox (`bench.host_profile`)."""
         stream = cls()
         os.set_blocking(fd, False)
         stream._fd, stream._owned = fd, True
-        stream._loop.add_reader(fd, stream._readable)
+        stream._readers.watch(fd, stream._readable)
         return stream
 
     def _readable(self) -> None:
@@ -89,14 +93,14 @@ class OutputStream(asyncio.Protocol):
         if data:
             self.data_received(data)
         else:
-            self._loop.remove_reader(self._fd)
+            self._readers.unwatch(self._fd)
             self._end()
 
     def close(self) -> None:
         """Stops reading and closes an owned descriptor (`from_fd`); idempotent."""
         if self._owned and self._fd >= 0:
             if not self.closed.done():
-                self._loop.remove_reader(self._fd)
+                self._readers.unwatch(self._fd)
             os.close(self._fd)
             self._fd = -1
         self._end()

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from sandbox import epoll_readers
 from sandbox.protocol import (
     HEADER,
     GuestCall,
@@ -104,6 +105,7 @@ class FrameChannel:
         self._name = name
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        self._readers = epoll_readers.for_loop(self._loop)
         self._thread: threading.Thread | None = None
         self._inbuf = bytearray()  # frames read on the loop and not yet consumed
         self._said_ready = False  # (read on the loop)
@@ -246,13 +248,13 @@ class FrameChannel:
         if self._read_all:
             return
         self._reading = True
-        self._loop.add_reader(self._fd, self._readable)
+        self._readers.watch(self._fd, self._readable)
 
     def _stop_reading(self, for_good: bool = True) -> None:
         self._read_all = self._read_all or for_good
         if self._reading:
             self._reading = False
-            self._loop.remove_reader(self._fd)
+            self._readers.unwatch(self._fd)
 
     def _readable(self) -> None:
         try:

@@ -35,6 +35,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sandbox import epoll_readers
 from sandbox.backends.base import Capabilities, ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
@@ -131,16 +132,18 @@ class ProcessSandbox:
         self._final_usage = False  # read after the exit: nothing can change any more
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
-        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._exit: asyncio.Future[int] = loop.create_future()
+        self._readers = epoll_readers.for_loop(loop)
         if started.status_fd >= 0:
-            asyncio.get_running_loop().add_reader(started.status_fd, self._on_status)
+            self._readers.watch(started.status_fd, self._on_status)
         else:
-            asyncio.get_running_loop().add_reader(started.pidfd, self._on_exit)
+            self._readers.watch(started.pidfd, self._on_exit)
 
     def _on_exit(self, waited_s: float = 0.0) -> None:
         loop = asyncio.get_running_loop()
         if waited_s == 0.0:
-            loop.remove_reader(self._started.pidfd)
+            self._readers.unwatch(self._started.pidfd)
         if self._exit.done():
             return
         try:
@@ -167,7 +170,7 @@ class ProcessSandbox:
         if chunk and len(self._status) < STATUS_MAX_BYTES:
             self._status += chunk
             return
-        asyncio.get_running_loop().remove_reader(self._started.status_fd)
+        self._readers.unwatch(self._started.status_fd)
         if not self._exit.done():
             self._exit.set_result(_exit_code(bytes(self._status)))
 
@@ -298,14 +301,15 @@ async def _read_init_pid(status_r: int, err_r: int) -> int:
         if (ended or report.endswith(b"\n")) and not arrived.done():
             arrived.set_result(None)
 
-    loop.add_reader(status_r, readable)
+    readers = epoll_readers.for_loop(loop)
+    readers.watch(status_r, readable)
     try:
         async with asyncio.timeout(PID_REPORT_TIMEOUT_S):
             await arrived
     except TimeoutError:
         raise TimeoutError(f"no pid 1 reported in {PID_REPORT_TIMEOUT_S} s") from None
     finally:
-        loop.remove_reader(status_r)
+        readers.unwatch(status_r)
     if ended:
         os.set_blocking(err_r, False)
         with contextlib.suppress(OSError):

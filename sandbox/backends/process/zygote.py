@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sandbox import epoll_readers
 from sandbox.backends.process.bwrap import ZygoteOptions, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
 from sandbox.errors import Unavailable
@@ -97,13 +98,14 @@ class _Zygote:
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
         fd = self.control.fileno()
-        loop.add_reader(fd, _resolve_once, readable)
+        readers = epoll_readers.for_loop(loop)
+        readers.watch(fd, lambda: _resolve_once(readable))
         timer = loop.call_later(REPLY_TIMEOUT_S, _expire, readable)  # not asyncio.timeout: cheaper
         try:
             await readable
         finally:
             timer.cancel()
-            loop.remove_reader(fd)
+            readers.unwatch(fd)
         return self.read_reply()
 
     def read_reply(self) -> dict[str, object]:
