@@ -185,9 +185,12 @@ class FrameChannel:
     async def close(self) -> None:
         """Stops the thread and closes the socket; idempotent."""
         self._closing = True
-        self._served.set()
-        with self._lock:
-            self._drained.notify_all()
+        if self._closed.done():
+            return  # the reading side has finished and `_finish` closed the socket
+        if self._thread is not None:  # only the thread waits on these
+            self._served.set()
+            with self._lock:
+                self._drained.notify_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # ends a recv() in progress
         if self._thread is None and not self._closed.done():
