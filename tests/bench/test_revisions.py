@@ -5,12 +5,13 @@ made with the harness's own `Report`, as a benchmark makes them."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench.harness import Report
-from bench.revisions import compare, figures
+from bench.revisions import _revision, compare, figures
 
 
 def _record(tmp_path: Path, p50_s: float, rate: float) -> dict[str, object]:
@@ -45,3 +46,30 @@ def test_compare_reports_the_median_of_each_side_and_this_over_other(tmp_path: P
     assert ratios == {"print(1)": pytest.approx(1.25), "executions/s": pytest.approx(1.125)}
     notes = [e["note"] for e in section["figures"] if "value" not in e]
     assert notes == ["  throughput"]  # the section of the figures that follow, by its title
+
+
+def test_a_checkout_with_uncommitted_changes_is_another_revision(tmp_path: Path) -> None:
+    """Two checkouts of one commit, one of them changed: their runs must not share a name (the
+    driver keys each side's runs by it, and one side's runs were taken for the other's)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-qm", "one")
+    commit = git("rev-parse", "--short", "HEAD")
+    assert _revision(tmp_path) == commit
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _revision(tmp_path) == f"{commit}+changes"
+    (tmp_path / "untracked.py").write_text("")
+    git("checkout", "-q", "code.py")
+    assert _revision(tmp_path) == commit  # an untracked file is not the code under test
