@@ -52,6 +52,7 @@ class _Tx:
 
 class _PostgresDb:
     for_update = " FOR UPDATE"
+    serial_writes = False
 
     def __init__(self, url: str, connect_timeout_s: int) -> None:
         try:

@@ -49,6 +49,7 @@ class _Tx:
 
 class _SQLiteDb:
     for_update = ""
+    serial_writes = True
 
     def __init__(self, path: str, synchronous: Synchronous, busy_timeout_s: float) -> None:
         if path != ":memory:" and not os.path.exists(path):
