@@ -76,6 +76,9 @@ class Db(Protocol):
     def read(self) -> AbstractContextManager[Tx]:
         """A read transaction on one consistent snapshot."""
 
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """One read statement, which is its own snapshot (no explicit transaction around it)."""
+
     def lock_migrations(self, tx: Tx) -> None: ...
 
     def close(self) -> None: ...
@@ -227,26 +230,25 @@ class SqlAuditStore:
             # statement for the check and the write; the raise rolls the transaction back).
             if not self._write_row(tx, admission.execution_id, derived.row, insert=True):
                 raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
-            if admission.idempotency_key:
+            # Likewise the key's primary key refuses a key taken before; only then is its
+            # holder read, to name it.
+            if admission.idempotency_key and not tx.execute(
+                "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING execution_id",
+                (admission.tenant, admission.idempotency_key, admission.execution_id),
+            ):
                 taken = tx.execute(
                     "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
                     (admission.tenant, admission.idempotency_key),
                 )
-                if taken:
-                    raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
-                tx.execute(
-                    "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) "
-                    "VALUES (?, ?, ?)",
-                    (admission.tenant, admission.idempotency_key, admission.execution_id),
-                )
+                raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
             self._write_entry(tx, entry)
 
     def by_key(self, tenant: str, key: str) -> str | None:
-        with self._db.read() as tx:
-            rows = tx.execute(
-                "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
-                (tenant, key),
-            )
+        rows = self._db.read_one(
+            "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+            (tenant, key),
+        )
         return str(rows[0][0]) if rows else None
 
     def complete(self, execution_id: str, result: ExecutionResult) -> None:

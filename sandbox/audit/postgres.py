@@ -95,6 +95,10 @@ class _PostgresDb:
     def read(self) -> AbstractContextManager[_Tx]:
         return self._transaction("REPEATABLE READ")
 
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self.read() as tx:
+            return tx.execute(sql, params)
+
     def lock_migrations(self, tx: Tx) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
 

@@ -1,11 +1,13 @@
 """What one admission and its completion cost the SQL store, in statements, and that the shorter
 path still writes exactly the index `verify` derives.
 
-Counted with SQLite's own trace of the statements it runs (`sqlite3.Connection.
+A served execution (the SDK sends an idempotency key) asks for its key, is admitted and completes:
+1 + 7 + 7 statements, where it ran 3 + 10 + 12. Counted with SQLite's own trace of the statements it runs (`sqlite3.Connection.
 set_trace_callback`), which is the same on every run and machine: no clock is involved. Before
-this count was held down, an admission ran 8 statements and a completion without calls 12 (the
-tenant read apart from the status, the chain head inserted before every lock, the admission entry
-read back and parsed, the calls and violations rows deleted that no completion had written).
+this count was held down, an admission without a key ran 8 statements and a completion without
+calls 12 (a key looked up in a transaction of its own and before it was inserted, the tenant read
+apart from the status, the chain head inserted before every lock, the admission entry read back
+and parsed, the calls and violations rows deleted that no completion had written).
 """
 
 from __future__ import annotations
@@ -90,8 +92,7 @@ def test_a_keyed_admission_adds_the_key_and_calls_add_their_rows(
         "BEGIN IMMEDIATE",
         "SELECT seq,",
         "INSERT INTO executions",
-        "SELECT execution_id",  # the key, not yet taken
-        "INSERT INTO idempotency_keys",
+        "INSERT INTO idempotency_keys",  # refuses a key taken before
         "INSERT INTO entries",
         "UPDATE chain_heads",
         "COMMIT",
@@ -111,6 +112,21 @@ def test_a_keyed_admission_adds_the_key_and_calls_add_their_rows(
         "COMMIT",
     ]
     assert store.verify().ok
+    store.close()
+
+
+def test_asking_for_a_key_runs_one_statement(store: SQLiteAuditStore) -> None:
+    """Every served execution first asks whether its key was admitted: one SELECT, which is its
+    own snapshot, without a BEGIN and a COMMIT around it."""
+    adm = dataclasses.replace(admission("acme"), idempotency_key="k-1")
+    store.admit(adm)
+    asked: list[str | None] = []
+    assert _statements(store, lambda: asked.append(store.by_key("acme", "k-1"))) == [
+        "SELECT execution_id"
+    ]
+    assert asked == [adm.execution_id]
+    assert store.by_key("acme", "k-2") is None
+    assert store.by_key("other", "k-1") is None
     store.close()
 
 
