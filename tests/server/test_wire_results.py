@@ -86,7 +86,7 @@ def test_a_status_the_client_does_not_know_is_refused() -> None:
     message.status = pb.EXECUTION_STATUS_UNSPECIFIED
     with pytest.raises(ValueError, match="'unspecified' is not a valid ExecutionStatus"):
         result_from_proto(message)
-    message.status = 99  # a newer server's
+    message.status = 99  # type: ignore[assignment]  # a newer server's
     with pytest.raises(ValueError, match="has no name defined for value 99"):
         result_from_proto(message)
 
