@@ -107,6 +107,9 @@ _STATUSES = {
 }
 _LIMIT_FIELDS = {d: d.name for d in pb.Limits.DESCRIPTOR.fields if d.name in SPEC_BY_FIELD}
 _NO_LIMITS = Limits()  # frozen: one for every request that sets none
+# google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_MIN_TIMESTAMP_S = -62_135_596_800
+_MAX_TIMESTAMP_S = 253_402_300_799
 
 
 # -- limits ------------------------------------------------------------------------------------
@@ -211,6 +214,16 @@ def timestamp(seconds: float) -> Timestamp:
     return stamp
 
 
+def _stamp(seconds: float) -> Timestamp | dict[str, int]:
+    """`timestamp`'s fields, for a message's constructor to fill in place (half the cost of
+    building a `Timestamp` and copying it); one out of its range goes through `timestamp`,
+    which refuses it as before."""
+    whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)
+    if not _MIN_TIMESTAMP_S <= whole <= _MAX_TIMESTAMP_S:
+        return timestamp(seconds)
+    return {"seconds": whole, "nanos": nanos}
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
@@ -223,6 +236,9 @@ def _loads(text: str) -> Any:
 
 
 def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
+    # Sub-messages given as their fields, filled in place, not built apart and copied.
+    limits = result.effective_limits
+    usage = result.usage
     message = pb.ExecutionResult(
         execution_id=result.execution_id,
         status=_status_enum(result.status),  # type: ignore[arg-type]
@@ -231,17 +247,19 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         stderr=result.stderr,
         backend=BACKEND_ENUM.get(result.backend, pb.BACKEND_UNSPECIFIED),
         isolation=list(result.isolation),
-        effective_limits=limits_to_proto(result.effective_limits),
-        usage=pb.Usage(
-            wall_time_ms=round(result.usage.wall_time_s * 1000),
-            cpu_time_ms=round(result.usage.cpu_time_s * 1000),
-            peak_memory_bytes=result.usage.peak_memory_bytes,
-            stdout_bytes=result.usage.stdout_bytes,
-            stderr_bytes=result.usage.stderr_bytes,
-            tool_calls=result.usage.tool_calls,
-        ),
-        started_at=timestamp(result.started_at),
-        finished_at=timestamp(result.finished_at),
+        effective_limits={field: int(value) for field, value in limits.items()}
+        if limits.keys() <= SPEC_BY_FIELD.keys()
+        else limits_to_proto(limits),
+        usage={
+            "wall_time_ms": round(usage.wall_time_s * 1000),
+            "cpu_time_ms": round(usage.cpu_time_s * 1000),
+            "peak_memory_bytes": usage.peak_memory_bytes,
+            "stdout_bytes": usage.stdout_bytes,
+            "stderr_bytes": usage.stderr_bytes,
+            "tool_calls": usage.tool_calls,
+        },
+        started_at=_stamp(result.started_at),
+        finished_at=_stamp(result.finished_at),
         session_id=result.session_id,
         session_lost=result.session_lost,
     )

@@ -102,3 +102,12 @@ def test_limits_read_from_a_request() -> None:
         "cpu_time_ms": 7,
         "output_bytes": 9,
     }
+
+
+def test_a_time_outside_the_timestamps_range_is_refused_as_before() -> None:
+    result = _bare()
+    result.finished_at = 253_402_300_800.0  # the year 10000
+    with pytest.raises(ValueError, match="Timestamp is not valid"):
+        to_proto(result)
+    result.finished_at = 253_402_300_799.5  # the last second of the year 9999
+    assert to_proto(result).finished_at.seconds == 253_402_300_799
