@@ -257,14 +257,23 @@ class SqlAuditStore:
         payload = canonical(data)
         status, finished_at, calls, violations = ended(data)
         with self._db.write() as tx:
+            # The record's tenant and status and the tenant's chain head in one statement, the
+            # head locked (on PostgreSQL ``FOR UPDATE OF`` the head alone, as `_lock_head` does).
+            lock = self._db.for_update + " OF h" if self._db.for_update else ""
             rows = tx.execute(
-                "SELECT tenant, status FROM executions WHERE execution_id = ?", (execution_id,)
+                "SELECT e.tenant, e.status, h.seq, h.head_hash FROM executions e "
+                "JOIN chain_heads h ON h.tenant = e.tenant WHERE e.execution_id = ?" + lock,
+                (execution_id,),
             )
-            if not rows:
-                raise NotFound(f"no admitted execution {execution_id}")
-            tenant, was = str(rows[0][0]), str(rows[0][1])
-            head = self._lock_head(tx, tenant)
-            if not self._db.serial_writes:  # another server may have ended it meanwhile
+            if rows:
+                tenant, was = str(rows[0][0]), str(rows[0][1])
+                head = (int(rows[0][2]), str(rows[0][3]))
+                current = self._db.serial_writes
+            else:  # not admitted (NotFound), or its tenant's head is missing: made as by appends
+                tenant = self._tenant_of(tx, execution_id)
+                head = self._lock_head(tx, tenant)
+                current = False
+            if not current:  # read under the lock: another server may have ended it meanwhile
                 was = str(
                     tx.execute(
                         "SELECT status FROM executions WHERE execution_id = ?", (execution_id,)

@@ -2,17 +2,19 @@
 path still writes exactly the index `verify` derives.
 
 A served execution (the SDK sends an idempotency key) asks for its key, is admitted and completes:
-1 + 7 + 7 statements, where it ran 3 + 10 + 12. Counted with SQLite's own trace of the statements it runs (`sqlite3.Connection.
-set_trace_callback`), which is the same on every run and machine: no clock is involved. Before
-this count was held down, an admission without a key ran 8 statements and a completion without
-calls 12 (a key looked up in a transaction of its own and before it was inserted, the tenant read
-apart from the status, the chain head inserted before every lock, the admission entry read back
-and parsed, the calls and violations rows deleted that no completion had written).
+1 + 7 + 6 statements, where it ran 3 + 10 + 12. Counted with SQLite's own trace of the statements
+it runs (`sqlite3.Connection.set_trace_callback`), which is the same on every run and machine: no
+clock is involved. Before this count was held down, an admission without a key ran 8 statements
+and a completion without calls 12 (a key looked up in a transaction of its own and before it was
+inserted, the tenant read apart from the status and the chain head, the chain head inserted
+before every lock, the admission entry read back and parsed, the calls and violations rows
+deleted that no completion had written).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -55,7 +57,7 @@ def store(tmp_path: Path) -> SQLiteAuditStore:
     return opened
 
 
-def test_an_admission_and_its_completion_run_thirteen_statements(
+def test_an_admission_and_its_completion_run_twelve_statements(
     store: SQLiteAuditStore,
 ) -> None:
     adm = admission("acme")
@@ -72,8 +74,7 @@ def test_an_admission_and_its_completion_run_thirteen_statements(
     completed = _statements(store, lambda: store.complete(adm.execution_id, done))
     assert completed == [
         "BEGIN IMMEDIATE",
-        "SELECT tenant,",  # the tenant and status, in one read
-        "SELECT seq,",
+        "SELECT e.tenant,",  # the tenant, the status and the chain head, in one read
         "INSERT INTO entries",
         "UPDATE chain_heads",
         "UPDATE executions",
@@ -101,8 +102,7 @@ def test_a_keyed_admission_adds_the_key_and_calls_add_their_rows(
     completed = _statements(store, lambda: store.complete(adm.execution_id, done))
     assert completed == [
         "BEGIN IMMEDIATE",
-        "SELECT tenant,",
-        "SELECT seq,",
+        "SELECT e.tenant,",
         "INSERT INTO entries",
         "UPDATE chain_heads",
         "UPDATE executions",
@@ -211,4 +211,38 @@ def test_a_completion_keeps_the_holder_a_take_over_named(audit_db: AuditDb) -> N
         "SELECT instance, status FROM executions WHERE execution_id = ?", (adm.execution_id,)
     ) == [("server-b", "ok")]
     report = second.verify()
+    assert report.ok, report.problems
+
+
+def test_two_servers_completing_one_record_at_once_complete_it_once(audit_db: AuditDb) -> None:
+    """Its status is read under the tenant's chain lock (on PostgreSQL again after taking it):
+    of two servers completing the same records at the same moment, one wins each record and the
+    other is told it was already completed."""
+    stores = [audit_db.open(instance=f"server-{i}") for i in range(2)]
+    ids = []
+    for _ in range(20):
+        adm = admission("acme")
+        stores[0].admit(adm)
+        ids.append(adm.execution_id)
+    outcomes: list[list[str]] = [[], []]
+    start = threading.Barrier(2)
+
+    def work(index: int) -> None:
+        start.wait()
+        for execution_id in ids:
+            try:
+                stores[index].complete(execution_id, result(execution_id))
+                outcomes[index].append("ok")
+            except InvalidArgument as exc:
+                assert str(exc) == f"execution {execution_id} was already completed"
+                outcomes[index].append("refused")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [sorted((a, b)) for a, b in zip(*outcomes, strict=True)] == [["ok", "refused"]] * 20
+    assert audit_db.raw("SELECT COUNT(*) FROM entries WHERE kind = 'completed'")[0][0] == 20
+    report = stores[0].verify()
     assert report.ok, report.problems
