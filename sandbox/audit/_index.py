@@ -2,7 +2,8 @@
 
 `executions`, `calls` and `violations` rows exist so that queries by tenant, time, status, tool
 and violation kind are indexed. They are never trusted on their own: `derive` computes them
-from an execution's entries, the store writes exactly what `derive` returns, and `verify`
+from an execution's entries, the store writes exactly what `derive` returns (a completion writes
+the part of it that its own payload sets, `ended`, which `derive` uses too), and `verify`
 recomputes them and reports any row that differs (an index edited to hide or fake a record).
 """
 
