@@ -96,8 +96,15 @@ class _PostgresDb:
         return self._transaction("REPEATABLE READ")
 
     def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        with self.read() as tx:
-            return tx.execute(sql, params)
+        # The connection is in autocommit mode: the statement is its own transaction, one
+        # snapshot, without the BEGIN, SET TRANSACTION and COMMIT round trips of `read`.
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                self._connect()
+            try:
+                return _Tx(self._conn).execute(sql, params)
+            except self._psycopg.Error as exc:
+                raise StoreUnavailable(f"audit store: PostgreSQL failed: {exc}") from exc
 
     def lock_migrations(self, tx: Tx) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
