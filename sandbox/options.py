@@ -141,12 +141,12 @@ _Options = TypeVar("_Options", RunOptions, SessionOptions)
 
 def _override(base: _Options, overrides: dict[str, Any]) -> _Options:
     """``base`` with ``overrides`` in place, each turned into its field's type."""
+    if not overrides:  # every call of the SDK without keywords: nothing to check or replace
+        return base
     names = [f.name for f in dataclasses.fields(base)]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise TypeError(f"unexpected keyword argument {unknown[0]!r} (options: {', '.join(names)})")
-    if not overrides:
-        return base
     if "limits" in overrides:
         overrides["limits"] = _limits(overrides["limits"])
     if "files" in overrides:

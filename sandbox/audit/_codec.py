@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from sandbox.audit.base import Admission
@@ -50,11 +51,16 @@ OUTPUT_CAP_BYTES = 1024 * 1024  # per stream kept in the record; the rest is dro
 KINDS = ("admitted", "completed", "interrupted", "pruned")
 
 
+# What `json.dumps` builds on every call with these arguments, built once: its `encode` is the
+# same C encoder, so the text is the same (tests/audit/test_audit_codec_bytes.py holds it).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical(value: object) -> str:
     """The one JSON spelling that is hashed: sorted keys, no spaces, no NaN."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 def sha256_text(text: str) -> str:
@@ -89,16 +95,16 @@ class Entry:
 def entry_hash(
     tenant: str, seq: int, kind: str, execution_id: str, at_us: int, payload: str, prev: str
 ) -> str:
-    header = canonical(
-        {
-            "v": ENTRY_VERSION,
-            "tenant": tenant,
-            "seq": seq,
-            "kind": kind,
-            "execution_id": execution_id,
-            "at_us": at_us,
-            "prev": prev,
-        }
+    # The canonical JSON of {"v", "tenant", "seq", "kind", "execution_id", "at_us", "prev"},
+    # spelled out in its sorted key order: each string as the canonical encoder writes it
+    # (`encode_basestring` is its own, ensure_ascii=False), each integer in decimal. Two
+    # appends per execution hash one, so the encoder's set-up and key sort are skipped.
+    # `int.__repr__` is how the encoder spells an int, and refuses a float or a string.
+    header = (
+        f'{{"at_us":{int.__repr__(at_us)},"execution_id":{encode_basestring(execution_id)},'
+        f'"kind":{encode_basestring(kind)},"prev":{encode_basestring(prev)},'
+        f'"seq":{int.__repr__(seq)},"tenant":{encode_basestring(tenant)},'
+        f'"v":{ENTRY_VERSION}}}'
     )
     return "sha256:" + sha256_text(header + "\n" + payload)
 

@@ -2,7 +2,8 @@
 
 `executions`, `calls` and `violations` rows exist so that queries by tenant, time, status, tool
 and violation kind are indexed. They are never trusted on their own: `derive` computes them
-from an execution's entries, the store writes exactly what `derive` returns, and `verify`
+from an execution's entries, the store writes exactly what `derive` returns (a completion writes
+the part of it that its own payload sets, `ended`, which `derive` uses too), and `verify`
 recomputes them and reports any row that differs (an index edited to hide or fake a record).
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallRow", "ExecRow", "ViolationRow", "derive"]
+__all__ = ["CallRow", "ExecRow", "ViolationRow", "derive", "ended"]
 
 CallRow = tuple[int, int, str, str]  # idx (position), seq, tool, status
 ViolationRow = tuple[int, str, str]  # idx, limit, action
@@ -60,23 +61,15 @@ def derive(
     server rebuilt: `sandbox.sessions.rebuild`), which then holds it instead of the admitting
     one; a ``taken_over`` entry after an ``interrupted`` one makes the record `running` again.
     """
-    if result is not None:
-        status = str(result["status"])
-        finished_at: float | None = float(result["finished_at"])
-    elif last_kind == "interrupted":
-        status, finished_at = "interrupted", None
-    else:
-        status, finished_at = "running", None
     calls: list[CallRow] = []
     violations: list[ViolationRow] = []
+    finished_at: float | None = None
     if result is not None:
-        calls = [
-            (i, int(c["seq"]), str(c["tool"]), str(c["status"]))
-            for i, c in enumerate(result["calls"])
-        ]
-        violations = [
-            (i, str(v["limit"]), str(v["action"])) for i, v in enumerate(result["violations"])
-        ]
+        status, finished_at, calls, violations = ended(result)
+    elif last_kind == "interrupted":
+        status = "interrupted"
+    else:
+        status = "running"
     row = ExecRow(
         tenant=tenant,
         admit_seq=admit_seq,
@@ -91,3 +84,16 @@ def derive(
         record_hash=last_hash,
     )
     return Derived(row, calls, violations)
+
+
+def ended(result: Mapping[str, Any]) -> tuple[str, float, list[CallRow], list[ViolationRow]]:
+    """What a ``completed`` entry's payload sets in the index: the row's status and
+    ``finished_at``, and its calls and violations rows. The rest of the row (admission fields,
+    holder) depends on the admission and take-over entries alone, never on a completion."""
+    calls = [
+        (i, int(c["seq"]), str(c["tool"]), str(c["status"])) for i, c in enumerate(result["calls"])
+    ]
+    violations = [
+        (i, str(v["limit"]), str(v["action"])) for i, v in enumerate(result["violations"])
+    ]
+    return str(result["status"]), float(result["finished_at"]), calls, violations

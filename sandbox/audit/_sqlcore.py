@@ -31,7 +31,7 @@ from sandbox.audit._codec import (
     result_from_json,
     result_to_json,
 )
-from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
+from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive, ended
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
 from sandbox.audit._verify import ChainState, verify_tenant
 from sandbox.audit.base import (
@@ -65,12 +65,19 @@ class Db(Protocol):
     """One engine's connection handling."""
 
     for_update: str  # appended to the chain-head SELECT
+    # True when a write transaction excludes every other writer from its start (SQLite's
+    # ``BEGIN IMMEDIATE``), so a row read before the tenant's chain head is locked is current;
+    # False when writers serialise only on that lock (PostgreSQL: read after it).
+    serial_writes: bool
 
     def write(self) -> AbstractContextManager[Tx]:
         """A write transaction, serialised against other writers of the same store."""
 
     def read(self) -> AbstractContextManager[Tx]:
         """A read transaction on one consistent snapshot."""
+
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """One read statement, which is its own snapshot (no explicit transaction around it)."""
 
     def lock_migrations(self, tx: Tx) -> None: ...
 
@@ -139,16 +146,18 @@ class SqlAuditStore:
     def _lock_head(self, tx: Tx, tenant: str) -> tuple[int, str]:
         """Locks the tenant's chain head (creating it for a tenant's first entry) and returns
         its (seq, hash). Held to the end of ``tx``: pass it on to `_append`."""
-        tx.execute(
-            "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
-            "ON CONFLICT (tenant) DO NOTHING",
-            (tenant,),
-        )
-        row = tx.execute(
-            "SELECT seq, head_hash FROM chain_heads WHERE tenant = ?" + self._db.for_update,
-            (tenant,),
-        )[0]
-        return int(row[0]), str(row[1])
+        # Every entry but a tenant's first finds the row: one statement. The first inserts it
+        # (two writers racing to do so: the second's insert does nothing) and reads it again.
+        lock = "SELECT seq, head_hash FROM chain_heads WHERE tenant = ?" + self._db.for_update
+        rows = tx.execute(lock, (tenant,))
+        if not rows:
+            tx.execute(
+                "INSERT INTO chain_heads (tenant, seq, head_hash) VALUES (?, 0, '') "
+                "ON CONFLICT (tenant) DO NOTHING",
+                (tenant,),
+            )
+            rows = tx.execute(lock, (tenant,))
+        return int(rows[0][0]), str(rows[0][1])
 
     def _append(
         self,
@@ -161,19 +170,36 @@ class SqlAuditStore:
     ) -> Entry:
         """Appends an entry to the tenant's chain. ``head``: what `_lock_head` returned earlier
         in ``tx`` (the lock holds to its end, so the head cannot have moved); else locked here."""
-        seq, head_hash = head if head is not None else self._lock_head(tx, tenant)
-        at_us = _now_us()
-        digest = entry_hash(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash)
-        entry = Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash, digest)
+        entry = _next_entry(
+            head if head is not None else self._lock_head(tx, tenant),
+            tenant,
+            kind,
+            execution_id,
+            payload,
+        )
+        self._write_entry(tx, entry)
+        return entry
+
+    def _write_entry(self, tx: Tx, entry: Entry) -> None:
+        """Writes ``entry`` (made by `_next_entry` from the head locked in ``tx``) and moves
+        the tenant's chain head to it."""
         tx.execute(
             f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (tenant, entry.seq, kind, execution_id, at_us, payload, head_hash, digest),
+            (
+                entry.tenant,
+                entry.seq,
+                entry.kind,
+                entry.execution_id,
+                entry.at_us,
+                entry.payload,
+                entry.prev_hash,
+                entry.entry_hash,
+            ),
         )
         tx.execute(
             "UPDATE chain_heads SET seq = ?, head_hash = ? WHERE tenant = ?",
-            (entry.seq, digest, tenant),
+            (entry.seq, entry.entry_hash, entry.tenant),
         )
-        return entry
 
     def admit(self, admission: Admission) -> None:
         admitted_at = admission.admitted_at or time.time()
@@ -181,29 +207,15 @@ class SqlAuditStore:
         data["instance"] = self.instance
         payload = canonical(data)
         with self._db.write() as tx:
-            if tx.execute(
-                "SELECT 1 FROM executions WHERE execution_id = ?", (admission.execution_id,)
-            ):
-                raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
-            head = None
-            if admission.idempotency_key:
-                # The tenant's chain head is locked first (FOR UPDATE on PostgreSQL; SQLite's
-                # write transaction is already exclusive), so two servers admitting the same
-                # key serialise here and the second one sees the first one's row.
-                head = self._lock_head(tx, admission.tenant)
-                taken = tx.execute(
-                    "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
-                    (admission.tenant, admission.idempotency_key),
-                )
-                if taken:
-                    raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
-                tx.execute(
-                    "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) "
-                    "VALUES (?, ?, ?)",
-                    (admission.tenant, admission.idempotency_key, admission.execution_id),
-                )
-            entry = self._append(
-                tx, admission.tenant, "admitted", admission.execution_id, payload, head
+            # The tenant's chain head is locked first (FOR UPDATE on PostgreSQL; SQLite's write
+            # transaction is already exclusive), so two servers admitting the same key
+            # serialise here and the second one sees the first one's row.
+            entry = _next_entry(
+                self._lock_head(tx, admission.tenant),
+                admission.tenant,
+                "admitted",
+                admission.execution_id,
+                payload,
             )
             derived = derive(
                 admission.tenant,
@@ -214,30 +226,75 @@ class SqlAuditStore:
                 entry.entry_hash,
                 None,
             )
-            self._write_row(tx, admission.execution_id, derived.row, insert=True)
+            # The index row first: its primary key is what refuses an id admitted before (one
+            # statement for the check and the write; the raise rolls the transaction back).
+            if not self._write_row(tx, admission.execution_id, derived.row, insert=True):
+                raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+            # Likewise the key's primary key refuses a key taken before; only then is its
+            # holder read, to name it.
+            if admission.idempotency_key and not tx.execute(
+                "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING execution_id",
+                (admission.tenant, admission.idempotency_key, admission.execution_id),
+            ):
+                taken = tx.execute(
+                    "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+                    (admission.tenant, admission.idempotency_key),
+                )
+                raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
+            self._write_entry(tx, entry)
 
     def by_key(self, tenant: str, key: str) -> str | None:
-        with self._db.read() as tx:
-            rows = tx.execute(
-                "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
-                (tenant, key),
-            )
+        rows = self._db.read_one(
+            "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+            (tenant, key),
+        )
         return str(rows[0][0]) if rows else None
 
     def complete(self, execution_id: str, result: ExecutionResult) -> None:
         data = result_to_json(result)
         data["execution_id"] = execution_id
         payload = canonical(data)
+        status, finished_at, calls, violations = ended(data)
         with self._db.write() as tx:
-            tenant = self._tenant_of(tx, execution_id)
-            head = self._lock_head(tx, tenant)
-            status = tx.execute(
-                "SELECT status FROM executions WHERE execution_id = ?", (execution_id,)
-            )[0][0]
-            if status not in ("running", "interrupted"):
+            # The record's tenant and status and the tenant's chain head in one statement, the
+            # head locked (on PostgreSQL ``FOR UPDATE OF`` the head alone, as `_lock_head` does).
+            lock = self._db.for_update + " OF h" if self._db.for_update else ""
+            rows = tx.execute(
+                "SELECT e.tenant, e.status, h.seq, h.head_hash FROM executions e "
+                "JOIN chain_heads h ON h.tenant = e.tenant WHERE e.execution_id = ?" + lock,
+                (execution_id,),
+            )
+            if rows:
+                tenant, was = str(rows[0][0]), str(rows[0][1])
+                head = (int(rows[0][2]), str(rows[0][3]))
+                current = self._db.serial_writes
+            else:  # not admitted (NotFound), or its tenant's head is missing: made as by appends
+                tenant = self._tenant_of(tx, execution_id)
+                head = self._lock_head(tx, tenant)
+                current = False
+            if not current:  # read under the lock: another server may have ended it meanwhile
+                was = str(
+                    tx.execute(
+                        "SELECT status FROM executions WHERE execution_id = ?", (execution_id,)
+                    )[0][0]
+                )
+            if was not in ("running", "interrupted"):
                 raise InvalidArgument(f"execution {execution_id} was already completed")
-            entry = self._append(tx, tenant, "completed", execution_id, payload, head)
-            self._reindex(tx, tenant, execution_id, entry, data)
+            entry = _next_entry(head, tenant, "completed", execution_id, payload)
+            self._write_entry(tx, entry)
+            # The index as `_reindex` would derive it, without reading the admission entry
+            # back: a completion sets the row's status, finish time and last hash, and its
+            # calls and violations; the admission fields and the holder (`instance`, which only
+            # the admission and take-overs name) stay what the row's last reindex wrote.
+            tx.execute(
+                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
+                "WHERE execution_id = ?",
+                (status, finished_at, entry.entry_hash, execution_id),
+            )
+            # Calls and violations rows exist only after a completion, and a record completes
+            # again only when that completion's status was `interrupted` (a session's end).
+            self._write_lists(tx, tenant, execution_id, calls, violations, clear=was != "running")
 
     def _tenant_of(self, tx: Tx, execution_id: str) -> str:
         rows = tx.execute("SELECT tenant FROM executions WHERE execution_id = ?", (execution_id,))
@@ -274,22 +331,38 @@ class SqlAuditStore:
             str(json.loads(taken[2])["instance"]) if taken is not None else None,
         )
         self._write_row(tx, execution_id, derived.row, insert=False)
-        tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
-        tx.execute("DELETE FROM violations WHERE execution_id = ?", (execution_id,))
-        if derived.calls:
+        self._write_lists(tx, tenant, execution_id, derived.calls, derived.violations, clear=True)
+
+    def _write_lists(
+        self,
+        tx: Tx,
+        tenant: str,
+        execution_id: str,
+        calls: Sequence[CallRow],
+        violations: Sequence[ViolationRow],
+        *,
+        clear: bool,
+    ) -> None:
+        """Writes the execution's calls and violations rows; ``clear``: first deletes the ones
+        an earlier completion wrote."""
+        if clear:
+            tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
+            tx.execute("DELETE FROM violations WHERE execution_id = ?", (execution_id,))
+        if calls:
             tx.executemany(
                 "INSERT INTO calls (execution_id, idx, seq, tenant, tool, status) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                [(execution_id, i, s, tenant, tool, st) for i, s, tool, st in derived.calls],
+                [(execution_id, i, s, tenant, tool, st) for i, s, tool, st in calls],
             )
-        if derived.violations:
+        if violations:
             tx.executemany(
                 "INSERT INTO violations (execution_id, idx, tenant, limit_name, action) "
                 "VALUES (?, ?, ?, ?, ?)",
-                [(execution_id, i, tenant, name, act) for i, name, act in derived.violations],
+                [(execution_id, i, tenant, name, act) for i, name, act in violations],
             )
 
-    def _write_row(self, tx: Tx, execution_id: str, row: ExecRow, *, insert: bool) -> None:
+    def _write_row(self, tx: Tx, execution_id: str, row: ExecRow, *, insert: bool) -> bool:
+        """Inserts or updates the row; False when an insert found the id already there."""
         values = (
             row.tenant,
             row.admit_seq,
@@ -304,17 +377,20 @@ class SqlAuditStore:
             row.record_hash,
         )
         if insert:
-            tx.execute(
-                f"INSERT INTO executions (execution_id, {_EXEC_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (execution_id, *values),
+            return bool(
+                tx.execute(
+                    f"INSERT INTO executions (execution_id, {_EXEC_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (execution_id) DO NOTHING RETURNING execution_id",
+                    (execution_id, *values),
+                )
             )
-        else:
-            tx.execute(
-                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ?, instance = ? "
-                "WHERE execution_id = ?",
-                (row.status, row.finished_at, row.record_hash, row.instance, execution_id),
-            )
+        tx.execute(
+            "UPDATE executions SET status = ?, finished_at = ?, record_hash = ?, instance = ? "
+            "WHERE execution_id = ?",
+            (row.status, row.finished_at, row.record_hash, row.instance, execution_id),
+        )
+        return True
 
     def mark_interrupted(self) -> int:
         return self._mark_interrupted(
@@ -669,6 +745,16 @@ class SqlAuditStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _next_entry(
+    head: tuple[int, str], tenant: str, kind: str, execution_id: str, payload: str
+) -> Entry:
+    """The entry that follows ``head`` (locked by `_lock_head`), hashed, not yet written."""
+    seq, head_hash = head
+    at_us = _now_us()
+    digest = entry_hash(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash)
+    return Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash, digest)
 
 
 def _parse_token(token: str) -> int:

@@ -52,6 +52,7 @@ class _Tx:
 
 class _PostgresDb:
     for_update = " FOR UPDATE"
+    serial_writes = False
 
     def __init__(self, url: str, connect_timeout_s: int) -> None:
         try:
@@ -93,6 +94,17 @@ class _PostgresDb:
 
     def read(self) -> AbstractContextManager[_Tx]:
         return self._transaction("REPEATABLE READ")
+
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        # The connection is in autocommit mode: the statement is its own transaction, one
+        # snapshot, without the BEGIN, SET TRANSACTION and COMMIT round trips of `read`.
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                self._connect()
+            try:
+                return _Tx(self._conn).execute(sql, params)
+            except self._psycopg.Error as exc:
+                raise StoreUnavailable(f"audit store: PostgreSQL failed: {exc}") from exc
 
     def lock_migrations(self, tx: Tx) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))

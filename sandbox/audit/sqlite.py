@@ -49,6 +49,7 @@ class _Tx:
 
 class _SQLiteDb:
     for_update = ""
+    serial_writes = True
 
     def __init__(self, path: str, synchronous: Synchronous, busy_timeout_s: float) -> None:
         if path != ":memory:" and not os.path.exists(path):
@@ -99,6 +100,17 @@ class _SQLiteDb:
 
     def read(self) -> AbstractContextManager[_Tx]:
         return self._transaction("BEGIN")
+
+    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        # In autocommit mode SQLite wraps the statement in its own read transaction, one WAL
+        # snapshot: the same as BEGIN, the statement, COMMIT, without running those two.
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                if _store_refused(exc):
+                    raise self._refused(exc) from exc
+                raise
 
     def lock_migrations(self, tx: Tx) -> None:
         """``BEGIN IMMEDIATE`` already excludes other writers, migrators included."""

@@ -137,6 +137,8 @@ def build_manifest(tools: str | Sequence[ToolLike]) -> tuple[str, dict[str, Clie
     if isinstance(tools, str):
         check_manifest_size(tools)  # before sending, as the server would refuse it
         return tools, {}
+    if not tools:  # no tools: the JSON of an empty list, as below, without encoding it
+        return "[]", {}
     entries: list[Any] = []
     local: dict[str, ClientTool] = {}
     for item in tools:

@@ -73,7 +73,9 @@ def request_from_proto(
         raise InvalidArgument(f"expected_calls: more than {MAX_EXPECTED_CALLS} entries")
     if len(message.runtime) > MAX_NAME_CHARS:
         raise InvalidArgument(f"runtime: longer than {MAX_NAME_CHARS} characters")
-    for index, item in enumerate(message.expected_calls):
+    # Most requests leave the repeated and map fields empty: asking one for its length is cheap,
+    # iterating it even empty is not (~2.5 us each).
+    for index, item in enumerate(message.expected_calls) if message.expected_calls else ():
         where = f"expected_calls[{index}]"
         if not item.tool:
             raise InvalidArgument(f"{where}.tool: is empty")
@@ -84,7 +86,8 @@ def request_from_proto(
         if low is not None and high is not None and low > high:
             raise InvalidArgument(f"{where}: min {low} is above max {high}")
         expected.append(ExpectedCalls(item.tool, low, high))
-    check_labels(message.labels)
+    labels = dict(message.labels) if message.labels else {}
+    check_labels(labels)
     return ExecutionRequest(
         script=message.script,
         manifest=message.manifest.json if message.HasField("manifest") else "[]",
@@ -92,8 +95,8 @@ def request_from_proto(
         backend=BACKENDS.get(message.backend),
         policy=POLICIES.get(message.policy, default_policy),
         expected_calls=tuple(expected),
-        labels=dict(message.labels),
-        files=input_files_from_proto(message),
+        labels=labels,
+        files=input_files_from_proto(message) if message.input_files else (),
         runtime=message.runtime or None,
         idempotency_key=check_idempotency_key(message.idempotency_key),
     )

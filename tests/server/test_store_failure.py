@@ -259,7 +259,8 @@ def test_postgresql_refusing_writes_takes_the_server_out_of_rotation_until_it_ta
             _wait_until(
                 "a refusal naming PostgreSQL's error",
                 lambda: any(
-                    "cannot execute INSERT in a read-only transaction" in message
+                    # An admission's first write locks the tenant's chain head.
+                    "cannot execute SELECT FOR UPDATE in a read-only transaction" in message
                     for at, kind, message in list(load.outcomes)
                     if at >= refusing_at
                 ),
