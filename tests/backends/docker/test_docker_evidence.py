@@ -64,7 +64,16 @@ def test_real_violation_carries_its_evidence(oclean: DockerHarness, name: str) -
         expected = GVISOR_CASES.get(name, expected)
     result = oclean.run(script, limits=limits)
     assert result.status == "limit_exceeded"
-    assert [(v.limit, v.observed, v.action, v.evidence) for v in result.violations] == expected
+    found = [(v.limit, v.observed, v.action, v.evidence) for v in result.violations]
+    if name == "memory" and len(found) == 1 and found[0][1] is not None:
+        # The observed peak is the cgroup's own: the limit, or above it by what the kernel
+        # charges past the limit for a task it is already killing (a forced charge; under
+        # gVisor one page over, 1 run in about 7 of this file). The limit, action and evidence
+        # stay exact; the peak is held to the limit plus one huge page at most.
+        peak = found[0][1]
+        assert 128 * MiB <= peak <= 130 * MiB, peak
+        found = [(found[0][0], 128 * MiB, found[0][2], found[0][3])]
+    assert found == expected
     oclean.assert_healthy()
 
 
