@@ -45,27 +45,20 @@ ROOT = Path(__file__).resolve().parent.parent
 Runs = list[dict[tuple[str, str], tuple[float, str]]]  # one side's figures, a block each
 
 
-def _revision(checkout: Path) -> str:
+def _git(checkout: Path, *args: str) -> str:
+    """What ``git args`` prints in ``checkout``, stripped ("" when it fails)."""
     done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
+        ["git", *args], cwd=checkout, capture_output=True, text=True, check=False, timeout=10
     )
-    revision = done.stdout.strip() or str(checkout)
-    changed = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
+    return done.stdout.strip()
+
+
+def _revision(checkout: Path) -> str:
+    revision = _git(checkout, "rev-parse", "--short", "HEAD") or str(checkout)
     # Uncommitted changes are another revision of the code (and, unmarked, the same name as
     # the commit checked out beside it: one side's runs would be taken for the other's).
-    return f"{revision}+changes" if changed.stdout.strip() else revision
+    changed = _git(checkout, "status", "--porcelain", "--untracked-files=no")
+    return f"{revision}+changes" if changed else revision
 
 
 def figures(record: dict[str, Any]) -> dict[tuple[str, str], tuple[float, str]]:

@@ -59,6 +59,8 @@ class OutputStream(asyncio.Protocol):
     channel's own thread.
     """
 
+    _readers: epoll_readers.EpollReaders  # set by `from_fd` only: transport-fed streams need none
+
     def __init__(self) -> None:
         self._sink: CappedOutput | None = None
         self._on_output: OutputCallback | None = None
@@ -68,7 +70,6 @@ class OutputStream(asyncio.Protocol):
         self._transport: asyncio.BaseTransport | None = None
         self._loop = asyncio.get_running_loop()
         self._owned = False  # `from_fd`: the stream reads (and closes) the descriptor itself
-        self._readers = epoll_readers.for_loop(self._loop)
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     @classmethod
@@ -80,6 +81,7 @@ class OutputStream(asyncio.Protocol):
         stream = cls()
         os.set_blocking(fd, False)
         stream._fd, stream._owned = fd, True
+        stream._readers = epoll_readers.for_loop(stream._loop)
         stream._readers.watch(fd, stream._readable)
         return stream
 

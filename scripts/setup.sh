@@ -12,6 +12,8 @@ SUDO=""
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# As root the host starts bwrap as the sandbox user through setpriv (sandbox/backends/process/bwrap.py).
+command -v setpriv >/dev/null || need+=(util-linux)
 # The process backend's syscall filter is compiled with libseccomp (loaded by pyseccomp).
 /sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 ' || need+=(libseccomp2)
 [ -x /usr/bin/python3 ] || need+=(python3)

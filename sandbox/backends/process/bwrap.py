@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ZygoteOptions", "bwrap_path", "probe_bwrap", "zygote_argv"]
+__all__ = ["ZygoteOptions", "as_user_prefix", "bwrap_path", "probe_bwrap", "zygote_argv"]
 
 # Layers every process sandbox has when bwrap starts at all.
 NAMESPACE_LAYERS = [
@@ -50,6 +50,31 @@ class ZygoteOptions:
 @functools.cache
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
+
+
+@functools.cache
+def _setpriv_path() -> str | None:
+    return shutil.which("setpriv")
+
+
+def as_user_prefix(uid: int, gid: int) -> list[str]:
+    """What runs bwrap as ``uid``:``gid`` with no supplementary groups when the host is root
+    (util-linux's ``setpriv``, which execs it); nothing otherwise.
+
+    Not `subprocess`'s ``user=``/``group=``: with those Python starts the child with fork(2)
+    instead of vfork(2), and fork(2) runs the host process's fork handlers in the child. gRPC's
+    restarts its poller thread there, `subprocess` closes the poller's epoll before the exec,
+    and gRPC aborts the child (grpc/grpc#43055): a served fork server then "did not start".
+    vfork(2) runs no fork handlers, whatever library the host has loaded."""
+    if os.getuid() != 0:
+        return []
+    setpriv = _setpriv_path()
+    if setpriv is None:
+        raise FileNotFoundError(
+            "setpriv (Debian package util-linux) is not installed: as root the host needs it "
+            "to start bwrap as the sandbox user"
+        )
+    return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
 
 
 def _python_mounts(python: str) -> list[str]:
@@ -140,14 +165,17 @@ def probe_bwrap(python: str, uid: int, gid: int) -> str | None:
         "--symlink", "usr/lib64", "/lib64", *_python_mounts(python),
         "--proc", "/proc", "--dev", "/dev", "--", python, "-I", "-S", "-c", "pass",
     ]  # fmt: skip
-    kwargs: dict[str, object] = {}
-    if os.getuid() == 0:
-        kwargs = {"user": uid, "group": gid, "extra_groups": []}
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=20, check=False, **kwargs)  # type: ignore[call-overload]
+        argv = [*as_user_prefix(uid, gid), *argv]
+        proc = subprocess.run(argv, capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap failed to start: {exc}"
     if proc.returncode != 0:
         message = proc.stderr.decode(errors="replace").strip()
-        return f"bwrap cannot create namespaces here: {message}"
+        how = (
+            f"killed by signal {-proc.returncode}"
+            if proc.returncode < 0
+            else f"exit status {proc.returncode}"
+        )
+        return f"bwrap cannot create namespaces here ({how}): {message or 'no message'}"
     return None

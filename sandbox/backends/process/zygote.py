@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from sandbox import epoll_readers
-from sandbox.backends.process.bwrap import ZygoteOptions, zygote_argv
+from sandbox.backends.process.bwrap import ZygoteOptions, as_user_prefix, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
 from sandbox.errors import Unavailable
 
@@ -154,9 +154,6 @@ class _Zygote:
 def _start(settings: ZygoteSettings) -> _Zygote:
     host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = program_fd() if settings.seccomp else os.memfd_create("ptc-no-seccomp")
-    as_user: dict[str, object] = {}
-    if os.getuid() == 0:
-        as_user = {"user": settings.uid, "group": settings.gid, "extra_groups": []}
     proc: subprocess.Popen[bytes] | None = None
     try:
         argv = zygote_argv(
@@ -171,8 +168,10 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 preload=settings.preload,
             )
         )
-        proc = subprocess.Popen(  # type: ignore[call-overload]
-            argv,
+        # No user=/group= here: they make `subprocess` fork(2) instead of vfork(2) and so run
+        # the host's fork handlers in the child (`as_user_prefix` says why that kills it).
+        proc = subprocess.Popen(
+            [*as_user_prefix(settings.uid, settings.gid), *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -180,7 +179,6 @@ def _start(settings: ZygoteSettings) -> _Zygote:
             start_new_session=True,
             # The zygote's environment is what every sandbox inherits: never the server's.
             env=BWRAP_ENV,
-            **as_user,
         )
         assert proc is not None
         guest.close()
