@@ -42,7 +42,7 @@ import psutil
 
 from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s
 from bench.grpc import spawn, stop
-from bench.harness import Report, bench_parser, interleave, percentile
+from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
 from sandbox.client import AsyncClient
@@ -166,19 +166,17 @@ async def breakdown(
     process, other load included), each of ``processes`` (cumulative CPU seconds by name), the
     sandboxes' (their cgroups, as each result reports them), the kernel's threads', and the rest
     (interrupts, other load)."""
-    slots = asyncio.Semaphore(concurrency)
     sandbox_cpu = 0.0
 
     async def one() -> None:
         nonlocal sandbox_cpu
-        async with slots:
-            result = await execute()
-            assert result.status == "ok" and result.stdout == "1\n", result.to_json()
-            sandbox_cpu += result.usage.cpu_time_s
+        result = await execute()
+        assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+        sandbox_cpu += result.usage.cpu_time_s
 
     machine, kernel, before = busy_cpu_s(), kernel_threads_cpu_s(), processes()
     t = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(total)))
+    await run_in_slots(one, total, concurrency)
     elapsed = time.perf_counter() - t
     after, kernel = processes(), kernel_threads_cpu_s() - kernel
     machine = busy_cpu_s() - machine
@@ -196,15 +194,13 @@ async def breakdown(
 
 async def plain_rate(engine: Engine, total: int, concurrency: int) -> float:
     """Executions/s of print(1) through ``engine`` (its default backend)."""
-    slots = asyncio.Semaphore(concurrency)
 
     async def one() -> None:
-        async with slots:
-            result = await engine.execute(ExecutionRequest("print(1)"))
-            assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+        result = await engine.execute(ExecutionRequest("print(1)"))
+        assert result.status == "ok" and result.stdout == "1\n", result.to_json()
 
     started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(total)))
+    await run_in_slots(one, total, concurrency)
     return total / (time.perf_counter() - started)
 
 

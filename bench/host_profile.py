@@ -24,7 +24,7 @@ import os
 import pstats
 import time
 
-from bench.harness import Report, bench_parser
+from bench.harness import Report, bench_parser, run_in_slots
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 
@@ -55,15 +55,13 @@ def print_profile(profile: cProfile.Profile | str, top: int = 25) -> None:
 
 async def block(engine: Engine, executions: int, concurrency: int) -> tuple[float, float]:
     """(loop thread CPU, process CPU) per execution, in ms."""
-    slots = asyncio.Semaphore(concurrency)
 
     async def one() -> None:
-        async with slots:
-            result = await engine.execute(ExecutionRequest("print(1)"))
-            assert result.stdout == "1\n", result
+        result = await engine.execute(ExecutionRequest("print(1)"))
+        assert result.stdout == "1\n", result
 
     thread0, process0 = time.thread_time(), time.process_time()
-    await asyncio.gather(*(one() for _ in range(executions)))
+    await run_in_slots(one, executions, concurrency)
     thread1, process1 = time.thread_time(), time.process_time()
     return (thread1 - thread0) / executions * 1e3, (process1 - process0) / executions * 1e3
 
@@ -94,6 +92,8 @@ async def main(
             await block(engine, executions, concurrency)
             profiler.disable()
             print_profile(profiler)
+            if os.environ.get("PTC_HOST_PROFILE_OUT"):
+                profiler.dump_stats(os.environ["PTC_HOST_PROFILE_OUT"])
     finally:
         await engine.close()
 

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 from bench.grpc import spawn, stop
-from bench.harness import Report, bench_parser
+from bench.harness import Report, bench_parser, run_in_slots
 from bench.host_profile import print_profile
 from sandbox.client import AsyncClient
 
@@ -89,15 +89,13 @@ class Server:
 
     async def block(self, executions: int, concurrency: int) -> dict[str, float]:
         """CPU per execution (ms) of one block: the server's, its main thread's, the client's."""
-        slots = asyncio.Semaphore(concurrency)
 
         async def one() -> None:
-            async with slots:
-                result = await self.client.execute("print(1)")
-                assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+            result = await self.client.execute("print(1)")
+            assert result.status == "ok" and result.stdout == "1\n", result.to_json()
 
         (process0, main0), client0 = self.cpu_s(), _own_cpu_s()
-        await asyncio.gather(*(one() for _ in range(executions)))
+        await run_in_slots(one, executions, concurrency)
         (process1, main1), client1 = self.cpu_s(), _own_cpu_s()
         per = 1e3 / executions
         return {
@@ -147,15 +145,12 @@ class Embedded:
     async def block(self, executions: int, concurrency: int) -> dict[str, float]:
         from sandbox.engine import ExecutionRequest
 
-        slots = asyncio.Semaphore(concurrency)
-
         async def one() -> None:
-            async with slots:
-                result = await self.engine.execute(ExecutionRequest("print(1)"))
-                assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+            result = await self.engine.execute(ExecutionRequest("print(1)"))
+            assert result.status == "ok" and result.stdout == "1\n", result.to_json()
 
         process0, thread0 = _own_cpu_s(), time.thread_time()
-        await asyncio.gather(*(one() for _ in range(executions)))
+        await run_in_slots(one, executions, concurrency)
         process1, thread1 = _own_cpu_s(), time.thread_time()
         per = 1e3 / executions
         return {

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Report, bench_parser, interleave, interleave_sync, percentile
+from bench.harness import (
+    Report,
+    bench_parser,
+    interleave,
+    interleave_sync,
+    percentile,
+    run_in_slots,
+)
 
 # (samples, q, the nearest-rank answer): the smallest sample with at least q of them at or below
 PERCENTILES = {
@@ -177,3 +184,20 @@ def test_a_failed_run_writes_no_record(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), Report("unit", argparse.Namespace(json_out=str(out))):
         raise RuntimeError("the benchmark failed")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("total", "concurrency"), [(10, 4), (3, 8), (0, 4), (32, 32)])
+def test_run_in_slots_runs_each_once_and_never_more_at_once(total: int, concurrency: int) -> None:
+    running, peak, runs = 0, 0, 0
+
+    async def one() -> None:
+        nonlocal running, peak, runs
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.001)
+        running -= 1
+        runs += 1
+
+    asyncio.run(run_in_slots(one, total, concurrency))
+    assert runs == total
+    assert peak == min(total, concurrency)
