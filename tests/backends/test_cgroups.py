@@ -119,6 +119,29 @@ def test_create_limits_remove_leaves_nothing(manager: CgroupManager) -> None:
     cg.remove()  # idempotent
 
 
+def test_a_new_cgroup_holds_the_defaults_its_first_limits_assume(manager: CgroupManager) -> None:
+    """A new v1 cgroup's first `set_limits` neither reads its memory limit nor writes its CFS
+    period (`V1Controls`, ``new``): both must be the kernel's defaults for every new cgroup."""
+    cg = manager.create("fresh")
+    try:
+        if manager.version == 1:
+            assert int(_read_file(cg, "memory.limit_in_bytes")) >= 1 << 62  # unlimited
+            assert _read_file(cg, "cpu.cfs_period_us") == "100000"
+        cg.set_limits(CgroupLimits(memory_bytes=48 * MiB, pids=12, cpu_cores=1.5))
+        if manager.version == 1:
+            assert _read_file(cg, "memory.limit_in_bytes") == str(48 * MiB)
+            if any((p / "memory.memsw.limit_in_bytes").exists() for p in cg.paths):
+                assert _read_file(cg, "memory.memsw.limit_in_bytes") == str(48 * MiB)
+            assert _read_file(cg, "cpu.cfs_period_us") == "100000"
+            assert _read_file(cg, "cpu.cfs_quota_us") == "150000"
+        else:
+            assert _read_file(cg, "memory.max") == str(48 * MiB)
+            assert _read_file(cg, "cpu.max") == "150000 100000"
+        assert _read_file(cg, "pids.max") == "12"
+    finally:
+        cg.remove()
+
+
 def test_create_refuses_a_name_in_use_and_bad_names(manager: CgroupManager) -> None:
     cg = manager.create("twice")
     try:

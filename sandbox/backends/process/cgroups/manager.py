@@ -122,7 +122,7 @@ class CgroupManager:
             raise CgroupError(errno.ESHUTDOWN, f"cgroup manager {self._name} is closed")
         if not _NAME_RE.fullmatch(name):
             raise ValueError(f"bad cgroup name {name!r}")
-        cgroup = self._sandbox(name)
+        cgroup = self._sandbox(name, new=True)
         made: list[str] = []
         try:
             for d in cgroup.dirs:
@@ -134,7 +134,9 @@ class CgroupManager:
             raise fail("create", d, exc) from exc
         return cgroup
 
-    def _sandbox(self, name: str, parent_name: str | None = None) -> SandboxCgroup:
+    def _sandbox(
+        self, name: str, parent_name: str | None = None, *, new: bool = False
+    ) -> SandboxCgroup:
         parent_name = parent_name or self._name
         dirs: dict[str, str] = {}
         keys: dict[str, tuple[str, str]] = {}
@@ -144,7 +146,7 @@ class CgroupManager:
             keys[d] = (h.key, f"{h.rel.rstrip('/')}/{parent_name}/{name}")
             for controller in h.controllers:
                 dirs[controller] = d
-        return SandboxCgroup(self.version, dirs, keys)
+        return SandboxCgroup(self.version, dirs, keys, new=new)
 
     def layers(self) -> list[str]:
         """The enforcement layers this manager provides, for health and outcome reports."""

@@ -27,10 +27,18 @@ class SandboxCgroup:
     """One sandbox's cgroup: a directory in each hierarchy (one on v2, one per mount on v1)."""
 
     def __init__(
-        self, version: Literal[1, 2], dirs: dict[str, str], keys: dict[str, tuple[str, str]]
+        self,
+        version: Literal[1, 2],
+        dirs: dict[str, str],
+        keys: dict[str, tuple[str, str]],
+        *,
+        new: bool = False,
     ) -> None:
+        """``new``: its directories were just made (`CgroupManager.create`)."""
         self.version: Literal[1, 2] = version
-        self._controls: CgroupControls = V2Controls(dirs) if version == 2 else V1Controls(dirs)
+        self._controls: CgroupControls = (
+            V2Controls(dirs) if version == 2 else V1Controls(dirs, new=new)
+        )
         self._keys = keys  # directory → (controller field of /proc/<pid>/cgroup, cgroup path)
         self._removed = False
 

@@ -18,17 +18,25 @@ __all__ = ["REQUIRED", "V1Controls"]
 
 REQUIRED = ("memory", "pids", "cpu", "cpuacct")
 
+# What the kernel gives every new cgroup: no memory limit (PAGE_COUNTER_MAX pages, shown as a
+# huge byte count) and a CFS period of 100 ms, whatever its parent has.
+_NEW_CGROUP_MEMORY_LIMIT = 1 << 63
+_NEW_CGROUP_CFS_PERIOD_US = 100_000
+
 
 class V1Controls:
     """The v1 files of one sandbox cgroup; remembers what it wrote, for the memsw order."""
 
     version: Literal[1, 2] = 1
 
-    def __init__(self, dirs: dict[str, str]) -> None:
+    def __init__(self, dirs: dict[str, str], *, new: bool = False) -> None:
+        """``new``: the directories were just made, so they hold the kernel's defaults, which
+        spares a start reading the memory limit and writing the period (two file opens)."""
         self._dirs = dirs  # controller ("memory", "pids", "cpu", "cpuacct", "freezer") → dir
-        self._memory_limit: int | None = None  # as we last wrote it
+        # As we last wrote it (or as the kernel made it); None: unknown, read it.
+        self._memory_limit: int | None = _NEW_CGROUP_MEMORY_LIMIT if new else None
         self._memsw: bool | None = None  # swap accounting, looked up once
-        self._period_set = False
+        self._period_set = new and CFS_PERIOD_US == _NEW_CGROUP_CFS_PERIOD_US
 
     def set_limits(self, limits: CgroupLimits) -> None:
         mem = self._dirs["memory"]
