@@ -18,7 +18,6 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -83,18 +82,16 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def request(self, message: dict[str, object], fds: list[int]) -> dict[str, object]:
-        payload = json.dumps(message).encode()
+    def request(self, message: bytes, fds: list[int]) -> list[bytes]:
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        self.control.sendmsg([payload], rights)
+        self.control.sendmsg([message], rights)
         return self.read_reply()
 
-    async def request_async(self, message: dict[str, object], fds: list[int]) -> dict[str, object]:
+    async def request_async(self, message: bytes, fds: list[int]) -> list[bytes]:
         """`request` on the event loop: the reply is awaited through the loop's selector."""
-        payload = json.dumps(message).encode()
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         # A SOCK_SEQPACKET send of one small message: the socket has room, it does not block.
-        self.control.sendmsg([payload], rights)
+        self.control.sendmsg([message], rights)
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
         fd = self.control.fileno()
@@ -108,21 +105,23 @@ class _Zygote:
             readers.unwatch(fd)
         return self.read_reply()
 
-    def read_reply(self) -> dict[str, object]:
+    def read_reply(self) -> list[bytes]:
+        """One message of the zygote's, as its words (`sandbox.guest.zygote` has the format):
+        ``ready PID``, ``forked PID 1|0`` or ``error MESSAGE``."""
         data = self.control.recv(MAX_REPLY_BYTES)
         if not data:
             raise ConnectionError("the fork server closed its control socket")
-        reply = json.loads(data)
-        if not isinstance(reply, dict):
+        words = data.split(b" ")
+        if words[0] not in (b"ready", b"forked", b"error"):
             raise ValueError(f"the fork server sent {data[:200]!r}")
-        return reply
+        return words
 
     def retire(self, wait: bool = False) -> None:
         """Asks the zygote to fork no more and to exit once its last sandbox has; the control
         socket stays open meanwhile (its end is the zygote's sign that the host is gone).
         Reaped in the background, or here when ``wait``."""
         with contextlib.suppress(OSError):
-            self.control.send(json.dumps({"t": "retire"}).encode())
+            self.control.send(b"retire")
         if wait:
             self._reap(RETIRED_EXIT_TIMEOUT_S)
         else:
@@ -193,9 +192,9 @@ def _start(settings: ZygoteSettings) -> _Zygote:
             raise Unavailable(
                 f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
             ) from exc
-        if ready.get("t") != "ready" or not isinstance(ready.get("pid"), int):
-            raise Unavailable(f"the fork server did not say ready: {ready!r}")
-        zygote.pid = int(ready["pid"])  # type: ignore[call-overload]
+        if len(ready) != 2 or ready[0] != b"ready" or not ready[1].isdigit():
+            raise Unavailable(f"the fork server did not say ready: {b' '.join(ready)!r}")
+        zygote.pid = int(ready[1])
         host.settimeout(REPLY_TIMEOUT_S)
         # The zygote's stderr carries only its own failures; read it so it can never block.
         threading.Thread(
@@ -335,8 +334,8 @@ class ZygoteSupervisor:
             # Its one retry, with a fresh zygote (started in a worker thread).
             return await asyncio.to_thread(self.fork, tmp_bytes, fds, 1)
 
-    def _request(self, tmp_bytes: int) -> dict[str, object]:
-        return {"t": "fork", "tmp_bytes": tmp_bytes, "exit_status": self.settings.exit_status}
+    def _request(self, tmp_bytes: int) -> bytes:
+        return b"fork %d %s" % (tmp_bytes, self.settings.exit_status.encode())
 
     def _failed(self, zygote: _Zygote, exc: BaseException) -> None:
         log.warning(
@@ -349,13 +348,13 @@ class ZygoteSupervisor:
             self._zygote = None
         self.deaths += 1
 
-    def _forked(self, zygote: _Zygote, reply: dict[str, object]) -> Forked:
-        if reply.get("t") != "forked" or not isinstance(reply.get("pid"), int):
-            raise Unavailable(f"the fork server refused a fork: {reply!r}")
+    def _forked(self, zygote: _Zygote, reply: list[bytes]) -> Forked:
+        if len(reply) != 3 or reply[0] != b"forked" or not reply[1].isdigit():
+            said = b" ".join(reply[1:] if reply[0] == b"error" else reply)
+            raise Unavailable(f"the fork server refused a fork: {said.decode(errors='replace')}")
         zygote.forks += 1
-        pid = reply["pid"]
-        assert isinstance(pid, int)
-        return Forked(pid, reply.get("init") is True)
+        # 1: the pid is the sandbox's pid 1; 0: its first child's, which reports pid 1.
+        return Forked(int(reply[1]), reply[2] == b"1")
 
     def _retire(self, zygote: _Zygote) -> None:
         zygote.retire()
