@@ -18,7 +18,9 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    --unshare-all python3 -I -S -c 'print(1)'`` per execution; optionally the code before the
    fork server (``--legacy-rev``, run from a git worktree in a subprocess) and, where a Docker
    engine and the runtime image are there (``PTC_DOCKER_HOST``), the Docker backend
-   (``--docker-per-block`` executions a block).
+   (``--docker-per-block`` executions a block); and a bare gRPC unary call at concurrency 4
+   whose method only waits as long as the last served ``print(1)`` took (`bench.grpc_floor`):
+   what gRPC alone costs each served execution, server and client, at that rate.
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its two processes) and cgroup charge; what replacing the zygote costs.
@@ -42,6 +44,7 @@ import psutil
 
 from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s
 from bench.grpc import spawn, stop
+from bench.grpc_floor import BareGrpc
 from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
@@ -388,6 +391,7 @@ async def main(
     legacy = Legacy(legacy_rev, per_block) if legacy_rev else None
     floor = Floor()
     served = Served()
+    bare_grpc = BareGrpc()
     breakdowns: dict[str, list[dict[str, float]]] = {}
     await engine.start()
     docker = await docker_engine() if docker_per_block else None
@@ -437,8 +441,19 @@ async def main(
         async def bwrap() -> float:
             return await asyncio.to_thread(bwrap_rate, per_block, 4)
 
+        async def grpc_alone() -> float:
+            # As long as a served print(1) took in the last block (concurrency / rate).
+            served_blocks = breakdowns.get("ptc serve + gRPC c=4")
+            delay_s = 4 / served_blocks[-1]["executions/s"] if served_blocks else 0.03
+            machine = busy_cpu_s()
+            figures = await bare_grpc.block(per_block, 4, delay_s)
+            figures["machine CPU"] = (busy_cpu_s() - machine) * 1e3 / per_block
+            figures["executions/s"] = figures.pop("calls/s")
+            return keep("reference: bare gRPC unary c=4", figures)
+
         cases["reference: bare fork+unshare c=4"] = bare
         cases["reference: bare bwrap python3 -c c=4"] = bwrap
+        cases["reference: bare gRPC unary c=4"] = grpc_alone
         if docker is not None:
 
             async def containers(engine: Engine = docker) -> float:
@@ -497,6 +512,7 @@ async def main(
     finally:
         await engine.close()
         await served.close()
+        await bare_grpc.close()
         floor.close()
         if docker is not None:
             await docker.close()
