@@ -349,7 +349,12 @@ class ZygoteSupervisor:
         self.deaths += 1
 
     def _forked(self, zygote: _Zygote, reply: list[bytes]) -> Forked:
-        if len(reply) != 3 or reply[0] != b"forked" or not reply[1].isdigit():
+        if (
+            len(reply) != 3
+            or reply[0] != b"forked"
+            or not reply[1].isdigit()
+            or reply[2] not in (b"0", b"1")
+        ):
             said = b" ".join(reply[1:] if reply[0] == b"error" else reply)
             raise Unavailable(f"the fork server refused a fork: {said.decode(errors='replace')}")
         zygote.forks += 1
