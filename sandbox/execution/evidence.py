@@ -35,10 +35,10 @@ expected_calls  the broker's call log, after the end                 host
 protocol        a frame the host rejected; None                      host
 ==============  ===================================================  =========================
 
-A memory kill's ``observed`` is the cgroup's own peak, as the kernel counted it: the limit, or
-above it by what the kernel charged past the limit to a task it was already killing (a forced
-charge, a page or a few; seen under gVisor). It is reported as counted, never trimmed to the
-limit.
+A memory kill's ``observed`` is the cgroup's own peak, as the kernel counted it: the limit under
+the process backend and runc; under gVisor the host's cgroup also charges gVisor's sentry, and
+the peak can read a few pages over the limit. It is reported as counted, never trimmed to the
+limit (the tests' bound: `tests/memory_peaks.py`).
 
 What a script raises, prints or sends about itself is output, not evidence: a guest report
 whose line is the script's own ``raise`` statement never counts (`script_raised`), and an `end`
