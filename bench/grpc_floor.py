@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import struct
 import time
 
 import grpc
 
-from bench.grpc import spawn, stop
+from bench.grpc import cpu_seconds, spawn, stop
 from bench.harness import run_in_slots
 
 __all__ = ["BareGrpc"]
@@ -29,12 +28,6 @@ METHOD = "/bench.Bare/Wait"
 REQUEST_PAD = 300  # bytes: about an ExecuteRequest of print(1) with its limits
 REPLY_BYTES = 600  # about its ExecutionResult
 DELAY = struct.Struct(">d")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _serve() -> None:
@@ -70,14 +63,14 @@ class BareGrpc:
             reply = await self.call(request)
             assert len(reply) == REPLY_BYTES
 
-        server0, client0 = _cpu_s(self.proc.pid), time.process_time()
+        server0, client0 = cpu_seconds(self.proc.pid), time.process_time()
         started = time.perf_counter()
         await run_in_slots(one, calls, concurrency)
         elapsed = time.perf_counter() - started
         per = 1e3 / calls
         return {
             "calls/s": calls / elapsed,
-            "server process": (_cpu_s(self.proc.pid) - server0) * per,
+            "server process": (cpu_seconds(self.proc.pid) - server0) * per,
             "client (this process)": (time.process_time() - client0) * per,
         }
 

@@ -1,14 +1,15 @@
 """Where the host's CPU per execution goes: the embedded engine's event-loop thread, profiled.
 
 Run: ``python -m bench.host_profile [--executions N] [--concurrency C] [--loop uvloop]
-[--profile]`` as root (cgroups, like the process backend). Runs ``print(1)`` through the
-`Engine` N times at concurrency C and prints the CPU per execution of the event loop's thread
-(`time.thread_time`, which a worker or channel thread does not add to) and of the whole host
-process, per block, in ``--rounds`` blocks. With ``--profile`` the last block runs under
-cProfile timed by the loop thread's own CPU clock (so a syscall that waits, or a moment the
-thread is off its CPU, counts nothing) and prints that CPU by module, then the functions with
-the most of it. Profiling slows Python code several times over and syscalls not at all, so
-read its shares as where to look, not as the cost.
+[--profile [--profile-out FILE]]`` as root (cgroups, like the process backend). Runs
+``print(1)`` through the `Engine` N times at concurrency C and prints the CPU per execution
+of the event loop's thread (`time.thread_time`, which a worker or channel thread does not add
+to) and of the whole host process, per block, in ``--rounds`` blocks. With ``--profile`` the
+last block runs under cProfile timed by the loop thread's own CPU clock (so a syscall that
+waits, or a moment the thread is off its CPU, counts nothing) and prints that CPU by module,
+then the functions with the most of it; ``--profile-out`` keeps its `pstats` file. Profiling
+slows Python code several times over and syscalls not at all, so read its shares as where to
+look, not as the cost.
 
 What it is for: comparing two versions of the host, in alternating runs (the machine is shared
 and noisy: a difference under ~0.3 ms between single runs is noise). `bench.forkserver` is the
@@ -67,7 +68,13 @@ async def block(engine: Engine, executions: int, concurrency: int) -> tuple[floa
 
 
 async def main(
-    report: Report, rounds: int, warmup: int, executions: int, concurrency: int, profile: bool
+    report: Report,
+    rounds: int,
+    warmup: int,
+    executions: int,
+    concurrency: int,
+    profile: bool,
+    profile_out: str | None = None,
 ) -> None:
     backend = ProcessBackend(ProcessBackendConfig())
     engine = Engine(EngineConfig(backends={"process": backend}))
@@ -92,8 +99,8 @@ async def main(
             await block(engine, executions, concurrency)
             profiler.disable()
             print_profile(profiler)
-            if os.environ.get("PTC_HOST_PROFILE_OUT"):
-                profiler.dump_stats(os.environ["PTC_HOST_PROFILE_OUT"])
+            if profile_out:
+                profiler.dump_stats(profile_out)
     finally:
         await engine.close()
 
@@ -104,6 +111,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--profile", action="store_true", help="profile one more block")
+    parser.add_argument("--profile-out", metavar="FILE", help="keep the profile's pstats here")
     args = parser.parse_args()
     if args.loop == "uvloop":
         os.environ["PTC_EVENT_LOOP"] = "uvloop"
@@ -119,5 +127,6 @@ if __name__ == "__main__":
                 args.executions,
                 args.concurrency,
                 args.profile,
+                args.profile_out,
             )
         )

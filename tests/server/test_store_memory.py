@@ -11,32 +11,24 @@ import pytest
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
-from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.server.store_memory import MemoryAuditStore, _admission_json
+from tests.audit.audit_support import admission, result
 
 
-def _asdict_json(admission: Admission) -> str:
-    data = dataclasses.asdict(admission)
-    data["effective_limits"] = dict(admission.effective_limits)
-    data["labels"] = dict(admission.labels)
+def _asdict_json(record: Admission) -> str:
+    data = dataclasses.asdict(record)
+    data["effective_limits"] = dict(record.effective_limits)
+    data["labels"] = dict(record.labels)
     return json.dumps(data, sort_keys=True, default=str)
 
 
 def _admission(execution_id: str, expected: tuple[ExpectedCalls, ...] | None) -> Admission:
-    return Admission(
-        execution_id=execution_id,
-        tenant="acme",
-        script="print(1)\n",
-        manifest_json='[{"name": "search"}]',
-        manifest_sha256="ab" * 32,
-        backend="process",
-        policy="none",
-        effective_limits={"wall_time_ms": 10000, "memory_bytes": 268435456},
-        labels={"team": "search"},
-        admitted_at=1.5,
+    # Every field set, the replay's and the key's too: all of them are hashed.
+    return dataclasses.replace(
+        admission("acme", execution_id, at=1.5),
         expected_calls=expected,
         runtime="data",
-        idempotency_key="key-1",
+        idempotency_key=f"key-{execution_id}",
     )
 
 
@@ -49,19 +41,16 @@ EXPECTED = {
 
 @pytest.mark.parametrize("expected", EXPECTED.values(), ids=EXPECTED.keys())
 def test_admission_json_is_the_asdict_text(expected: tuple[ExpectedCalls, ...] | None) -> None:
-    admission = _admission("e1", expected)
-    assert _admission_json(admission) == _asdict_json(admission)
+    admitted = _admission("e1", expected)
+    assert _admission_json(admitted) == _asdict_json(admitted)
 
 
 def test_the_chain_verifies_and_a_changed_admission_is_found() -> None:
     store = MemoryAuditStore()
     for n, expected in enumerate(EXPECTED.values()):
-        admission = dataclasses.replace(_admission(f"e{n}", expected), idempotency_key=f"key-{n}")
-        store.admit(admission)
-        store.complete(
-            admission.execution_id,
-            ExecutionResult(admission.execution_id, ExecutionStatus.OK, stdout="1\n"),
-        )
+        admitted = _admission(f"e{n}", expected)
+        store.admit(admitted)
+        store.complete(admitted.execution_id, result(admitted.execution_id))
     report = store.verify("acme")
     assert (report.ok, report.records) == (True, 3), report
     entry = store._entries["e1"]
