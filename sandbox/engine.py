@@ -32,10 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sandbox.backends.base import Backend, Job, SandboxHandle
+from sandbox.backends.base import Backend, Job
 from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.execution import assemble
+from sandbox.execution.acquire import acquire_sandbox, acquire_unless_cancelled
 from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
@@ -242,7 +243,10 @@ class Engine:
         stubs = self.stubs(prepared.manifest)
         if session is None:
             with step_span("ptc.sandbox.acquire"):
-                handle = await acquire_sandbox(backend, effective, prepared.runtime)
+                taken = await acquire_unless_cancelled(backend, effective, prepared.runtime, cancel)
+            if taken is None:
+                return assemble.cancelled_before_start(result)
+            handle = taken
             result.isolation = list(handle.isolation)
             probe = LiveProbe(handle)
         else:
@@ -315,14 +319,6 @@ def _check_script(script: str, policy: str) -> ScriptError | None:
     if policy == "restricted":
         return check_restricted(script)
     return None
-
-
-async def acquire_sandbox(
-    backend: Backend, limits: ResolvedLimits, runtime: str | None
-) -> SandboxHandle:
-    """A fresh sandbox from ``backend``, in ``runtime`` when one is named (a runtime
-    `check_runtime` let through: only backends that take runtimes get one)."""
-    return await backend.acquire(limits, runtime)
 
 
 def check_runtime(backend: Backend, runtime: str | None) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -87,12 +88,23 @@ def ptc_serve(
 ) -> Iterator[Serving]:
     """``ptc serve --listen 127.0.0.1:0 *args``, yielding its addresses; stopped on exit."""
     proc, serving = start_serve(*args, env=env, wrapper=wrapper)
+    hung = False
     try:
         yield serving
     finally:
         if proc.poll() is None:
             proc.terminate()
-        code = proc.wait(timeout=stop_timeout_s)
+        try:
+            code = proc.wait(timeout=stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            # A stop that never ends: what it waits on goes to its stderr (`kill -USR1`), then
+            # it is killed, so that it fails this test alone and leaves nothing to the next.
+            hung = True
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            proc.kill()
+            code = proc.wait()
         serving.stderr = stop_serve(proc)
+    assert not hung, f"ptc serve did not stop within {stop_timeout_s} s:\n{serving.stderr}"
     assert code == 0, serving.stderr
     assert "Traceback" not in serving.stderr, serving.stderr

@@ -8,6 +8,12 @@ Taking one triggers a refill in the background (deferred by `REFILL_DELAY_S` whi
 still idle). A sandbox leaves the pool exactly once and is never returned to it. Starts run at
 most `max_starting` at a time so that a burst of demand does not starve running scripts of CPU;
 a failed start is retried after a growing back-off.
+
+Under a backend's `max_sandboxes` (`sandbox.backends.capacity`) the pool's own refills are
+speculative: they start only where a room is free and no execution waits for one, and a start
+that found none (`AtCapacity`) is tried again when a room is given back. An acquire that finds
+no idle sandbox starts one for demand, which waits its turn for a room; while it waits, idle
+sandboxes (of this pool or another) give their rooms up (`evict_idle`, ``room_wanted``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from sandbox.backends.capacity import AtCapacity
 from sandbox.telemetry import metrics
 
 __all__ = ["WarmPool"]
@@ -33,14 +40,20 @@ log = logging.getLogger(__name__)
 class WarmPool(Generic[H]):
     def __init__(
         self,
-        factory: Callable[[], Awaitable[H]],
+        factory: Callable[[bool], Awaitable[H]],
         dispose: Callable[[H], Awaitable[None]],
         alive: Callable[[H], bool],
         size: int,
         max_starting: int = 2,
         max_idle: int | None = None,
+        room_wanted: Callable[[], bool] | None = None,
     ) -> None:
+        """``factory(demand)`` starts one sandbox: ``demand`` is True for an acquire that
+        waits for it and False for a refill, which raises `AtCapacity` rather than wait for a
+        room. ``room_wanted()`` (`Capacity.wants_room`) says whether a sandbox that just
+        finished starting should be disposed of, its room going to a start that waits."""
         self._factory = factory
+        self._room_wanted = room_wanted
         self._dispose = dispose
         self._alive = alive
         self.size = size
@@ -57,10 +70,15 @@ class WarmPool(Generic[H]):
         self.failed_starts = 0
         self.last_error: BaseException | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._starved = False  # a refill found no room: `room_freed` tries again
 
     @property
     def idle(self) -> int:
         return len(self._idle)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def settled(self) -> bool:
@@ -95,7 +113,10 @@ class WarmPool(Generic[H]):
     async def _start_one(self) -> None:
         failed = False
         try:
-            handle = await self._create()
+            handle = await self._create(demand=False)
+        except AtCapacity:
+            self._starved = True
+            return
         except Exception as exc:
             failed = True
             self.failed_starts += 1
@@ -107,16 +128,16 @@ class WarmPool(Generic[H]):
             self._starting -= 1
             if failed and not self._closed:
                 self._refill()  # try again after the back-off, not only at the next acquire
-        if self._closed:
+        self.failed_starts = 0
+        if self._closed or (self._room_wanted is not None and self._room_wanted()):
             await self._dispose(handle)
             return
         self._idle.append(handle)
-        self.failed_starts = 0
 
-    async def _create(self) -> H:
+    async def _create(self, demand: bool) -> H:
         async with self._start_slots:
             started = time.monotonic()
-            handle = await self._factory()
+            handle = await self._factory(demand)
             metrics.sandbox_started(self, time.monotonic() - started)
             self.started_total += 1
             return handle
@@ -150,6 +171,22 @@ class WarmPool(Generic[H]):
     async def _discard(self, handle: H) -> None:
         await self._dispose(handle)
 
+    def evict_idle(self) -> bool:
+        """Disposes of the oldest idle sandbox so that its room goes to a start that waits for
+        one (`sandbox.backends.capacity`); False when none is idle."""
+        if not self._idle or self._closed:
+            return False
+        task = asyncio.create_task(self._discard(self._idle.popleft()))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    def room_freed(self) -> None:
+        """A room came free: a pool that went without one fills now."""
+        if self._starved and not self._closed:
+            self._starved = False
+            self._refill()
+
     async def acquire(self) -> H:
         """A ready sandbox; started on demand when none is idle."""
         self._adapt(missed=not self._idle)
@@ -160,7 +197,7 @@ class WarmPool(Generic[H]):
                 return handle
             await self._dispose(handle)
         self._refill()
-        return await self._create()
+        return await self._create(demand=True)
 
     async def close(self) -> None:
         self._closed = True

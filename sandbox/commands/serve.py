@@ -23,6 +23,7 @@ from typing import Any
 
 from sandbox import eventloop
 from sandbox.server import SandboxServer, ServerConfig, load_config
+from sandbox.telemetry.stacks import dump_stacks
 
 __all__ = ["register", "run"]
 
@@ -184,6 +185,7 @@ async def _serve(config: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_stacks)  # what it waits on, to stderr
     address = await server.start()
     try:
         # Inside the try: a reader gone (`ptc serve | head -1`) still stops the server cleanly.

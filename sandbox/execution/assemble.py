@@ -26,7 +26,15 @@ from sandbox.limits import LIMIT_SPECS, ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage, Violation
 
-__all__ = ["classify_error", "finish", "limits_fields", "rejected", "start", "status_of"]
+__all__ = [
+    "cancelled_before_start",
+    "classify_error",
+    "finish",
+    "limits_fields",
+    "rejected",
+    "start",
+    "status_of",
+]
 
 
 def limits_fields(limits: ResolvedLimits) -> dict[str, int]:
@@ -63,6 +71,13 @@ def rejected(result: ExecutionResult, rejection: ScriptError) -> ExecutionResult
     result.error = rejection
     result.exit_code = 1
     result.stderr = f"{rejection.type}: {rejection.message}{rejection.where()}\n"
+    result.finished_at = time.time()
+    return result
+
+
+def cancelled_before_start(result: ExecutionResult) -> ExecutionResult:
+    """Cancelled while it waited for a sandbox: nothing ran."""
+    result.status = ExecutionStatus.CANCELLED
     result.finished_at = time.time()
     return result
 

@@ -13,6 +13,8 @@ or a script.
     ptc_queue_wait_duration_seconds{tenant}                histogram: waiting for admission
     ptc_sandbox_start_duration_seconds{backend}            histogram: starting one sandbox
     ptc_sandboxes{backend,state}                           gauge: idle (warm) and busy sandboxes
+    ptc_sandbox_rooms{backend,state}                       gauge: max_sandboxes limit, held, waiting
+    ptc_sandbox_rooms_evicted_total{backend}               counter: idle ones given up to demand
     ptc_active_sessions                                    gauge: open sessions (issue 13)
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
     ptc_audit_write_failures_total{operation}              counter: writes the store refused
@@ -29,6 +31,8 @@ import collections
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+from sandbox.backends.capacity import Capacity
 
 if TYPE_CHECKING:
     from sandbox.audit.checkpoints import Checkpoint
@@ -187,6 +191,13 @@ class Metrics:
             yield name, "idle", pool.idle if pool is not None else 0
             yield name, "busy", busy.get(name, 0)
 
+    def rooms(self) -> Iterator[tuple[str, Capacity]]:
+        """(backend, its `max_sandboxes` rooms) for the backends that have such a cap."""
+        for name, backend in self._backends.items():
+            capacity = getattr(backend, "capacity", None)
+            if isinstance(capacity, Capacity):
+                yield name, capacity
+
     def watch(self, backends: Mapping[str, Backend]) -> None:
         """Reads these backends' pools from now on."""
         self._backends = dict(backends)
@@ -220,7 +231,7 @@ class _SandboxCollector:
         return []
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         family = GaugeMetricFamily(
             "ptc_sandboxes",
@@ -230,6 +241,24 @@ class _SandboxCollector:
         for backend, state, count in self._metrics.sandboxes():
             family.add_metric([backend, state], count)
         yield family
+        rooms = GaugeMetricFamily(
+            "ptc_sandbox_rooms",
+            "max_sandboxes by state: limit, held (sandboxes starting, idle or running) and "
+            "waiting (starts an execution waits for, every room taken).",
+            labels=["backend", "state"],
+        )
+        evicted = CounterMetricFamily(
+            "ptc_sandbox_rooms_evicted",
+            "Idle warm sandboxes disposed of so that an execution waiting for a room got one.",
+            labels=["backend"],
+        )
+        for backend, capacity in self._metrics.rooms():
+            rooms.add_metric([backend, "limit"], capacity.limit)
+            rooms.add_metric([backend, "held"], capacity.held)
+            rooms.add_metric([backend, "waiting"], capacity.waiting)
+            evicted.add_metric([backend], capacity.evicted)
+        yield rooms
+        yield evicted
 
 
 class _State:

@@ -20,7 +20,7 @@ class Starts:
         self.release.set()
         self.disposed: list[int] = []
 
-    async def start(self) -> int:
+    async def start(self, demand: bool) -> int:
         self.running += 1
         self.most = max(self.most, self.running)
         try:

@@ -156,6 +156,10 @@ def test_prometheus_scrapes_what_the_executions_did(served, prometheus) -> None:
             ("process", "busy"),
         }
         assert _by([r for r in sandboxes if r["metric"]["state"] == "busy"], "state") == {"busy": 0}
+        rooms = _by(_query(url, 'ptc_sandbox_rooms{backend="process"}'), "state")
+        assert (rooms["limit"], rooms["waiting"]) == (64, 0)  # max_sandboxes' default
+        assert 1 <= rooms["held"] <= 8  # the warm pool's idle sandboxes, nothing running
+        assert _query_value(url, "ptc_sandbox_rooms_evicted_total") == 0
         assert _query_value(url, "ptc_active_sessions") == 0
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -163,9 +163,11 @@ class DockerBackend:
             ) from exc
 
     # -- sandboxes -----------------------------------------------------------------------------
-    async def _refill_one(self) -> DockerSandbox:
+    async def _refill_one(self, demand: bool) -> DockerSandbox:
+        # The Docker backend has no `max_sandboxes` (the engine's own limits apply): a start
+        # for demand and a refill differ only in this delay.
         # Delayed only while another container is still waiting: an empty pool refills at once.
-        if self._pool is not None and self._pool.idle > 0:
+        if not demand and self._pool is not None and self._pool.idle > 0:
             await asyncio.sleep(self.config.refill_delay_s)
         return await self._spawn(self.config.pool_limits)
 

@@ -14,11 +14,13 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from sandbox.backends.base import Capabilities, SandboxHandle
+from sandbox.backends.capacity import Capacity
 from sandbox.backends.pool import WarmPool
 from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
@@ -97,7 +99,7 @@ class ProcessBackend:
         self._releaser = Releaser()
         self._seccomp = False
         self.zygote: ZygoteSupervisor | None = None
-        self._slots = asyncio.Semaphore(self.config.max_sandboxes)
+        self.capacity = Capacity(self.config.max_sandboxes)
         self.runtimes: RuntimeEnvs | None = None
 
     async def start(self) -> None:
@@ -139,9 +141,7 @@ class ProcessBackend:
             RuntimeStore(self.config.runtimes_dir),
             self.python,
             self.zygote.settings,
-            lambda zygote, name: self._spawn(self.config.pool_limits, zygote, name),
-            self.config.runtime_pool_size,
-            self.config.runtime_pool_max_idle,
+            self._runtime_pool,
         )
         try:
             await asyncio.to_thread(self.zygote.start)
@@ -149,15 +149,37 @@ class ProcessBackend:
         except BaseException:
             await self.close()
             raise
-        self._pool = WarmPool(
-            factory=lambda: self._spawn(self.config.pool_limits),
-            dispose=lambda h: h.dispose(),
-            alive=lambda h: h.alive,
-            size=self.config.pool_size,
-            max_idle=self.config.pool_max_idle,
-            max_starting=self.config.pool_max_starting or 2 * (os.cpu_count() or 1),
+        self._pool = self._new_pool(
+            lambda demand: self._spawn(self.config.pool_limits, demand=demand),
+            self.config.pool_size,
+            self.config.pool_max_idle,
         )
         self._pool.start()
+
+    def _new_pool(
+        self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int
+    ) -> WarmPool[ProcessSandbox]:
+        """A warm pool under this backend's `max_sandboxes`: it never keeps more warm than
+        that, and its idle sandboxes give their rooms up to executions that wait for one."""
+        limit = self.capacity.limit
+        pool = WarmPool(
+            factory=factory,
+            dispose=lambda h: h.dispose(),
+            alive=lambda h: h.alive,
+            size=min(size, limit),
+            max_idle=min(max_idle, limit),
+            max_starting=self.config.pool_max_starting or 2 * (os.cpu_count() or 1),
+            room_wanted=self.capacity.wants_room,
+        )
+        self.capacity.add_pool(pool)
+        return pool
+
+    def _runtime_pool(self, zygote: ZygoteSupervisor, runtime: str) -> WarmPool[ProcessSandbox]:
+        return self._new_pool(
+            lambda demand: self._spawn(self.config.pool_limits, zygote, runtime, demand=demand),
+            self.config.runtime_pool_size,
+            self.config.runtime_pool_max_idle,
+        )
 
     async def _exit_status_mode(self) -> Literal["pidfd", "reaper"]:
         wanted = self.config.exit_status
@@ -176,15 +198,22 @@ class ProcessBackend:
         limits: ResolvedLimits,
         zygote: ZygoteSupervisor | None = None,
         runtime: str | None = None,
+        *,
+        demand: bool = True,
     ) -> ProcessSandbox:
+        """One sandbox under `max_sandboxes`: a start for ``demand`` waits for a room, a pool's
+        refill raises `AtCapacity` when none is free (`sandbox.backends.capacity`)."""
         assert self.zygote is not None
-        await self._slots.acquire()
+        if demand:
+            await self.capacity.take()
+        else:
+            self.capacity.take_speculative()
         try:
             sandbox = await self._fork(limits, zygote, runtime)
         except BaseException:
-            self._slots.release()
+            self.capacity.give_back()
             raise
-        sandbox.on_disposed = self._slots.release
+        sandbox.on_disposed = self.capacity.give_back
         return sandbox
 
     async def _fork(
@@ -254,6 +283,7 @@ class ProcessBackend:
         return list(self._isolation)
 
     async def close(self) -> None:
+        self.capacity.close()  # starts still waiting for a room fail now, not after the pools
         if self._pool is not None:
             await self._pool.close()
         if self.runtimes is not None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sandbox.backends.pool import WarmPool
@@ -24,7 +24,8 @@ from sandbox.runtimes import Runtime, RuntimeStore, guest_python_version
 
 __all__ = ["RuntimeEnv", "RuntimeEnvs"]
 
-Spawner = Callable[[ZygoteSupervisor, str], Awaitable[ProcessSandbox]]
+# The backend's pool for one runtime's zygote (under the backend's `max_sandboxes`).
+PoolMaker = Callable[[ZygoteSupervisor, str], WarmPool[ProcessSandbox]]
 
 
 @dataclass
@@ -54,16 +55,12 @@ class RuntimeEnvs:
         store: RuntimeStore,
         python: str,
         base: ZygoteSettings,
-        spawn: Spawner,
-        pool_size: int,
-        pool_max_idle: int,
+        make_pool: PoolMaker,
     ) -> None:
         self.store = store
         self.python = python
         self.base = base
-        self._spawn = spawn
-        self.pool_size = pool_size
-        self.pool_max_idle = pool_max_idle
+        self._make_pool = make_pool
         self.envs: dict[str, RuntimeEnv] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._retired: set[asyncio.Task[None]] = set()
@@ -98,13 +95,7 @@ class RuntimeEnvs:
             except Unavailable as exc:
                 await asyncio.to_thread(zygote.close)
                 raise Unavailable(f"runtime {name!r}: {exc.message}") from exc
-            pool: WarmPool[ProcessSandbox] = WarmPool(
-                factory=lambda: self._spawn(zygote, name),
-                dispose=lambda h: h.dispose(),
-                alive=lambda h: h.alive,
-                size=self.pool_size,
-                max_idle=self.pool_max_idle,
-            )
+            pool = self._make_pool(zygote, name)
             pool.start()
             env = self.envs[name] = RuntimeEnv(runtime, identity, zygote, pool)
             return env
