@@ -42,12 +42,12 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench import _serve_profiled
 from bench.grpc import spawn, stop
 from bench.harness import Report, bench_parser, run_in_slots
 from bench.host_profile import print_profile
@@ -107,10 +107,10 @@ class Server:
 
     async def profiled(self, executions: int, concurrency: int) -> str:
         """Runs one block under the server's profiler; returns the path of its stats."""
-        self.proc.send_signal(signal.SIGUSR1)
+        self.proc.send_signal(_serve_profiled.START)
         await asyncio.sleep(0.2)  # the handler runs when the loop thread next runs Python
         await self.block(executions, concurrency)
-        self.proc.send_signal(signal.SIGUSR2)
+        self.proc.send_signal(_serve_profiled.STOP)
         done = Path(self.stats + ".done")
         for _ in range(300):
             if done.exists():
