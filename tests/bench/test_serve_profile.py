@@ -1,0 +1,38 @@
+"""`bench.serve_profile`: the profiling wrapper around a real ``ptc serve`` switches its profiler
+with its own signals (``ptc serve`` answers SIGUSR1 itself, with its stacks), and the profile it
+writes covers the served executions."""
+
+from __future__ import annotations
+
+import asyncio
+import pstats
+from pathlib import Path
+
+import pytest
+
+from bench.serve_profile import Server
+
+pytestmark = pytest.mark.requires_bwrap
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_profiled_block_profiles_the_servers_executions() -> None:
+    async def run() -> tuple[dict[str, float], pstats.Stats, Path]:
+        server = Server("this", ROOT, ["--pool-size", "1"])
+        try:
+            figures = await server.block(executions=4, concurrency=2)
+            stats = pstats.Stats(await server.profiled(executions=6, concurrency=2))
+            assert Path(server.stats + ".done").exists()
+            return figures, stats, Path(server.dir.name)
+        finally:
+            await server.close()
+
+    figures, stats, workdir = asyncio.run(run())
+    assert figures["server process"] > 0 and figures["client (this process)"] > 0
+    assert not workdir.exists()  # the server's directory went with it
+    calls = {
+        (Path(func[0]).name, func[2]): counts[1]
+        for func, counts in stats.stats.items()  # type: ignore[attr-defined]
+    }
+    # `Runner.prepare` (plain, not a coroutine: one call each) ran for each profiled execution.
+    assert calls.get(("runner.py", "prepare")) == 6
