@@ -50,10 +50,15 @@ def start_serve(
     )
     assert proc.stdout is not None and proc.stderr is not None
     serving = Serving("", proc.pid)
-    line = proc.stdout.readline()
-    if line.startswith("metrics on "):
-        serving.metrics_address = line.split()[-1]
+    try:
         line = proc.stdout.readline()
+        if line.startswith("metrics on "):
+            serving.metrics_address = line.split()[-1]
+            line = proc.stdout.readline()
+    except BaseException:  # e.g. the test's timeout while the server never said it listens
+        proc.kill()
+        stop_serve(proc, read=False)
+        raise
     if not line.startswith("listening on "):
         proc.kill()
         raise AssertionError(f"ptc serve did not start: {line!r} {stop_serve(proc)}")
