@@ -86,9 +86,13 @@ def memory_cgroup() -> Iterator[tuple[Path, str]]:
     try:
         yield path, parent[1]
     finally:
-        # The server removed its sandboxes' cgroups on its stop; ours is then empty.
-        path.rmdir()
+        # A server that stopped removed its sandboxes' cgroups; one killed (a failed test) left
+        # them, empty once its processes are gone: removed deepest first, so none outlives us.
+        leftovers = sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))
+        for cgroup in [*leftovers, path]:
+            cgroup.rmdir()
     assert not path.exists()
+    assert leftovers == [], f"the server left cgroups behind: {leftovers}"
 
 
 def _into(cgroup: Path) -> list[str]:
