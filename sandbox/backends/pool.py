@@ -176,6 +176,7 @@ class WarmPool(Generic[H]):
         one (`sandbox.backends.capacity`); False when none is idle."""
         if not self._idle or self._closed:
             return False
+        self._starved = True  # warm again once a room is free (`room_freed`)
         task = asyncio.create_task(self._discard(self._idle.popleft()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -149,9 +149,12 @@ async def _demand_takes_the_room_of_another_pools_idle_sandbox() -> None:
     name = await asyncio.wait_for(b.acquire(), 5)
     assert name in backend.alive
     assert (a.idle, backend.capacity.evicted, backend.capacity.held) == (1, 1, 2)
+    # Once that execution's sandbox is gone, the pool that gave its room up is warm again.
+    await backend.dispose(name)
+    await _settle()
+    assert (a.idle, backend.capacity.held) == (2, 2)
     await b.close()
     await a.close()
-    await backend.dispose(name)
     assert (backend.alive, backend.capacity.held) == (set(), 0)
 
 

@@ -70,6 +70,7 @@ def test_a_burst_beyond_the_cap_all_runs(config: str) -> None:
             alone = client.execute("print('own tmp')", limits={"file_size": 2 * 1024**2})
         assert (alone.status, alone.stdout) == ("ok", "own tmp\n"), alone.to_json()
         assert _rooms(serving)["evicted"] == 1
+        _wait_for(serving, idle=1, held=1, busy=0)  # the pool is warm again, in the room
 
         async def burst() -> list[ExecutionResult]:
             async with AsyncClient(serving.address) as client:
