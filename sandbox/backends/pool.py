@@ -129,7 +129,11 @@ class WarmPool(Generic[H]):
             if failed and not self._closed:
                 self._refill()  # try again after the back-off, not only at the next acquire
         self.failed_starts = 0
-        if self._closed or (self._room_wanted is not None and self._room_wanted()):
+        if self._closed:
+            await self._dispose(handle)
+            return
+        if self._room_wanted is not None and self._room_wanted():
+            self._starved = True  # its room went to a waiting start: warm again once free
             await self._dispose(handle)
             return
         self._idle.append(handle)
