@@ -11,7 +11,10 @@ The race costs two tasks and an `asyncio.wait` (~45 us of CPU under uvloop, ~65 
 loop; ad hoc), which every served execution would pay for a wait that almost none has. So the
 acquire is first stepped inline: a warm sandbox comes back without the coroutine ever
 suspending, and only one that suspends is moved into a task (`_resumed` hands the task the
-future it waits on) and raced against ``cancel``.
+future it waits on) and raced against ``cancel``. Its first step therefore runs in the caller's
+task and the rest in another: nothing on a backend's acquire path may bind itself to the
+current task before its first wait (`asyncio.timeout` does; the process backend's start runs
+its timeouts in a task of its own, `spawn_sandbox`).
 """
 
 from __future__ import annotations
