@@ -1,11 +1,12 @@
 """The SQLite audit store: one file in WAL mode, the embedded default.
 
 WAL lets `ptc audit` read while a server writes, and a process killed mid-transaction leaves
-the file at its last commit. ``synchronous=NORMAL`` (the default here) survives any crash of the
-process, which is the crash model of the contract (kill -9 of the server); ``FULL`` also
-survives power loss at the cost of an fsync per commit. Writers, also from other processes,
-are serialised by ``BEGIN IMMEDIATE``; the file is created readable by its owner only, since it
-holds scripts and their output.
+the file at its last commit. The log is checkpointed by a thread of the writer's
+(`sandbox.audit.wal_checkpointer`), not inside the commits the server makes on its event loop.
+``synchronous=NORMAL`` (the default here) survives any crash of the process, which is the crash
+model of the contract (kill -9 of the server); ``FULL`` also survives power loss at the cost of
+an fsync per commit. Writers, also from other processes, are serialised by ``BEGIN IMMEDIATE``;
+the file is created readable by its owner only, since it holds scripts and their output.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
 from sandbox.audit._sqlcore import SqlAuditStore, Tx
+from sandbox.audit.wal_checkpointer import BACKSTOP_PAGES, WalCheckpointer
 from sandbox.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -60,10 +62,14 @@ class _SQLiteDb:
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            if path != ":memory:":  # the checkpoints are the checkpointer's thread's
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"audit store {path}: {exc}") from exc
         self._path = path
         self._lock = threading.RLock()
+        # Set by the store once it is open: its own migrations do not start the thread.
+        self.checkpointer: WalCheckpointer | None = None
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[_Tx]:
@@ -96,6 +102,8 @@ class _SQLiteDb:
         return StoreUnavailable(f"audit store {self._path}: {exc}")
 
     def write(self) -> AbstractContextManager[_Tx]:
+        if self.checkpointer is not None and not self.checkpointer.running:
+            self.checkpointer.start()  # at the first write: a reader never has the thread
         return self._transaction("BEGIN IMMEDIATE")
 
     def read(self) -> AbstractContextManager[_Tx]:
@@ -116,6 +124,8 @@ class _SQLiteDb:
         """``BEGIN IMMEDIATE`` already excludes other writers, migrators included."""
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         with self._lock:
             self._conn.close()
 
@@ -143,4 +153,7 @@ class SQLiteAuditStore(SqlAuditStore):
         busy_timeout_s: float = 30.0,
     ) -> None:
         self.path = os.fspath(path)
-        super().__init__(_SQLiteDb(self.path, synchronous, busy_timeout_s), instance=instance)
+        db = _SQLiteDb(self.path, synchronous, busy_timeout_s)
+        super().__init__(db, instance=instance)
+        if self.path != ":memory:":
+            db.checkpointer = WalCheckpointer(self.path)
