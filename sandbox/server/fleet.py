@@ -155,7 +155,11 @@ class Readiness:
             return True  # the in-memory store
         self._ping = _one_at_a_time(self._ping, ping)
         try:
-            await asyncio.wait_for(asyncio.shield(self._ping), STORE_PING_TIMEOUT_S)
+            # Not `asyncio.wait_for`: on Python 3.11 it swallows a cancellation that comes as
+            # the awaited future completes, and the health watch it runs in then never ended
+            # (a `ptc serve` that never stopped after SIGTERM: `SandboxServer.stop` awaited it).
+            async with asyncio.timeout(STORE_PING_TIMEOUT_S):
+                await asyncio.shield(self._ping)
         except Exception:  # a timeout or any failure of the store: unreachable
             return False
         return True
@@ -168,9 +172,8 @@ class Readiness:
             return True
         self._recovery = _one_at_a_time(self._recovery, writes.recover)
         try:
-            return bool(
-                await asyncio.wait_for(asyncio.shield(self._recovery), STORE_PING_TIMEOUT_S)
-            )
+            async with asyncio.timeout(STORE_PING_TIMEOUT_S):  # not wait_for: see above
+                return bool(await asyncio.shield(self._recovery))
         except Exception:  # still writing, or a failure `recover` did not expect
             return False
 
