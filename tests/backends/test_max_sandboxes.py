@@ -1,9 +1,11 @@
 """The process backend under a small `max_sandboxes` (as a server's memory budget sets it): warm
 sandboxes hold rooms, and an execution never waits for a room that nobody will give back.
 
-Before `sandbox.backends.capacity`, each case below waited for ever (stop 30's CI: a served
-execution under a memory budget of 2 sandboxes hung, and so did the server's stop). Every
-execution is bounded here by `asyncio.wait_for`, so a regression fails instead of hanging.
+Before `sandbox.backends.capacity`, the execution that came while the pool was starting (stop
+30's CI: a served execution under a memory budget of 2 sandboxes hung, and so did the server's
+stop) and the start on demand beside an idle sandbox waited for ever; the cancel and close
+cases had no way out of that wait either. Every execution is bounded here by
+`asyncio.wait_for`, so a regression fails instead of hanging.
 Each test has a backend of its own (leftover checks count every sandbox of this process).
 """
 
