@@ -72,12 +72,13 @@ class HostHandlers:
         if function is None:
             raise ToolFailure(f"no host handler is registered for {call.tool.name!r}", "refused")
         async with self._slots:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that meets the call's answer, and the execution's cancel would be lost.
             try:
-                if inspect.iscoroutinefunction(function):
-                    return await asyncio.wait_for(function(**call.arguments), self.timeout_s)
-                return await asyncio.wait_for(
-                    asyncio.to_thread(function, **call.arguments), self.timeout_s
-                )
+                async with asyncio.timeout(self.timeout_s):
+                    if inspect.iscoroutinefunction(function):
+                        return await function(**call.arguments)
+                    return await asyncio.to_thread(function, **call.arguments)
             except TimeoutError:
                 raise ToolFailure(
                     f"the host handler for {call.tool.name!r} took longer than {self.timeout_s:g} s"

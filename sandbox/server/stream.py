@@ -141,8 +141,10 @@ class StreamSession:
             # gRPC allows one write in flight per call, and cancelling the task that awaits it
             # does not withdraw it: let it complete before the RPC ends (an abort would
             # otherwise collide with it).
+            # asyncio.timeout, not wait_for, which on Python 3.11 may swallow a cancel.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._quiet.wait(), WRITE_SETTLE_S)
+                async with asyncio.timeout(WRITE_SETTLE_S):
+                    await self._quiet.wait()
             for task in (reader, *self._writers):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -3,7 +3,8 @@
 
 A server that stops answering, or whose stop does not end, is usually waiting on something: a
 room under `max_sandboxes`, a fork reply, a store. Threads alone show the event loop in its
-poll; the tasks show which await each execution is in. Read-only and cheap enough to run on a
+poll; the tasks show which await each execution is in, down the whole chain of awaits (a
+suspended task's own stack is one frame). Read-only and cheap enough to run on a
 live server; nothing is changed or cancelled.
 """
 
@@ -13,6 +14,7 @@ import asyncio
 import faulthandler
 import sys
 import time
+from types import FrameType
 from typing import TextIO
 
 __all__ = ["dump_stacks"]
@@ -35,8 +37,54 @@ def dump_stacks(out: TextIO | None = None) -> None:
         coro = task.get_coro()
         name = getattr(coro, "__qualname__", repr(coro))
         out.write(f"task {task.get_name()} ({name}):\n")
-        for frame in task.get_stack(limit=TASK_FRAMES):
+        for frame in awaited_frames(coro)[-TASK_FRAMES:]:
             code = frame.f_code
             out.write(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}\n")
+        # What the task is parked on. Futures' C iterator does not expose its future, so the
+        # task's own record of it is read (private to asyncio, read-only, both implementations).
+        waited = getattr(task, "_fut_waiter", None)
+        if waited is not None:
+            out.write(f"  awaiting {_describe(waited)}\n")
     out.write("--- end of stacks ---\n")
     out.flush()
+
+
+def awaited_frames(coro: object) -> list[FrameType]:
+    """The frames of a suspended coroutine and of every coroutine it awaits, outermost first.
+
+    `Task.get_stack` gives a suspended task one frame, its own coroutine's: the await it is
+    stuck in may be ten calls down. The chain is followed through `cr_await` (coroutines),
+    `gi_yieldfrom` (generator-based awaitables) and `ag_await` (async generators)."""
+    frames: list[FrameType] = []
+    current: object = coro
+    for _ in range(256):  # a cycle cannot happen in a live chain; bound it anyway
+        frame = _frame_of(current)
+        if frame is None:
+            break
+        frames.append(frame)
+        current = _awaited_by(current)
+        if current is None:
+            break
+    return frames
+
+
+def _frame_of(obj: object) -> FrameType | None:
+    for attribute in ("cr_frame", "gi_frame", "ag_frame"):
+        frame = getattr(obj, attribute, None)
+        if frame is not None:
+            return frame  # type: ignore[no-any-return]
+    return None
+
+
+def _awaited_by(obj: object) -> object | None:
+    for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
+        awaited: object | None = getattr(obj, attribute, None)
+        if awaited is not None:
+            return awaited
+    return None
+
+
+def _describe(awaitable: object) -> str:
+    if isinstance(awaitable, asyncio.Task):
+        return f"task {awaitable.get_name()}"
+    return type(awaitable).__qualname__

@@ -29,5 +29,8 @@ def test_usr1_writes_the_stacks_and_the_server_goes_on() -> None:
     tasks = re.search(r"^--- (\d+) asyncio tasks ---$", stderr, re.M)
     assert tasks is not None and int(tasks.group(1)) >= 1, stderr
     # The server's main coroutine, waiting for its stop signal.
-    assert re.search(r"^task \S+ \(_serve\):$", stderr, re.M), stderr
+    serve = re.search(r"^task \S+ \(_serve\):\n((?:  .*\n)+)", stderr, re.M)
+    assert serve is not None, stderr
+    # Followed down its awaits: `_serve` awaits the stop event's `wait`, parked on a future.
+    assert re.search(r" in _serve\n.* in wait\n  awaiting Future\n$", serve.group(1)), stderr
     assert "--- end of stacks ---" in stderr
