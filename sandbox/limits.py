@@ -218,17 +218,42 @@ class Limits:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object], where: str = "limits") -> Limits:
-        """Builds limits from ``{name or field: canonical int}``, naming bad keys."""
+        """Builds limits from a mapping, naming bad keys.
+
+        A unit-named field (``wall_time_ms``, ``memory_bytes``, ...) takes its canonical
+        integer. A limit's short name takes its human unit, as on the command line and in a
+        tenants file: ``{"wall_time": 2}`` is two seconds, ``{"memory": "256m"}`` 256 MiB. (The
+        short names once took canonical integers here, so ``{"wall_time": 90}`` meant 90 ms in
+        the SDK and 90 s everywhere else: a first-day trap, and this module's own example.)"""
         fields: dict[str, int] = {}
         for key, value in values.items():
-            spec = SPEC_BY_NAME.get(key) or SPEC_BY_FIELD.get(key)
+            field_spec = SPEC_BY_FIELD.get(key)
+            if field_spec is not None:
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    unit = "ms" if field_spec.unit == "s" else field_spec.unit
+                    shown = repr(value)[:40]
+                    raise InvalidLimits(
+                        f"{where}.{key}: must be a positive integer ({unit}), got {shown}"
+                    )
+                fields[key] = field_spec.check(value, f"{where}.{key}")
+                continue
+            spec = SPEC_BY_NAME.get(key)
             if spec is None:
                 known = ", ".join(s.name for s in LIMIT_SPECS)
                 raise InvalidLimits(f"{where}.{key}: unknown limit (known: {known})")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
                 shown = repr(value)[:40]
-                raise InvalidLimits(f"{where}.{key}: must be a positive integer, got {shown}")
-            fields[spec.field] = spec.check(value, f"{where}.{key}")
+                raise InvalidLimits(f"{where}.{key}: must be a number ({spec.unit}), got {shown}")
+            try:
+                fields[spec.field] = spec.from_human(str(value))
+            except InvalidLimits as exc:
+                said = exc.message.removeprefix(f"limit {spec.name}: ")
+                raise InvalidLimits(f"{where}.{key}: {said}") from None
+        for spec in LIMIT_SPECS:
+            if spec.name != spec.field and spec.name in values and spec.field in values:
+                raise InvalidLimits(
+                    f"{where}: {spec.name} and {spec.field} are the same limit; give one"
+                )
         return cls(**fields)
 
 

@@ -39,7 +39,9 @@ __all__ = [
 BACKEND_NAMES = ("process", "docker", "gvisor")
 Policy = Literal["none", "restricted"]
 _POLICIES: tuple[Policy, ...] = ("none", "restricted")
-LimitsLike = Limits | Mapping[str, int] | None
+# A mapping of limits: short names in human units (``{"wall_time": 2, "memory": "256m"}``),
+# unit-named fields in canonical integers (``{"wall_time_ms": 2000}``): `Limits.from_mapping`.
+LimitsLike = Limits | Mapping[str, int | float | str] | None
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ def test_bad_requests_are_invalid_and_the_server_keeps_serving(served: Served) -
     assert manifest.value.message.startswith("manifest: ")
     with pytest.raises(InvalidArgument) as limits:
         served.acme.replay(recorded.execution_id, limits={"wall_time_ms": 0})
-    assert limits.value.message == "limits.wall_time_ms: must be a positive integer, got 0"
+    assert limits.value.message == "limits.wall_time_ms: must be a positive integer (ms), got 0"
     with pytest.raises(InvalidArgument) as backend:
         served.acme.replay(recorded.execution_id, backend="vm")
     assert backend.value.message == "backend: unknown backend 'vm' (known: process, docker, gvisor)"

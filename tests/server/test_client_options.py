@@ -99,7 +99,7 @@ def test_options_from_what_a_caller_has_at_hand(tmp_path: Path) -> None:
     data.write_bytes(b"a,b\n")
     labels = {"team": "qa"}
     options = RunOptions.of(
-        limits={"wall_time": 2000, "memory_bytes": 1 << 28},
+        limits={"wall_time": 2, "memory_bytes": 1 << 28},  # a name in seconds, a field in bytes
         files=[data],
         expected_calls=[ExpectedCalls("search", 1)],
         labels=labels,
@@ -230,3 +230,48 @@ def test_an_execution_query_becomes_the_list_request() -> None:
     with pytest.raises(InvalidArgument) as bad:
         query_to_proto(ExecutionQuery(status="done"))
     assert str(bad.value) == "status: unknown status 'done'"
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"wall_time": 2}, Limits(wall_time_ms=2000)),
+        ({"wall_time": 0.25, "cpu_time": 1.5}, Limits(wall_time_ms=250, cpu_time_ms=1500)),
+        ({"wall_time_ms": 90}, Limits(wall_time_ms=90)),
+        (
+            {"memory": "256m", "file_size": "2m"},
+            Limits(memory_bytes=1 << 28, file_size_bytes=1 << 21),
+        ),
+        ({"memory_bytes": 1 << 28, "processes": 8}, Limits(memory_bytes=1 << 28, processes=8)),
+    ],
+    ids=["seconds", "fractions", "canonical-field", "size-suffixes", "canonical-sizes"],
+)
+def test_a_limit_name_takes_the_cli_units_and_a_field_its_canonical_integer(
+    given: dict[str, Any], expected: Limits
+) -> None:
+    """`{"wall_time": 90}` is 90 s, as `ptc run --limit wall_time=90` and a tenants file say
+    (it was 90 ms in the SDK alone); the unit-named field takes milliseconds."""
+    assert RunOptions.of(limits=given).limits == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"wall_time": "soon"}, "limits.wall_time: 'soon' is not a number (s)"),
+        ({"wall_time_ms": 1.5}, "limits.wall_time_ms: must be a positive integer (ms), got 1.5"),
+        ({"wall_time": None}, "limits.wall_time: must be a number (s), got None"),
+        (
+            {"memory": "1k"},
+            "limits.memory: 1024 bytes is below the minimum of 33554432 bytes",
+        ),
+        (
+            {"wall_time": 2, "wall_time_ms": 2000},
+            "limits: wall_time and wall_time_ms are the same limit; give one",
+        ),
+    ],
+    ids=["not-a-number", "fraction-of-ms", "none", "below-minimum", "both-spellings"],
+)
+def test_a_bad_limit_mapping_is_refused_naming_the_key(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        RunOptions.of(limits=given)
+    assert str(info.value) == message
