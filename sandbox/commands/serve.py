@@ -28,6 +28,7 @@ from sandbox.telemetry.stacks import dump_stacks
 __all__ = ["register", "run"]
 
 DEFAULT_AUDIT_DB = "ptc-audit.db"
+LEFTOVER_GRACE_S = 5.0  # what a task still running at exit gets after its cancel
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -204,5 +205,7 @@ async def _serve(config: ServerConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("sandbox.audit.publisher").setLevel(logging.INFO)  # the checkpoint lines
-    eventloop.run(_serve(_config(args)))
+    # The stop has drained, recorded and released everything; a task that ignores its cancel
+    # (a host handler's coroutine that catches CancelledError) must not keep the process.
+    eventloop.run(_serve(_config(args)), leftover_grace_s=LEFTOVER_GRACE_S)
     return 0

@@ -87,6 +87,7 @@ class Broker:
         self._side_effects = asyncio.Lock()
         self._side_effects_waiting = 0  # side-effect calls handed to `complete`, not yet done
         self._lock = threading.Lock()
+        self._sealed = False  # `finish` ran: the records are the result's, no outcome changes
         self._t0 = time.monotonic()
         self._refused_over_budget = 0
         self._seq = 0
@@ -150,9 +151,13 @@ class Broker:
                 async with self._side_effects:
                     value = await self._dispatch(tool_call)
             with self._lock:
+                if self._sealed:  # abandoned at the stop: it stays recorded as cancelled
+                    return b""
                 return self._succeed(call, record, value)
         except ToolFailure as failure:
             with self._lock:
+                if self._sealed:
+                    return b""
                 return self._fail(call, record, failure)
         finally:
             if not read_only:
@@ -281,7 +286,10 @@ class Broker:
             raise ToolFailure(f"{type(exc).__name__}: {exc}") from exc
 
     def finish(self) -> None:
-        """Marks calls still without an outcome as cancelled (the execution ended first)."""
+        """Marks calls still without an outcome as cancelled (the execution ended first); a
+        call that ends later (abandoned at the stop) changes nothing."""
+        with self._lock:
+            self._sealed = True
         for record in self.calls:
             if record.status == CallStatus.CANCELLED and record.error is None:
                 record.error = "the execution ended before the call completed"

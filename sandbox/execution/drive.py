@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ from sandbox.protocol import (
 from sandbox.result import CallRecord, Violation
 
 __all__ = [
+    "CALL_STOP_GRACE_S",
     "INTERRUPT_GRACE_S",
     "CellRules",
     "Drive",
@@ -60,9 +62,18 @@ __all__ = [
 
 CPU_POLL_S = 0.05
 DRAIN_GRACE_S = 1.0
+# How long the stop waits for tool calls and helpers it cancelled before it leaves them.
+CALL_STOP_GRACE_S = 2.0
 INTERRUPT_GRACE_S = 1.0
 FRAME_OVERHEAD = 4096
 _INTERRUPTIBLE = ("wall_time", "cpu_time", "cancelled")
+log = logging.getLogger(__name__)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
 
 _BLOCK_BUFFERED_OUTPUT: ContextVar[bool] = ContextVar("ptc_block_buffered_output", default=False)
 
@@ -204,6 +215,8 @@ class Drive:
         frame = await self.broker.complete(call, self._waiting[call.id])
         # The id is free again before the guest can see the reply.
         del self._waiting[call.id]
+        if self._stopping:  # a call abandoned at the stop: a session's next cell must not get it
+            return
         self.handle.channel.send(frame)
 
     # -- stopping ------------------------------------------------------------------------------
@@ -450,9 +463,36 @@ class Drive:
         tasks = [*self._helpers, *self._calls.values()]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            # Bounded: a handler that swallows its cancel (a coroutine that catches
+            # CancelledError and goes on) would otherwise hold the execution, and a server's
+            # stop, for as long as it runs.
+            _done, stuck = await asyncio.wait(tasks, timeout=CALL_STOP_GRACE_S)
+            if stuck:
+                self._abandon(stuck)
         if self.cell is None and self.killed_for is None:
             await handle.kill()
+
+    def _abandon(self, stuck: set[asyncio.Future[Any]]) -> None:
+        """Leaves tasks that did not end after their cancel: their calls stay recorded as
+        cancelled (the broker is sealed at the outcome), their replies are never sent, and
+        what they raise later is read here so it is not reported as never retrieved."""
+        tools = sorted(
+            self._waiting[call_id].tool
+            for call_id, task in self._calls.items()
+            if task in stuck and call_id in self._waiting
+        )
+        for task in stuck:
+            task.add_done_callback(_retrieve)
+        log.error(
+            "execution %s: %d tasks did not end within %.1f s of their cancel and are abandoned"
+            " (tool calls: %s): a handler that ignores cancellation; the calls are recorded as"
+            " cancelled",
+            self.broker.execution_id,
+            len(stuck),
+            CALL_STOP_GRACE_S,
+            ", ".join(tools) or "none",
+        )
 
     # -- the outcome ---------------------------------------------------------------------------
     def _outcome(self, exit_code: int, wall: float) -> Outcome:

@@ -344,6 +344,7 @@ class SandboxServer:
         await self.readiness.close()
         await self._last_recovery()
         await self.engine.close()
+        self._left_behind()
         await self._last_checkpoint()
         self.store.close()
         if self._metrics_server is not None:
@@ -353,6 +354,19 @@ class SandboxServer:
         from sandbox.telemetry import tracing
 
         tracing.shutdown()  # flushes spans still batched
+
+    def _left_behind(self) -> None:
+        """Says which host handlers still run: their executions have ended (recorded with the
+        call cancelled); their threads are daemons, and the process exits without them."""
+        self.host.threads.close()
+        busy = self.host.threads.busy()
+        if busy:
+            log.warning(
+                "host handlers: %d calls still run at shutdown and are left behind (the process"
+                " exits without them): %s",
+                len(busy),
+                ", ".join(f"{tool} for {seconds:.1f} s" for tool, seconds in busy),
+            )
 
     async def _last_recovery(self) -> None:
         """Writes the completions the store refused, if it takes them now; says which records

@@ -4,9 +4,10 @@ The operator maps tool names to ``module:function`` in the server's config; they
 once at start-up, on the host, and never inside a sandbox. A manifest only says that a tool is in
 `host` mode (and may repeat the handler's ``module:function``, which must then match what the
 operator registered): it can never make the server import anything. Each call runs with a timeout
-and under a server-wide concurrency limit; a plain function runs in a worker thread so that a slow
-handler cannot stall the event loop. A handler's exception is the call's error, seen by the script
-as `ToolError`.
+and under a server-wide concurrency limit; a plain function runs on a thread of the handlers' own
+(`host_threads`) so that a slow handler cannot stall the event loop, nor a hung one the server's
+other blocking work or its exit. A handler's exception is the call's error, seen by the script as
+`ToolError`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import ToolCall, ToolFailure
+from sandbox.server.host_threads import HostThreads
 from stubs_gen import Manifest
 
 __all__ = ["HostHandlers", "resolve_callable"]
@@ -49,6 +51,7 @@ class HostHandlers:
         self.functions = {tool: resolve_callable(spec) for tool, spec in self.specs.items()}
         self.timeout_s = timeout_s
         self._slots = asyncio.Semaphore(concurrency)
+        self.threads = HostThreads(concurrency)  # plain functions run here, never in the loop's
 
     def check(self, manifest: Manifest) -> None:
         """Refuses a manifest with a host-mode tool this server cannot serve."""
@@ -78,7 +81,7 @@ class HostHandlers:
                 async with asyncio.timeout(self.timeout_s):
                     if inspect.iscoroutinefunction(function):
                         return await function(**call.arguments)
-                    return await asyncio.to_thread(function, **call.arguments)
+                    return await self.threads.run(call.tool.name, function, call.arguments)
             except TimeoutError:
                 raise ToolFailure(
                     f"the host handler for {call.tool.name!r} took longer than {self.timeout_s:g} s"

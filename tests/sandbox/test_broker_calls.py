@@ -382,3 +382,43 @@ def test_results_cross_back_as_json(clean: EngineHarness) -> None:
         handlers={"host": host},
     )
     assert json.loads(result.stdout) == {"nested": [1, 2.5, None, True, "ü"], "n": 2**53}
+
+
+def test_a_handler_that_ignores_its_cancel_does_not_hold_the_execution(
+    clean: EngineHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Embedded, as through `ptc serve` (tests/server/test_host_handler_stuck.py): the wall
+    time kills the sandbox, the stop gives the cancelled call `CALL_STOP_GRACE_S` and leaves it,
+    the call stays recorded as cancelled; before, the execution never ended."""
+    entered = asyncio.Event()
+    finished: list[bool] = []  # set at the end, so that the abandoned task ends after all
+
+    async def stubborn(call: ToolCall) -> Any:
+        entered.set()
+        while not finished:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue
+        return "late"
+
+    with caplog.at_level("ERROR", logger="sandbox.execution.drive"):
+        result = clean.run(
+            "import tools\ntools.act()",
+            manifest=[tool("act", mode="host")],
+            handlers={"host": stubborn},
+            limits={"wall_time": 1},
+        )
+    finished.append(True)  # the abandoned call now ends "ok", late: its record must not change
+    clean.call(asyncio.sleep(0.3))
+    assert entered.is_set()
+    assert result.status == "limit_exceeded"
+    assert [(v.limit, v.action) for v in result.violations] == [("wall_time", "killed")]
+    assert [(c.tool, c.status, c.error) for c in result.calls] == [
+        ("act", "cancelled", "the execution ended before the call completed")
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == "sandbox.execution.drive"] == [
+        f"execution {result.execution_id}: 1 tasks did not end within 2.0 s of their cancel and"
+        " are abandoned (tool calls: act): a handler that ignores cancellation; the calls are"
+        " recorded as cancelled"
+    ]
