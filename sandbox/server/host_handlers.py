@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,6 +75,7 @@ class HostHandlers:
         function = self.functions.get(call.tool.name)
         if function is None:
             raise ToolFailure(f"no host handler is registered for {call.tool.name!r}", "refused")
+        started = threading.Event()
         async with self._slots:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
             # that meets the call's answer, and the execution's cancel would be lost.
@@ -81,8 +83,21 @@ class HostHandlers:
                 async with asyncio.timeout(self.timeout_s):
                     if inspect.iscoroutinefunction(function):
                         return await function(**call.arguments)
-                    return await self.threads.run(call.tool.name, function, call.arguments)
+                    args = dict(call.arguments)
+                    return await self.threads.run(call.tool.name, function, args, started)
             except TimeoutError:
+                never_ran = not inspect.iscoroutinefunction(function) and not started.is_set()
                 raise ToolFailure(
-                    f"the host handler for {call.tool.name!r} took longer than {self.timeout_s:g} s"
+                    f"the host handler for {call.tool.name!r} took longer than "
+                    f"{self.timeout_s:g} s{self._threads_taken() if never_ran else ''}"
                 ) from None
+
+    def _threads_taken(self) -> str:
+        """Why a plain function's call never started: every thread still runs an earlier call
+        (handlers that hang past their timeout keep their threads)."""
+        busy = self.threads.busy()
+        longest = f"; the longest: {busy[0][0]!r}, for {busy[0][1]:.0f} s" if busy else ""
+        return (
+            f": it never started, all {self.threads.size} host handler threads run earlier"
+            f" calls{longest}"
+        )

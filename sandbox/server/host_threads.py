@@ -37,6 +37,7 @@ class _Job:
     context: contextvars.Context  # the caller's (tracing spans), as `asyncio.to_thread` passes it
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    started: threading.Event  # a thread took it
 
 
 class HostThreads:
@@ -53,11 +54,19 @@ class HostThreads:
         self._running: dict[int, tuple[str, float]] = {}  # thread id: (tool, monotonic start)
         self._closed = False
 
-    async def run(self, tool: str, function: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        """``function(**kwargs)`` on one of the threads; its result or exception."""
+    async def run(
+        self,
+        tool: str,
+        function: Callable[..., Any],
+        kwargs: dict[str, Any],
+        started: threading.Event | None = None,
+    ) -> Any:
+        """``function(**kwargs)`` on one of the threads; its result or exception. ``started``
+        is set when a thread takes the call (a caller that gave up can tell whether it ran)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        job = _Job(tool, function, kwargs, contextvars.copy_context(), future, loop)
+        context = contextvars.copy_context()
+        job = _Job(tool, function, kwargs, context, future, loop, started or threading.Event())
         start = False
         with self._lock:
             if self._closed:
@@ -104,6 +113,7 @@ class HostThreads:
                 continue
             with self._lock:
                 self._running[ident] = (job.tool, time.monotonic())
+            job.started.set()
             value: Any = None
             error: BaseException | None = None
             try:

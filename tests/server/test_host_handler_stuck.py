@@ -90,3 +90,34 @@ def test_a_handler_that_ignores_its_cancel_ends_with_its_execution(tmp_path: Pat
     ) in stderr, stderr
     # At exit the abandoned task still runs: it gets its bound again, and is left.
     assert "1 tasks did not end within 5.0 s of their cancel at exit and are left" in stderr
+
+
+def test_a_call_that_never_got_a_thread_says_so(tmp_path: Path) -> None:
+    """With every handler thread held by a hung call, the next call times out without having
+    run, and its error says that, not only that it "took longer"."""
+    config = tmp_path / "server.toml"
+    config.write_text("[host_handler_limits]\ntimeout_s = 1\nconcurrency = 1\n")
+    mark = tmp_path / "started"
+    script = (
+        "import tools\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        f"        tools.blocks(mark={str(mark)!r})\n"
+        "    except tools.ToolError as e:\n"
+        "        print(e)\n"
+    )
+    with (
+        ptc_serve("--audit-db", "memory", "--config", str(config), *HANDLERS) as serving,
+        Client(serving.address) as client,
+    ):
+        result = client.execute(script, TOOLS, timeout=60)
+        assert client.execute("print(1)").stdout == "1\n"
+    assert result.status == "ok", result
+    first, second = result.stdout.splitlines()
+    assert first == "the host handler for 'blocks' took longer than 1 s"
+    assert second.startswith(
+        "the host handler for 'blocks' took longer than 1 s: it never started, all 1 host "
+        "handler threads run earlier calls; the longest: 'blocks', for "
+    ), second
+    assert [c.status for c in result.calls] == ["error", "error"]
+    assert "host handlers: 1 calls still run at shutdown and are left behind" in serving.stderr
