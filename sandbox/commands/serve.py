@@ -184,8 +184,23 @@ async def _serve(config: ServerConfig) -> None:
     server = SandboxServer(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_stop_signal() -> None:
+        if not stop.is_set():
+            stop.set()  # drain: in-flight executions get the grace
+            return
+        # Again (Ctrl-C twice): no more grace, the stop goes on as it would after it.
+        running = server.runner.hurry()
+        with contextlib.suppress(OSError):
+            print(
+                f"ptc serve: stopping now: {running} executions still running are stopped "
+                "and recorded interrupted",
+                file=sys.stderr,
+                flush=True,
+            )
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_stop_signal)
     loop.add_signal_handler(signal.SIGUSR1, dump_stacks)  # what it waits on, to stderr
     address = await server.start()
     try:

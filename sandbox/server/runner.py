@@ -81,6 +81,7 @@ class Runner:
         self.host = host
         self._runs: dict[asyncio.Task[ExecutionResult], asyncio.Event] = {}
         self._draining = False
+        self._hurry = asyncio.Event()  # set: the drain's grace ends now (a second signal)
         self.sessions = SessionManager(engine, store)
         self.refusing: str | None = None  # set at shutdown: new executions get UNAVAILABLE
 
@@ -206,6 +207,12 @@ class Runner:
                 session=prepared.session.sandbox if prepared.session is not None else None,
             )
 
+    def hurry(self) -> int:
+        """Ends the drain's grace now (a second SIGTERM or Ctrl-C): the executions still
+        running are stopped and recorded `interrupted`. Returns how many run."""
+        self._hurry.set()
+        return len(self._runs)
+
     async def drain(self, grace_s: float) -> None:
         """Lets in-flight executions finish for ``grace_s``, then cancels and awaits the rest
         (recorded as `interrupted`)."""
@@ -214,7 +221,18 @@ class Runner:
         if not runs:
             await self.sessions.release_all("server stopping: sessions end with the server")
             return
-        _done, pending = await asyncio.wait(runs, timeout=grace_s)
+        # Until every run ends, the grace passes or `hurry` cuts it short (asyncio.wait never
+        # cancels what it waits for: the runs go on until they are cancelled below).
+        ended = asyncio.ensure_future(asyncio.wait(runs))
+        hurried = asyncio.ensure_future(self._hurry.wait())
+        try:
+            await asyncio.wait(
+                (ended, hurried), timeout=grace_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            ended.cancel()
+            hurried.cancel()
+        pending = [task for task in runs if not task.done()]
         for task in pending:
             self._runs.get(task, asyncio.Event()).set()
         if pending:
