@@ -7,8 +7,10 @@ reported)."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,9 @@ __all__ = [
 ]  # the first two: tests.ptc_cli's
 
 
+_AUDIT_DIRS: dict[int, str] = {}  # a server's own audit directory, by its pid, until stopped
+
+
 @dataclass
 class Serving:
     address: str  # the gRPC listener, host:port
@@ -39,7 +44,15 @@ def start_serve(
     """``ptc serve --listen 127.0.0.1:0 *args`` (``env``: its whole environment, None: this
     process's), returned once it listens, with its addresses. The caller stops it, with
     `stop_serve` or on purpose otherwise (a kill -9); `ptc_serve` does both for a plain test.
-    ``wrapper`` is a command that ends by exec'ing its arguments (e.g. into a cgroup)."""
+    ``wrapper`` is a command that ends by exec'ing its arguments (e.g. into a cgroup).
+    Without ``--audit-db`` (or ``--config``) the audit is a SQLite file in a directory of its
+    own, removed by `stop_serve`: the default, ``./ptc-audit.db``, was the checkout's, and every
+    such server shared it and left it behind."""
+    if not any(arg.startswith(("--audit-db", "--config")) for arg in args):
+        audit_dir = tempfile.mkdtemp(prefix="ptc-test-serve-audit-")
+        args = ("--audit-db", f"{audit_dir}/audit.db", *args)
+    else:
+        audit_dir = None
     proc = subprocess.Popen(
         [*wrapper, PYTHON, "-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", *args],
         cwd=ROOT,
@@ -49,6 +62,8 @@ def start_serve(
         env=None if env is None else dict(env),
     )
     assert proc.stdout is not None and proc.stderr is not None
+    if audit_dir is not None:
+        _AUDIT_DIRS[proc.pid] = audit_dir
     serving = Serving("", proc.pid)
     try:
         line = proc.stdout.readline()
@@ -81,6 +96,9 @@ def stop_serve(proc: subprocess.Popen[str], timeout_s: float = 30.0, *, read: bo
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
+    audit_dir = _AUDIT_DIRS.pop(proc.pid, None)
+    if audit_dir is not None:
+        shutil.rmtree(audit_dir, ignore_errors=True)
     return stderr
 
 

@@ -492,10 +492,11 @@ class ExecutionRecord(_message.Message):
     def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
-    __slots__ = ("since", "until", "status", "tool", "violation", "page_size", "page_token", "session_id")
+    __slots__ = ("since", "until", "status", "running", "tool", "violation", "page_size", "page_token", "session_id")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     VIOLATION_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -504,12 +505,13 @@ class ListExecutionsRequest(_message.Message):
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     status: ExecutionStatus
+    running: bool
     tool: str
     violation: str
     page_size: int
     page_token: str
     session_id: str
-    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., running: _Optional[bool] = ..., tool: _Optional[str] = ..., violation: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsResponse(_message.Message):
     __slots__ = ("records", "next_page_token")

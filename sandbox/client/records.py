@@ -78,7 +78,7 @@ class ExecutionQuery:
 
     since: float | None = None  # started at or after (seconds since the epoch)
     until: float | None = None  # started before
-    status: str | None = None  # an `ExecutionStatus` value
+    status: str | None = None  # an `ExecutionStatus` value, or "running": not yet ended
     tool: str | None = None  # with a call to this tool (its original name)
     violation: str | None = None  # with a violation of this limit
     page_size: int | None = None  # at most this many (default 50, at most 1000)
@@ -160,9 +160,12 @@ def query_to_proto(query: ExecutionQuery | None) -> pb.ListExecutionsRequest:
         message.since.CopyFrom(timestamp(query.since))
     if query.until is not None:
         message.until.CopyFrom(timestamp(query.until))
-    if query.status is not None:
+    if query.status == RUNNING:
+        message.running = True
+    elif query.status is not None:
         if query.status not in set(ExecutionStatus):
-            raise InvalidArgument(f"status: unknown status {query.status!r}")
+            known = ", ".join([*(s.value for s in ExecutionStatus), RUNNING])
+            raise InvalidArgument(f"status: unknown status {query.status!r} (known: {known})")
         message.MergeFrom(
             pb.ListExecutionsRequest(status="EXECUTION_STATUS_" + query.status.upper())
         )

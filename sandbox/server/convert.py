@@ -153,6 +153,10 @@ def query_from_proto(message: pb.ListExecutionsRequest) -> AuditQuery:
         if message.status not in pb.ExecutionStatus.values():
             raise InvalidArgument(f"status: unknown value {message.status}")
         status = enum_name(message.status, "EXECUTION_STATUS_", pb.ExecutionStatus)
+    if message.running:
+        if status is not None:
+            raise InvalidArgument("running: set together with status; ask for one")
+        status = "running"  # the audit's own status of a record not yet ended
     since = _seconds(message.since, "since") if message.HasField("since") else None
     until = _seconds(message.until, "until") if message.HasField("until") else None
     if since is not None and until is not None and until < since:

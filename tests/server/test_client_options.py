@@ -229,7 +229,12 @@ def test_an_execution_query_becomes_the_list_request() -> None:
     assert (message.tool, message.page_size, message.HasField("until")) == ("t", 5, False)
     with pytest.raises(InvalidArgument) as bad:
         query_to_proto(ExecutionQuery(status="done"))
-    assert str(bad.value) == "status: unknown status 'done'"
+    assert str(bad.value) == (
+        "status: unknown status 'done' (known: ok, error, limit_exceeded, rejected, cancelled,"
+        " interrupted, failed, running)"
+    )
+    running = query_to_proto(ExecutionQuery(status="running"))  # a record's, not a result's
+    assert (running.running, running.status) == (True, pb.EXECUTION_STATUS_UNSPECIFIED)
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,12 @@ OTHER_CASES = [
         pb.ListExecutionsRequest(status=cast(pb.ExecutionStatus, 77)),
         "status: unknown",
     ),
+    (
+        "list-running-and-status",
+        "ListExecutions",
+        pb.ListExecutionsRequest(running=True, status=pb.EXECUTION_STATUS_OK),
+        "running: set together with status; ask for one",
+    ),
     ("list-violation", "ListExecutions", pb.ListExecutionsRequest(violation="nope"), "violation: "),
     (
         "list-until-before-since",

@@ -9,6 +9,7 @@ import concurrent.futures
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,12 +41,14 @@ def _refused(client: Client) -> bool:
     return False
 
 
-def test_a_second_signal_stops_the_running_executions_now() -> None:
+def test_a_second_signal_stops_the_running_executions_now(tmp_path: Path) -> None:
     with (
         # The pool first: should the test fail, the server is stopped (and the call with it)
         # before the pool waits for the call.
         concurrent.futures.ThreadPoolExecutor(1) as pool,
-        ptc_serve("--grace", "600", stop_timeout_s=BOUND_S) as serving,
+        ptc_serve(
+            "--grace", "600", "--audit-db", str(tmp_path / "audit.db"), stop_timeout_s=BOUND_S
+        ) as serving,
         Client(serving.address) as client,
     ):
         slow = pool.submit(
@@ -53,9 +56,7 @@ def test_a_second_signal_stops_the_running_executions_now() -> None:
         )
         _until(
             "the execution runs",
-            lambda: [
-                r for r in client.list_executions(ExecutionQuery()).records if r.status == RUNNING
-            ],
+            lambda: client.list_executions(ExecutionQuery(status=RUNNING)).records,
         )
         os.kill(serving.pid, signal.SIGTERM)
         _until("the drain refuses new executions", lambda: _refused(client))
