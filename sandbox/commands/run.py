@@ -12,7 +12,9 @@ Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1
 3 limit_exceeded, 4 rejected, 5 cancelled, 6 interrupted, 7 failed. A request or service error
 (`sandbox.errors`, printed as ``ptc run: [kind: ]message``): 2 invalid argument, 8 not found,
 9 unauthenticated, 10 permission denied, 11 resource exhausted, 12 unavailable, 13 internal.
-A reader that went away (``| head``): 141, quietly, the execution cancelled.
+A reader that went away (``| head``): 141, quietly, the execution cancelled. Ctrl-C on an
+embedded run cancels it: its result (status cancelled, the output so far) is printed, exit 5;
+Ctrl-C again quits at once (130).
 
 Every option applies where the script runs or is refused naming it, never ignored: with
 `--server`, the embedded-only `--audit-db` and `--allow-degraded` are refused; `--api-key` needs
@@ -26,9 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +202,48 @@ async def _execute(
     cancel = asyncio.Event()
     if isinstance(on_output, _Live):
         on_output.cancel = cancel
+    with _ctrl_c_cancels(cancel, status):
+        return await _execute_in_engine(request, backends, audit_db, on_output, status, cancel)
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(cancel: asyncio.Event, status: StatusLine | None) -> Iterator[None]:
+    """A Ctrl-C cancels the run, which then ends as `cancelled` with the output it wrote so far
+    (printed, exit 5), where it used to end the command with nothing (exit 130). A second
+    Ctrl-C quits at once (Python's own KeyboardInterrupt: exit 130)."""
+    loop = asyncio.get_running_loop()
+
+    def interrupted() -> None:
+        loop.remove_signal_handler(signal.SIGINT)  # the next one is Python's again
+        cancel.set()
+        if status is not None:
+            status.clear()
+        with contextlib.suppress(OSError):
+            print(
+                "\nptc run: Ctrl-C: cancelling the execution (Ctrl-C again to quit at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: as before
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _execute_in_engine(
+    request: ExecutionRequest,
+    backends: dict[str, Backend],
+    audit_db: str | None,
+    on_output: OutputCallback | None,
+    status: StatusLine | None,
+    cancel: asyncio.Event,
+) -> ExecutionResult:
     async with Engine(
         EngineConfig(backends=backends, default_backend=request.backend or "process")
     ) as engine:

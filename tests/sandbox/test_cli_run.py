@@ -16,6 +16,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -475,3 +476,53 @@ def test_ptc_run_on_a_terminal_shows_a_line_while_the_script_runs(
     assert proc.returncode == 3, err  # limit_exceeded
     assert shown.count(b"tick") == 1, shown
     assert b"wall_time" in err, err
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["live", "json"])
+def test_ctrl_c_cancels_the_run_and_prints_what_it_wrote(
+    json_out: bool, tmp_path: Path, cli_pids: list[int], tmpdir_env: dict[str, str]
+) -> None:
+    """Ctrl-C on an embedded `ptc run` cancels the execution, which ends `cancelled` with the
+    output it wrote so far, printed as any result is (exit 5); before, the command ended at once
+    with nothing on stdout (exit 130)."""
+    script = tmp_path / "long.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    args = [PYTHON, "-m", "sandbox.cli", "run", str(script), "--limit", "wall_time=600"]
+    with subprocess.Popen(
+        [*args, *(["--json"] if json_out else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **tmpdir_env},
+    ) as proc:
+        cli_pids.append(proc.pid)
+        assert proc.stdout is not None
+        if json_out:  # nothing shows before the end: wait for the sandbox to run the script
+            _until_running(proc.pid)
+        else:
+            assert proc.stdout.readline() == "started\n"  # shown live
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5, (out, err)
+    assert "ptc run: Ctrl-C: cancelling the execution (Ctrl-C again to quit at once)" in err
+    if json_out:
+        result = json.loads(out)
+        assert (result["status"], result["stdout"]) == ("cancelled", "started\n")
+    else:
+        assert "status: cancelled" in err, err
+
+
+def _until_running(pid: int) -> None:
+    """Until a process of the `ptc` process ``pid``'s sandboxes sleeps in the kernel (the
+    script's ``time.sleep``, after its print), bounded."""
+    for _ in range(1200):
+        for proc in Path("/proc").iterdir():
+            try:
+                in_sandbox = proc.name.isdigit() and f"/ptc-{pid}-" in (proc / "cgroup").read_text()
+                if in_sandbox and "nanosleep" in (proc / "wchan").read_text():
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("the script never reached its sleep")
