@@ -14,7 +14,8 @@ Exit codes, the same embedded and with `--server`. A finished execution: 0 ok, 1
 9 unauthenticated, 10 permission denied, 11 resource exhausted, 12 unavailable, 13 internal.
 A reader that went away (``| head``): 141, quietly, the execution cancelled. Ctrl-C on an
 embedded run cancels it: its result (status cancelled, the output so far) is printed, exit 5;
-Ctrl-C again quits at once (130).
+Ctrl-C again quits at once (130). With `--server`, Ctrl-C closes the stream, which cancels the
+execution there, says so and exits 130.
 
 Every option applies where the script runs or is refused naming it, never ignored: with
 `--server`, the embedded-only `--audit-db` and `--allow-degraded` are refused; `--api-key` needs
@@ -311,6 +312,18 @@ def _execute_remote(
             )
     except PtcError as exc:  # the same class, naming the server it came from
         exc.message = f"server {server}: {exc.message}"
+        raise
+    except KeyboardInterrupt:
+        # The stream closes with the client, which cancels the execution on the server.
+        if status is not None:
+            status.clear()
+        with contextlib.suppress(OSError):
+            print(
+                f"\nptc run: Ctrl-C: the execution is cancelled on {server} (its record says"
+                " cancelled: ptc audit, or the SDK's list_executions)",
+                file=sys.stderr,
+                flush=True,
+            )
         raise
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.client import Client
+from sandbox.client import Client, ExecutionQuery
 from sandbox.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from sandbox.tenants import hash_key
 from tests.ptc_cli import run_ptc
@@ -207,3 +208,34 @@ def test_files_through_the_server_under_the_tenants_ceilings(address: str, tmp_p
     assert refused.stderr == (
         f"ptc run: server {address}: input_files: 3 files is more than the input_files limit of 2\n"
     )
+
+
+def test_ctrl_c_cancels_the_execution_on_the_server(address: str, tmp_path: Path) -> None:
+    """Ctrl-C on `ptc run --server` closes the stream, which cancels the execution there; the
+    command says so and exits 130, and the server's record says cancelled, with the output."""
+    script = "import time\nprint('ctrl-c test', flush=True)\ntime.sleep(600)\n"
+    path = tmp_path / "long.py"
+    path.write_text(script)
+    args = ["run", str(path), "--server", address, "--limit", "wall_time=600"]
+    with subprocess.Popen(
+        [PYTHON, "-m", "sandbox.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PTC_API_KEY": KEY},
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ctrl-c test\n"  # it runs, shown live
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"ptc run: Ctrl-C: the execution is cancelled on {address}" in err
+    with Client(address, KEY) as client:
+        for _ in range(600):  # the server hears of it a moment later (bounded)
+            records = client.list_executions(ExecutionQuery(status="cancelled")).records
+            mine = [r for r in records if r.script == script]
+            if mine:
+                break
+            time.sleep(0.05)
+    assert [r.result.stdout if r.result else None for r in mine] == ["ctrl-c test\n"]
