@@ -467,7 +467,9 @@ class Drive:
             # Bounded: a handler that swallows its cancel (a coroutine that catches
             # CancelledError and goes on) would otherwise hold the execution, and a server's
             # stop, for as long as it runs.
-            _done, stuck = await asyncio.wait(tasks, timeout=CALL_STOP_GRACE_S)
+            done, stuck = await asyncio.wait(tasks, timeout=CALL_STOP_GRACE_S)
+            for task in done:  # read, as gather did: not reported as never retrieved
+                _retrieve(task)
             if stuck:
                 self._abandon(stuck)
         if self.cell is None and self.killed_for is None:
