@@ -67,7 +67,7 @@ class HostThreads:
         future: asyncio.Future[Any] = loop.create_future()
         context = contextvars.copy_context()
         job = _Job(tool, function, kwargs, context, future, loop, started or threading.Event())
-        start = False
+        name = ""  # of a thread to start for it
         with self._lock:
             if self._closed:
                 raise RuntimeError("the host handler threads are closed: the server has stopped")
@@ -75,11 +75,10 @@ class HostThreads:
                 self._idle -= 1
             elif self._threads < self.size:
                 self._threads += 1
-                start = True
+                name = f"ptc-host-handler-{self._threads}"
             # else every thread is busy: the job waits for the first one free
         self._jobs.put(job)
-        if start:
-            name = f"ptc-host-handler-{self._threads}"
+        if name:
             threading.Thread(target=self._work, name=name, daemon=True).start()
         return await future
 
