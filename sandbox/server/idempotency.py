@@ -32,7 +32,7 @@ import time
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditRecord, AuditStore
 from sandbox.engine import Engine
-from sandbox.errors import FailedPrecondition, Unavailable, quote
+from sandbox.errors import FailedPrecondition, StoreUnavailable, Unavailable, quote
 from sandbox.server.convert import record_to_proto
 
 __all__ = ["WAIT_GRACE_S", "admitted", "answer"]
@@ -46,9 +46,13 @@ async def admitted(store: AuditStore, tenant: str, key: str) -> str | None:
     """The execution already admitted under the tenant's ``key``, or None (also for no key)."""
     if not key:
         return None
-    if getattr(store, "quick_reads", False):  # a local file or memory: cheaper than a thread hop
-        return store.by_key(tenant, key)
-    return await asyncio.to_thread(store.by_key, tenant, key)  # a database that may be slow
+    try:
+        if getattr(store, "quick_reads", False):  # a local file or memory: no thread hop
+            return store.by_key(tenant, key)
+        return await asyncio.to_thread(store.by_key, tenant, key)  # a database that may be slow
+    except StoreUnavailable as exc:
+        # Said as an admission's refusal says it: this look-up comes first, nothing ran.
+        raise StoreUnavailable(f"execution not admitted: {exc.message}") from exc
 
 
 async def answer(

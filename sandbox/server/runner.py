@@ -190,22 +190,43 @@ class Runner:
         on_started: Callable[[StartedInfo], None] | None,
     ) -> ExecutionResult:
         queued = time.monotonic()
-        async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
-            metrics.queue_wait(prepared.tenant.id, time.monotonic() - queued)
-            if cancel.is_set():  # the caller left while queued: nothing was admitted
-                return _unadmitted(prepared)
-            return await self.recorder.run(
-                self.engine,
-                prepared.execution,
-                tenant=prepared.tenant.id,
-                stopping=lambda: self._draining,
-                handlers={"host": self.host, **(handlers or {})},
-                approver=approver,
-                on_output=on_output,
-                on_started=on_started,
-                cancel=cancel,
-                session=prepared.session.sandbox if prepared.session is not None else None,
-            )
+        state = "queued"
+        metrics.in_flight(state, +1)
+        try:
+            async with admit_unless_cancelled(self.tenancy.admit(prepared.tenant), cancel):
+                metrics.queue_wait(prepared.tenant.id, time.monotonic() - queued)
+                if cancel.is_set():  # the caller left while queued: nothing was admitted
+                    return _unadmitted(prepared)
+                metrics.in_flight(state, -1)
+                state = "admitted"
+                metrics.in_flight(state, +1)
+                return await self._recorded(
+                    prepared, cancel, handlers, approver, on_output, on_started
+                )
+        finally:
+            metrics.in_flight(state, -1)
+
+    async def _recorded(
+        self,
+        prepared: Prepared,
+        cancel: asyncio.Event,
+        handlers: Mapping[str, ToolHandler] | None,
+        approver: Approver | None,
+        on_output: OutputCallback | None,
+        on_started: Callable[[StartedInfo], None] | None,
+    ) -> ExecutionResult:
+        return await self.recorder.run(
+            self.engine,
+            prepared.execution,
+            tenant=prepared.tenant.id,
+            stopping=lambda: self._draining,
+            handlers={"host": self.host, **(handlers or {})},
+            approver=approver,
+            on_output=on_output,
+            on_started=on_started,
+            cancel=cancel,
+            session=prepared.session.sandbox if prepared.session is not None else None,
+        )
 
     def hurry(self) -> int:
         """Ends the drain's grace now (a second SIGTERM or Ctrl-C): the executions still

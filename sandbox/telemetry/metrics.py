@@ -111,6 +111,12 @@ class Metrics:
             registry=r,
         )
         self.active_sessions = Gauge("ptc_active_sessions", "Sessions open now.", registry=r)
+        self.in_flight = Gauge(
+            "ptc_executions_in_flight",
+            "Executions this server holds now: queued for their tenant's slot, or admitted.",
+            ["state"],
+            registry=r,
+        )
         self.audit_write = Histogram(
             "ptc_audit_write_duration_seconds",
             "Time to write to the audit store.",
@@ -331,6 +337,12 @@ def execution_finished(
     for call in result.calls:
         spec = manifest.tool(call.tool) if manifest is not None else None
         m.tool_calls.labels(str(call.status), spec.options.mode if spec else "unknown").inc()
+
+
+def in_flight(state: str, delta: int) -> None:
+    """An execution entered (+1) or left (-1) ``state``: ``queued`` or ``admitted``."""
+    if _state.metrics is not None:
+        _state.metrics.in_flight.labels(state).inc(delta)
 
 
 def queue_wait(tenant: str, seconds: float) -> None:

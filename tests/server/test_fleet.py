@@ -11,11 +11,13 @@ chain per tenant, and every server sees every server's records. Skipped, and say
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,7 +98,34 @@ def start_server(
         "--pool-size", "2", "--audit-db", url, "--tenants", str(tenants),
         "--instance-id", instance, "--quota-lease-ttl", str(LEASE_TTL_S), *extra,
     )  # fmt: skip
+    if serving.metrics_address is not None:
+        _METRICS[proc.pid] = serving.metrics_address
     return proc, serving.address
+
+
+_METRICS: dict[int, str] = {}  # a server's metrics address, by pid (with --metrics-listen)
+
+
+def _metrics_address(proc: subprocess.Popen[str]) -> str:
+    return _METRICS[proc.pid]
+
+
+def _until_in_flight(metrics_address: str, **wanted: int) -> None:
+    """Until the server's ``ptc_executions_in_flight`` has ``wanted`` per state (bounded)."""
+    seen: dict[str, int] = {}
+    for _ in range(600):
+        with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        seen = {
+            state: int(float(value))
+            for state, value in re.findall(
+                r'^ptc_executions_in_flight\{state="(\w+)"\} (\S+)$', text, re.M
+            )
+        }
+        if all(seen.get(state, 0) == count for state, count in wanted.items()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"executions in flight: {seen}, wanted {wanted}")
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +314,9 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
 
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc, address = start_server(pg_schema, tenants, "drain-1", "--grace", "20")
+    proc, address = start_server(
+        pg_schema, tenants, "drain-1", "--grace", "20", "--metrics-listen", "127.0.0.1:0"
+    )
     try:
         health = _health_stub(address)
         assert _wait_ready(health)
@@ -296,6 +327,9 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
             ]  # two run, two wait in the tenant's queue: the drain lasts about 12 s, past
             # the CLI's start and its retries (the SDK asks again on UNAVAILABLE, ~4 s at most)
             next(iter(runs[0]))  # running: the first two are in their sandboxes
+            # All four reached the server before the stop: a start still on its way would be
+            # refused by the drain (seen under the whole suite's load).
+            _until_in_flight(_metrics_address(proc), queued=2, admitted=2)
             proc.send_signal(signal.SIGTERM)
             statuses = _poll_health(health)
             assert statuses[0] == health_pb2.HealthCheckResponse.NOT_SERVING
