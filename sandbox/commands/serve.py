@@ -190,11 +190,11 @@ async def _serve(config: ServerConfig) -> None:
             stop.set()  # drain: in-flight executions get the grace
             return
         # Again (Ctrl-C twice): no more grace, the stop goes on as it would after it.
-        running = server.runner.hurry()
+        held = server.runner.hurry()
         with contextlib.suppress(OSError):
             print(
-                f"ptc serve: stopping now: {running} executions still running are stopped "
-                "and recorded interrupted",
+                f"ptc serve: stopping now: {held} executions still running or queued are "
+                "stopped (those running recorded interrupted)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -75,18 +75,19 @@ class HostHandlers:
         function = self.functions.get(call.tool.name)
         if function is None:
             raise ToolFailure(f"no host handler is registered for {call.tool.name!r}", "refused")
-        started = threading.Event()
+        coroutine = inspect.iscoroutinefunction(function)
+        started = threading.Event()  # a thread took a plain function's call
         async with self._slots:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
             # that meets the call's answer, and the execution's cancel would be lost.
             try:
                 async with asyncio.timeout(self.timeout_s):
-                    if inspect.iscoroutinefunction(function):
+                    if coroutine:
                         return await function(**call.arguments)
                     args = dict(call.arguments)
                     return await self.threads.run(call.tool.name, function, args, started)
             except TimeoutError:
-                never_ran = not inspect.iscoroutinefunction(function) and not started.is_set()
+                never_ran = not coroutine and not started.is_set()
                 raise ToolFailure(
                     f"the host handler for {call.tool.name!r} took longer than "
                     f"{self.timeout_s:g} s{self._threads_taken() if never_ran else ''}"

@@ -200,37 +200,25 @@ class Runner:
                 metrics.in_flight(state, -1)
                 state = "admitted"
                 metrics.in_flight(state, +1)
-                return await self._recorded(
-                    prepared, cancel, handlers, approver, on_output, on_started
+                return await self.recorder.run(
+                    self.engine,
+                    prepared.execution,
+                    tenant=prepared.tenant.id,
+                    stopping=lambda: self._draining,
+                    handlers={"host": self.host, **(handlers or {})},
+                    approver=approver,
+                    on_output=on_output,
+                    on_started=on_started,
+                    cancel=cancel,
+                    session=prepared.session.sandbox if prepared.session is not None else None,
                 )
         finally:
             metrics.in_flight(state, -1)
 
-    async def _recorded(
-        self,
-        prepared: Prepared,
-        cancel: asyncio.Event,
-        handlers: Mapping[str, ToolHandler] | None,
-        approver: Approver | None,
-        on_output: OutputCallback | None,
-        on_started: Callable[[StartedInfo], None] | None,
-    ) -> ExecutionResult:
-        return await self.recorder.run(
-            self.engine,
-            prepared.execution,
-            tenant=prepared.tenant.id,
-            stopping=lambda: self._draining,
-            handlers={"host": self.host, **(handlers or {})},
-            approver=approver,
-            on_output=on_output,
-            on_started=on_started,
-            cancel=cancel,
-            session=prepared.session.sandbox if prepared.session is not None else None,
-        )
-
     def hurry(self) -> int:
         """Ends the drain's grace now (a second SIGTERM or Ctrl-C): the executions still
-        running are stopped and recorded `interrupted`. Returns how many run."""
+        held are stopped (running ones recorded `interrupted`, queued ones never ran). Returns how
+        many it holds."""
         self._hurry.set()
         return len(self._runs)
 

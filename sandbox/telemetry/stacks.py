@@ -62,7 +62,7 @@ def awaited_frames(coro: object) -> list[FrameType]:
         if frame is None:
             break
         frames.append(frame)
-        current = _awaited_by(current)
+        current = _awaits(current)
         if current is None:
             break
     return frames
@@ -76,7 +76,7 @@ def _frame_of(obj: object) -> FrameType | None:
     return None
 
 
-def _awaited_by(obj: object) -> object | None:
+def _awaits(obj: object) -> object | None:
     for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
         awaited: object | None = getattr(obj, attribute, None)
         if awaited is not None:

@@ -33,7 +33,7 @@ from sandbox.errors import NotFound, ResourceExhausted, Unavailable
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
 from tests.postgres_support import fresh_schema
-from tests.ptc_serve import start_serve
+from tests.ptc_serve import Serving, start_serve
 from tests.ptc_serve import stop_serve as stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,21 +93,11 @@ class Fleet:
 
 def start_server(
     url: str, tenants: Path, instance: str, *extra: str
-) -> tuple[subprocess.Popen[str], str]:
-    proc, serving = start_serve(
+) -> tuple[subprocess.Popen[str], Serving]:
+    return start_serve(
         "--pool-size", "2", "--audit-db", url, "--tenants", str(tenants),
         "--instance-id", instance, "--quota-lease-ttl", str(LEASE_TTL_S), *extra,
     )  # fmt: skip
-    if serving.metrics_address is not None:
-        _METRICS[proc.pid] = serving.metrics_address
-    return proc, serving.address
-
-
-_METRICS: dict[int, str] = {}  # a server's metrics address, by pid (with --metrics-listen)
-
-
-def _metrics_address(proc: subprocess.Popen[str]) -> str:
-    return _METRICS[proc.pid]
 
 
 def _until_in_flight(metrics_address: str, **wanted: int) -> None:
@@ -142,9 +132,9 @@ def fleet(pg_schema: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     fleet = Fleet(pg_schema, tenants)
     try:
         for name in ("a", "b", "c"):
-            proc, address = start_server(pg_schema, tenants, f"fleet-{name}")
+            proc, serving = start_server(pg_schema, tenants, f"fleet-{name}")
             fleet.procs.append(proc)
-            fleet.addresses.append(address)
+            fleet.addresses.append(serving.address)
         yield fleet
     finally:
         stderrs = [stop_server(proc) for proc in fleet.procs]
@@ -314,9 +304,11 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
 
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
-    proc, address = start_server(
+    proc, serving = start_server(
         pg_schema, tenants, "drain-1", "--grace", "20", "--metrics-listen", "127.0.0.1:0"
     )
+    address, metrics_address = serving.address, serving.metrics_address
+    assert metrics_address is not None
     try:
         health = _health_stub(address)
         assert _wait_ready(health)
@@ -329,7 +321,7 @@ def test_sigterm_under_load_loses_nothing(pg_schema: str, tmp_path: Path) -> Non
             next(iter(runs[0]))  # running: the first two are in their sandboxes
             # All four reached the server before the stop: a start still on its way would be
             # refused by the drain (seen under the whole suite's load).
-            _until_in_flight(_metrics_address(proc), queued=2, admitted=2)
+            _until_in_flight(metrics_address, queued=2, admitted=2)
             proc.send_signal(signal.SIGTERM)
             statuses = _poll_health(health)
             assert statuses[0] == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -413,12 +405,14 @@ def test_a_dead_servers_records_and_sessions_are_ended_by_a_survivor(
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
     ttl = "2"
-    victim, victim_address = start_server(pg_url, tenants, "dead-a", "--member-lease-ttl", ttl)
+    victim, victim_serving = start_server(pg_url, tenants, "dead-a", "--member-lease-ttl", ttl)
+    victim_address = victim_serving.address
     survivor: subprocess.Popen[str] | None = None
     try:
-        survivor, survivor_address = start_server(
+        survivor, survivor_serving = start_server(
             pg_url, tenants, "dead-b", "--member-lease-ttl", ttl
         )
+        survivor_address = survivor_serving.address
         with Client(victim_address, api_key=KEYS["pair"]) as doomed:
             held = doomed.stream("import time\nprint('go', flush=True)\ntime.sleep(60)")
             next(iter(held))  # running on the victim

@@ -64,4 +64,7 @@ def test_a_second_signal_stops_the_running_executions_now(tmp_path: Path) -> Non
         os.kill(serving.pid, signal.SIGINT)  # Ctrl-C; another signal number, never merged
         result = slow.result(timeout=BOUND_S)
     assert result.status == "interrupted", result
-    assert "ptc serve: stopping now: 1 executions still running are stopped" in serving.stderr
+    assert (
+        "ptc serve: stopping now: 1 executions still running or queued are stopped (those"
+        " running recorded interrupted)"
+    ) in serving.stderr

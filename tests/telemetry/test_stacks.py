@@ -23,16 +23,22 @@ async def _inner(gate: asyncio.Event) -> None:
     await gate.wait()
 
 
+def _dump() -> str:
+    """What `dump_stacks` writes, from inside the running loop (faulthandler needs a real
+    file)."""
+    with tempfile.TemporaryFile("w+") as out:
+        dump_stacks(out)
+        out.seek(0)
+        return out.read()
+
+
 def test_the_dump_follows_the_awaits_to_the_innermost_coroutine() -> None:
     async def scenario() -> str:
         gate = asyncio.Event()
         task = asyncio.create_task(_outer(gate), name="stuck-one")
         await asyncio.sleep(0)  # let it reach the gate
         assert [f.f_code.co_name for f in task.get_stack()] == ["_outer"]  # what we had
-        with tempfile.TemporaryFile("w+") as out:  # faulthandler writes to a real file
-            dump_stacks(out)
-            out.seek(0)
-            written = out.read()
+        written = _dump()
         gate.set()
         await task
         return written
@@ -55,10 +61,7 @@ def test_a_task_awaiting_a_task_names_it() -> None:
 
         task = asyncio.create_task(parent(), name="the-parent")
         await asyncio.sleep(0)
-        with tempfile.TemporaryFile("w+") as out:  # faulthandler writes to a real file
-            dump_stacks(out)
-            out.seek(0)
-            written = out.read()
+        written = _dump()
         gate.set()
         await task
         return written
