@@ -19,6 +19,7 @@ __all__ = [
     "MAX_TOOL_NAME",
     "GuestCall",
     "GuestEnd",
+    "GuestHangUp",
     "GuestMessage",
     "GuestOmit",
     "GuestOutput",
@@ -61,6 +62,12 @@ class GuestEnd:
 
 
 @dataclass(frozen=True)
+class GuestHangUp:
+    """``bye``: a single-use guest's last frame, after its end report and after it closed its
+    stdout and stderr; it exits next (see `sandbox.execution.drive._SingleUseEnd`)."""
+
+
+@dataclass(frozen=True)
 class GuestOutput:
     """One chunk of a file the guest returns from outputs/: ``data`` at ``offset`` of a file of
     ``size`` bytes (see `sandbox.execution.outputs`)."""
@@ -81,7 +88,8 @@ class GuestOmit:
     limit: int | None
 
 
-GuestMessage = GuestReady | GuestCall | GuestEnd | GuestOutput | GuestOmit
+_HANG_UP = GuestHangUp()
+GuestMessage = GuestReady | GuestCall | GuestEnd | GuestHangUp | GuestOutput | GuestOmit
 MAX_FILE_NAME_CHARS = 4096
 
 
@@ -141,6 +149,8 @@ def parse_guest_message(obj: Any) -> GuestMessage:
         return GuestEnd(status, _int(obj.get("exit_code"), "exit code", 0, 255), error, value)
     if kind == "ready":
         return GuestReady(_int(obj.get("pid"), "pid", 1, 2**22))
+    if kind == "bye":
+        return _HANG_UP
     if kind in ("out", "omit"):
         return _parse_file_frame(kind, obj)
     raise ProtocolViolation(f"unknown frame type {str(kind)[:40]!r}")

@@ -42,6 +42,7 @@ from sandbox.execution.outputs import OutputCollector
 from sandbox.protocol import (
     GuestCall,
     GuestEnd,
+    GuestHangUp,
     GuestMessage,
     GuestOmit,
     GuestOutput,
@@ -177,6 +178,8 @@ class Drive:
         self._helpers: list[asyncio.Future[Any]] = []
         self._cpu_timer: asyncio.TimerHandle | None = None
         self._stopping = False
+        self._single_use_end: _SingleUseEnd | None = None
+        self.hung_up = False  # the guest's `bye`: it closed its output and exits next
 
     # -- the channel (see `sandbox.backends.channel`) ------------------------------------------
     def inline(self, call: GuestCall) -> bytes | None:
@@ -202,6 +205,10 @@ class Drive:
         elif isinstance(message, GuestEnd):
             self.end = message
             self.ended.set()
+            self._guest_done()
+        elif isinstance(message, GuestHangUp):
+            self.hung_up = True
+            self._guest_done()
         elif isinstance(message, (GuestOutput, GuestOmit)):
             try:
                 self.outputs.receive(message)
@@ -210,6 +217,12 @@ class Drive:
         elif isinstance(message, ProtocolViolation) and self.protocol_error is None:
             self.protocol_error = str(message)
             self._calls[0] = asyncio.create_task(self.kill("protocol"))
+
+    def _guest_done(self) -> None:
+        """A single-use guest that reported its end and then hung up has finished: its run
+        ends once its output and channel are closed, without waiting for its exit."""
+        if self._single_use_end is not None and self.end is not None and self.hung_up:
+            self._single_use_end.reported(self.end.exit_code)
 
     async def reply(self, call: GuestCall) -> None:
         frame = await self.broker.complete(call, self._waiting[call.id])
@@ -329,17 +342,19 @@ class Drive:
         started = await self._start()
         loop = asyncio.get_running_loop()
         channel_closed = handle.channel.closed
-        end = _SingleUseEnd(
+        end = self._single_use_end = _SingleUseEnd(
             loop,
             handle.exit_future(),
             [handle.stdout.closed, handle.stderr.closed, channel_closed],
         )
+        self._guest_done()  # should its frames have come with the job's first reads
         wall_timer = loop.call_later(self.job.limits.wall_time_ms / 1000, self._on_wall_time)
         try:
             await end.done
         finally:
             wall_timer.cancel()
             end.detach()
+            self._single_use_end = None
             await self._stop()
         error = channel_closed.exception() if channel_closed.done() else None
         if error is not None:
@@ -565,10 +580,20 @@ class Drive:
 
 
 class _SingleUseEnd:
-    """The end of a single-use run: `done` resolves once the sandbox has exited and every one
-    of ``others`` (its output pipes and channel closing) has resolved, or `DRAIN_GRACE_S` after
-    the exit when one of them has not (output written just before the end is drained, but not
-    forever)."""
+    """The end of a single-use run: `done` resolves once every one of ``others`` (its output
+    pipes and channel closing) has resolved and either the sandbox has exited or the guest has
+    finished (`reported`: its `end` frame, then its `bye` once it closed its stdout and stderr;
+    it exits next, and the stop kills what is left). After an exit, or while a descriptor stays
+    open (a child of the script holding stdout), it resolves `DRAIN_GRACE_S` after the exit at
+    the latest: output written just before the end is drained, but not forever.
+
+    Why the guest's word ends it: the kernel tears a process's memory down before it closes
+    its descriptors and reports its exit, and a sandbox's pid 1 maps the zygote's whole heap:
+    waiting for that exit added a millisecond or two to every result (`bench.forkserver`, warm
+    latency). Without its `bye` (a script that forged an `end` frame and exits otherwise) the
+    exit decides, and the exit status the host observes is the one reported. A script that
+    forges both frames and closes its output ends its run right there: it is killed, as if it
+    had called ``os._exit`` with the code it claimed."""
 
     def __init__(
         self,
@@ -584,12 +609,19 @@ class _SingleUseEnd:
         self.done: asyncio.Future[None] = loop.create_future()
         self.exit_code = 0
         self.exited_at = 0.0
+        self._reported: int | None = None  # the exit code the guest's end frame gave
+        # Set by `_on_exit`, not read from ``exited``: a pipe's callback may run between the
+        # exit future's result and its callback, before the exit code is known.
+        self._exit_seen = False
         exited.add_done_callback(self._on_exit)
         for other in others:
             if not other.done():
                 other.add_done_callback(self._on_other)
 
     def _on_exit(self, exited: asyncio.Future[int]) -> None:
+        if self.done.done():
+            return  # ended by the guest's report: its exit code and time stand
+        self._exit_seen = True
         self.exited_at = time.monotonic()
         error = exited.exception() if not exited.cancelled() else asyncio.CancelledError()
         if error is not None:  # the backend lost the sandbox (e.g. its engine): `run` raises
@@ -602,10 +634,27 @@ class _SingleUseEnd:
         else:
             self._grace = self._loop.call_later(DRAIN_GRACE_S, self._finish)
 
+    def reported(self, exit_code: int) -> None:
+        """The guest reported its end and hung up: once its pipes and channel are closed too,
+        the run is over (``exit_code``: the one it reported, which it exits with)."""
+        self._reported = exit_code
+        if self._open == 0:
+            self._finish_reported()
+
     def _on_other(self, _other: asyncio.Future[None]) -> None:
         self._open -= 1
-        if self._open == 0 and self._exited.done():
-            self._finish()
+        if self._open == 0:
+            if self._exit_seen:
+                self._finish()
+            else:
+                self._finish_reported()
+
+    def _finish_reported(self) -> None:
+        if self.done.done() or self._exit_seen or self._reported is None:
+            return  # over, not reported, or the exit came first: `_on_exit` ends it
+        self.exit_code = self._reported
+        self.exited_at = time.monotonic()
+        self._finish()
 
     def _finish(self) -> None:
         if self._grace is not None:

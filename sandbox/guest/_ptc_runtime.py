@@ -97,6 +97,13 @@ class Channel:
         with self._send_lock:
             self._sock.sendall(_HEADER.pack(len(body)) + body)
 
+    def shut(self) -> None:
+        """Ends the channel for both sides now: the host reads its end (what was sent stays
+        readable), and a thread blocked reading it wakes. Unlike a close, it does not wait for
+        every descriptor of the socket to go."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def _fill(self, n: int) -> None:
         """Reads until the buffer holds ``n`` bytes; one read usually brings a whole frame."""
         while len(self._rbuf) < n:

@@ -181,6 +181,34 @@ def test_forged_end_frame_cannot_claim_success(clean: EngineHarness) -> None:
     clean.assert_healthy()
 
 
+def test_forged_end_and_hang_up_end_the_run_there(clean: EngineHarness) -> None:
+    # The whole of the bootstrap's ending forged (its report, its output closed, its `bye`):
+    # the run ends right there and the sandbox is killed, as an os._exit(0) would end it. The
+    # script claims nothing it could not claim by exiting, and runs no further: not its sleep,
+    # not its exit code.
+    result = clean.run(
+        RAW + "print('before', flush=True)\n"
+        "frame({'t': 'end', 'status': 'ok', 'exit_code': 0, 'error': None})\n"
+        "os.close(1)\nos.close(2)\nframe({'t': 'bye'})\nos.close(fd)\n"
+        "time.sleep(20)\nos._exit(3)",
+        limits={"wall_time": 30},
+    )
+    assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "before\n")
+    assert result.violations == []
+    assert result.usage.wall_time_s < 10, result.to_json()  # ended at the hang-up, not at 20 s
+    clean.assert_healthy()
+
+
+def test_a_hang_up_without_an_end_report_is_an_exit_like_any_other(clean: EngineHarness) -> None:
+    result = clean.run(
+        RAW + "os.close(1)\nos.close(2)\nframe({'t': 'bye'})\nos.close(fd)\n"
+        "time.sleep(0.3)\nos._exit(3)"
+    )
+    assert (result.status, result.exit_code) == ("error", 3), result.to_json()
+    assert result.error is not None and result.error.type == "NoReport"
+    clean.assert_healthy()
+
+
 def test_forged_end_frame_then_a_real_failure(clean: EngineHarness) -> None:
     result = clean.run(
         RAW + "frame({'t': 'end', 'status': 'ok', 'exit_code': 0, 'error': None})\n"

@@ -9,6 +9,7 @@ with `allow_degraded`, and every result names the isolation layers that were in 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -43,6 +44,8 @@ from sandbox.runtimes import DEFAULT_RUNTIME, Runtime, RuntimeStore
 __all__ = ["ProcessBackend", "ProcessBackendConfig", "default_guest_python"]
 
 NOBODY = 65534
+# A SIGKILLed pid 1 is gone within milliseconds; a drain that waits longer says which are not.
+EXIT_AFTER_KILL_WAIT_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -97,6 +100,7 @@ class ProcessBackend:
         self._names = itertools.count(1)
         self._isolation: list[str] = []
         self._releaser = Releaser()
+        self._exiting: set[ProcessSandbox] = set()  # disposed of, not yet released
         self._seccomp = False
         self.zygote: ZygoteSupervisor | None = None
         self.capacity = Capacity(self.config.max_sandboxes)
@@ -213,8 +217,16 @@ class ProcessBackend:
         except BaseException:
             self.capacity.give_back()
             raise
-        sandbox.on_disposed = self.capacity.give_back
+        sandbox.on_disposed = functools.partial(self._disposed, sandbox)
         return sandbox
+
+    def _disposed(self, sandbox: ProcessSandbox) -> None:
+        """Its room is free at once; until it is released (at pid 1's exit, which disposal
+        no longer waits for) a drain or close waits for it."""
+        self.capacity.give_back()
+        if not sandbox.released.done():
+            self._exiting.add(sandbox)
+            sandbox.released.add_done_callback(lambda _: self._exiting.discard(sandbox))
 
     async def _fork(
         self,
@@ -245,7 +257,18 @@ class ProcessBackend:
         self._releaser.release(sandbox.release_leftovers)
 
     async def drain(self) -> None:
-        """Waits until every finished sandbox's cgroup is removed."""
+        """Waits until every finished sandbox has exited and its cgroup is removed."""
+        if self._exiting:
+            _, late = await asyncio.wait(
+                [s.released for s in self._exiting], timeout=EXIT_AFTER_KILL_WAIT_S
+            )
+            if late:
+                log.warning(
+                    "%d killed sandboxes had not exited after %.0f s: %s",
+                    len(late),
+                    EXIT_AFTER_KILL_WAIT_S,
+                    ", ".join(str(s.pid) for s in self._exiting),
+                )
         await self._releaser.drain()
 
     @property

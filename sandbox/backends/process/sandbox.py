@@ -134,6 +134,9 @@ class ProcessSandbox:
         self._status = bytearray()
         loop = asyncio.get_running_loop()
         self._exit: asyncio.Future[int] = loop.create_future()
+        # Resolved once disposed of and gone: pid 1 exited, descriptors closed, namespaces and
+        # cgroup handed to the reaper (`dispose`); a backend's close waits for it.
+        self.released: asyncio.Future[None] = loop.create_future()
         self._readers = epoll_readers.for_loop(loop)
         if started.status_fd >= 0:
             self._readers.watch(started.status_fd, self._on_status)
@@ -231,6 +234,11 @@ class ProcessSandbox:
         return self._last_usage
 
     async def dispose(self) -> None:
+        """Kills the sandbox; with a reaper, what must wait for pid 1's exit (its descriptors,
+        namespaces and cgroup) goes at that exit, off the request path: a guest that reported
+        its end and hung up has its result before its exit (`sandbox.execution.drive`), and
+        the kernel's teardown of its memory, a millisecond or two, is no part of it.
+        `released` resolves once all of it is done."""
         if self._disposed:
             return
         self.usage()
@@ -240,7 +248,23 @@ class ProcessSandbox:
         self.tmpfs.close()
         await self.kill()
         await self.channel.close()
+        if self.reaper is not None and not self._exit.done():
+            self._exit.add_done_callback(self._after_exit)
+            return
         await self._exit
+        self._close_fds()
+        if self.reaper is not None:
+            self._hand_over()
+        elif self.cgroup is not None or self.namespace_fds:
+            await asyncio.to_thread(self.release_leftovers)
+        self._set_released()
+
+    def _after_exit(self, _exit: asyncio.Future[int]) -> None:
+        self._close_fds()
+        self._hand_over()
+        self._set_released()
+
+    def _close_fds(self) -> None:
         self.stdout.close()
         self.stderr.close()
         self._fds_closed = True
@@ -248,12 +272,15 @@ class ProcessSandbox:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        if self.cgroup is None and not self.namespace_fds:
-            return
-        if self.reaper is not None:
-            self.reaper(self)  # namespaces and cgroup go in the background, off the request path
-        else:
-            await asyncio.to_thread(self.release_leftovers)
+
+    def _hand_over(self) -> None:
+        """Namespaces and cgroup go in the reaper's background, off the request path."""
+        if self.reaper is not None and (self.cgroup is not None or self.namespace_fds):
+            self.reaper(self)
+
+    def _set_released(self) -> None:
+        if not self.released.done():
+            self.released.set_result(None)
 
     def release_leftovers(self) -> None:
         """Lets the (already dead) sandbox's namespaces go, then removes its cgroup; blocking,
