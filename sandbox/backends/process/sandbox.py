@@ -130,6 +130,7 @@ class ProcessSandbox:
         self.namespace_fds: list[int] = []  # see hold_namespaces
         self._last_usage = ResourceUsage()
         self._final_usage = False  # read after the exit: nothing can change any more
+        self._usage_read = False
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
         loop = asyncio.get_running_loop()
@@ -211,10 +212,13 @@ class ProcessSandbox:
 
     def usage(self) -> ResourceUsage:
         # Once pid 1 has exited (its whole namespace with it) the figures are final: one read
-        # after the exit serves the session's violations and the disposal alike.
+        # after the exit serves the session's violations and the disposal alike. A run that
+        # ended at its guest's hang-up reads them just before pid 1's exit: its CPU then lacks
+        # the exit's own teardown, which is no part of the script's.
         if self._disposed or self._final_usage:
             return self._last_usage
         self._final_usage = self._exit.done()
+        self._usage_read = True
         if self.cgroup is None:
             self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
             return self._last_usage
@@ -241,7 +245,8 @@ class ProcessSandbox:
         `released` resolves once all of it is done."""
         if self._disposed:
             return
-        self.usage()
+        if not self._usage_read:  # read once, as the run's outcome did: later reads get it
+            self.usage()
         self._disposed = True
         if self.on_disposed is not None:
             self.on_disposed()
