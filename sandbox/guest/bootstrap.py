@@ -422,8 +422,8 @@ def main() -> None:
     channel = _ptc_runtime.Channel(CHANNEL_FD, max_call_bytes=1 << 20)
     # What no job decides is done before `ready`, while the sandbox waits in the pool, not
     # between a job's arrival and its script's first line (each step's first run after the
-    # fork also pays its copy-on-write faults: about 0.45 ms together, `bench.forkserver`'s
-    # warm latency). Open /dev/null on fd 0 so that the script's reads see an empty stdin,
+    # fork also pays its copy-on-write faults: about 0.45 ms and 40 faults together, timed
+    # inside the guest). Open /dev/null on fd 0 so that the script's reads see an empty stdin,
     # not a closed fd; `outputs/` starts empty.
     fd = os.open("/dev/null", os.O_RDONLY)
     if fd != 0:

@@ -259,15 +259,14 @@ class ProcessBackend:
     async def drain(self) -> None:
         """Waits until every finished sandbox has exited and its cgroup is removed."""
         if self._exiting:
-            _, late = await asyncio.wait(
-                [s.released for s in self._exiting], timeout=EXIT_AFTER_KILL_WAIT_S
-            )
+            exiting = {s.released: s for s in self._exiting}
+            _, late = await asyncio.wait(exiting, timeout=EXIT_AFTER_KILL_WAIT_S)
             if late:
                 log.warning(
-                    "%d killed sandboxes had not exited after %.0f s: %s",
+                    "%d killed sandboxes had not exited after %.0f s (pids %s)",
                     len(late),
                     EXIT_AFTER_KILL_WAIT_S,
-                    ", ".join(str(s.pid) for s in self._exiting),
+                    ", ".join(str(exiting[f].pid) for f in late),
                 )
         await self._releaser.drain()
 
