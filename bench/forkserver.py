@@ -10,8 +10,9 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
 3. the same through a real ``ptc serve`` (SQLite audit on, one tenant) and a gRPC client in this
    process, at concurrency 4 and 32;
 4. for each of those three, CPU per execution by process: the machine's (from /proc/stat), the
-   host's, the zygote's, the sandboxes' (their cgroups), the kernel's threads', and the rest
-   (interrupts, other load);
+   host's, the zygote's, the sandboxes' (their cgroups, as each result reports them: read just
+   before pid 1's exit, whose own teardown therefore falls in the rest), the kernel's threads',
+   and the rest (interrupts, other load, each sandbox's CPU before it joins its cgroup);
 5. reference lines, no longer targets: the bare fork+unshare (a pre-imported parent forks a child
    that unshares mount, uts, ipc and network namespaces and prints: no cgroup, no pid
    namespace, no mounts, no bootstrap, so less work than a sandbox), a bare ``bwrap
