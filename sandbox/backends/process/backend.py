@@ -252,8 +252,10 @@ class ProcessBackend:
         return sandbox
 
     def _reap(self, sandbox: ProcessSandbox) -> None:
-        # Namespaces and cgroup go in the releasing thread, off the request path and without
-        # a worker-thread hop per execution.
+        # At pid 1's exit its cgroup is empty: removed here, on the loop, as a rule. One the
+        # kernel still finds busy goes to the releasing thread, which retries off the loop.
+        if sandbox.cgroup is not None and sandbox.cgroup.try_remove():
+            return
         self._releaser.release(sandbox.release_leftovers)
 
     async def drain(self) -> None:

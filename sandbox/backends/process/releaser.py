@@ -1,7 +1,8 @@
-"""One thread per process backend that lets finished sandboxes go: it closes the namespace
-descriptors the host held (the kernel tears a mount namespace down in that close, waiting for an
-RCU grace period) and removes the sandbox's cgroup (an rmdir that can find it busy for a moment
-and retry).
+"""One thread per process backend that removes the cgroups the event loop could not remove at
+once: a dead sandbox's cgroup the kernel still finds busy (an rmdir that retries, sleeping).
+The loop itself removes the usual one, empty at pid 1's exit (`ProcessBackend._reap`): an
+rmdir per hierarchy there costs less than handing them to this thread, whose every syscall took
+the GIL back from the loop (docs/backends.md has the figures).
 
 Why one thread and not a worker-thread hop per sandbox: a hop to a worker and back for every
 execution cost the host more CPU than the work itself (`bench.forkserver`), and right after an

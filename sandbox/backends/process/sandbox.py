@@ -56,8 +56,6 @@ PID_REPORT_TIMEOUT_S = 10.0  # the first child's set-up (namespaces, mounts) bef
 # After pid 1's pidfd turns readable the zygote reaps it at once; should nobody reap it (the
 # zygote died and the host's init does not reap), the status is unknown after this long.
 EXIT_STATUS_WAIT_S = 2.0
-HELD_NAMESPACES = ("mnt", "net", "ipc")
-_NAMESPACES_REFUSED: list[bool] = []  # logged once per process
 log = logging.getLogger(__name__)
 
 
@@ -127,7 +125,6 @@ class ProcessSandbox:
         self.capabilities = process_capabilities(self.cgroup is not None)
         self._disposed = False
         self._fds_closed = False
-        self.namespace_fds: list[int] = []  # see hold_namespaces
         self._last_usage = ResourceUsage()
         self._final_usage = False  # read after the exit: nothing can change any more
         self._usage_read = False
@@ -238,10 +235,10 @@ class ProcessSandbox:
         return self._last_usage
 
     async def dispose(self) -> None:
-        """Kills the sandbox; with a reaper, what must wait for pid 1's exit (its descriptors,
-        namespaces and cgroup) goes at that exit, off the request path: a guest that reported
-        its end and hung up has its result before its exit (`sandbox.execution.drive`), and
-        the kernel's teardown of its memory, a millisecond or two, is no part of it.
+        """Kills the sandbox; with a reaper, what must wait for pid 1's exit (its descriptors
+        and cgroup) goes at that exit, off the request path: a guest that reported its end and
+        hung up has its result before its exit (`sandbox.execution.drive`), and the kernel's
+        teardown of its memory and namespaces, a millisecond or two, is no part of it.
         `released` resolves once all of it is done."""
         if self._disposed:
             return
@@ -260,7 +257,7 @@ class ProcessSandbox:
         self._close_fds()
         if self.reaper is not None:
             self._hand_over()
-        elif self.cgroup is not None or self.namespace_fds:
+        elif self.cgroup is not None:
             await asyncio.to_thread(self.release_leftovers)
         self._set_released()
 
@@ -279,8 +276,8 @@ class ProcessSandbox:
                     os.close(fd)
 
     def _hand_over(self) -> None:
-        """Namespaces and cgroup go in the reaper's background, off the request path."""
-        if self.reaper is not None and (self.cgroup is not None or self.namespace_fds):
+        """The cgroup goes in the reaper's background, off the request path."""
+        if self.reaper is not None and self.cgroup is not None:
             self.reaper(self)
 
     def _set_released(self) -> None:
@@ -288,30 +285,10 @@ class ProcessSandbox:
             self.released.set_result(None)
 
     def release_leftovers(self) -> None:
-        """Lets the (already dead) sandbox's namespaces go, then removes its cgroup; blocking,
-        milliseconds."""
-        fds, self.namespace_fds = self.namespace_fds, []
-        for fd in fds:
-            # The last reference: the kernel tears the mount namespace down here (unmounting
-            # its tmpfs and /proc, which waits for an RCU grace period), not in pid 1's exit.
-            os.close(fd)
+        """Removes the (already dead) sandbox's cgroup; blocking, milliseconds (an rmdir can
+        find it busy for a moment and retry)."""
         if self.cgroup is not None:
             self.cgroup.remove()
-
-    def hold_namespaces(self) -> None:
-        """Keeps pid 1's mount, network and ipc namespaces referenced, so that tearing them
-        down is no part of its exit, which the execution's result waits for (about 1 ms of
-        latency per execution, `bench.forkserver`)."""
-        for kind in HELD_NAMESPACES:
-            try:
-                self.namespace_fds.append(os.open(f"/proc/{self.pid}/ns/{kind}", os.O_RDONLY))
-            except PermissionError as exc:
-                # A server without CAP_SYS_PTRACE (a container's default set) may not open
-                # another uid's namespaces: only the latency gain is lost. Said once.
-                if not _NAMESPACES_REFUSED:
-                    _NAMESPACES_REFUSED.append(True)
-                    log.info("sandbox namespaces are not held (%s): each exit tears them down", exc)
-                return
 
 
 async def _read_init_pid(status_r: int, err_r: int) -> int:
@@ -482,7 +459,6 @@ async def spawn_sandbox(
         await sandbox.channel.ready(settings.ready_timeout_s)
         # The reaper made the sandbox's mounts before it forked pid 1, which said ready.
         sandbox.tmpfs = TmpfsProbe.open(started.pid)
-        sandbox.hold_namespaces()
         return sandbox
     except BaseException as exc:
         if sandbox is not None:

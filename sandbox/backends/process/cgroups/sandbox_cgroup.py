@@ -146,6 +146,13 @@ class SandboxCgroup:
                 rmdir(d)
         self._removed = True
 
+    def try_remove(self) -> bool:
+        """Removes the directory in every hierarchy if the kernel lets it at once (no process
+        left, nothing busy); False, with what it could not remove still there, otherwise."""
+        if not self._removed and self._try_rmdir_all():
+            self._removed = True
+        return self._removed
+
     def _try_rmdir_all(self) -> bool:
         for d in self._keys:
             try:
