@@ -264,6 +264,29 @@ def test_remove_kills_what_is_still_running(
     assert not [p for p in cg.paths if p.exists()]
 
 
+def test_try_remove_removes_an_empty_cgroup_and_leaves_a_busy_one_for_remove(
+    manager: CgroupManager, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    # The event loop tries this at pid 1's exit and hands a refusal to the releasing thread,
+    # whose `remove` kills and retries: a refused try must leave the cgroup whole and working.
+    busy = manager.create("tried-busy")
+    try:
+        proc = _gated(busy, ["sh", "-c", "read x; sleep 30"], procs)
+        assert busy.try_remove() is False
+        assert all(p.is_dir() for p in busy.paths)
+        assert proc.pid in busy.pids()  # with its `sleep`, once it has read its line
+    finally:
+        busy.remove()
+    assert proc.wait(timeout=5) == -9
+    assert not [p for p in busy.paths if p.exists()]
+    assert busy.try_remove() is True  # already removed: nothing left to do
+
+    empty = manager.create("tried-empty")
+    assert empty.try_remove() is True
+    assert not [p for p in empty.paths if p.exists()]
+    empty.remove()  # removed once, and only once
+
+
 def test_cleanup_stale_removes_a_dead_servers_tree(manager: CgroupManager) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
