@@ -12,7 +12,10 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
 4. for each of those three, CPU per execution by process: the machine's (from /proc/stat), the
    host's, the zygote's, the sandboxes' (their cgroups, as each result reports them: read just
    before pid 1's exit, whose own teardown therefore falls in the rest), the kernel's threads',
-   and the rest (interrupts, other load, each sandbox's CPU before it joins its cgroup);
+   and the rest (interrupts, other load, each sandbox's CPU before it joins its cgroup); and the
+   floor's machine CPU per execution over the engine's and over ``ptc serve``'s, block by block
+   (median and range): the rate ratios on a machine every way kept equally busy, steadier
+   than the rates, which the machine's other load moves by 0.05-0.1 from run to run;
 5. reference lines, no longer targets: the bare fork+unshare (a pre-imported parent forks a child
    that unshares mount, uts, ipc and network namespaces and prints: no cgroup, no pid
    namespace, no mounts, no bootstrap, so less work than a sandbox), a bare ``bwrap
@@ -379,6 +382,27 @@ def print_breakdowns(report: Report, breakdowns: dict[str, list[dict[str, float]
         report.print(f"   {name}: " + ", ".join(parts))
 
 
+def print_cpu_ratios(report: Report, breakdowns: dict[str, list[dict[str, float]]]) -> None:
+    """The floor's machine CPU per execution over each way's, block by block (each block ran
+    every way once, one after the other), with their median and range: what the rate ratios
+    above would be on a machine that every way kept equally busy. Steadier than a rate, which
+    the machine's other load and a way's idle moments move; the targets are the rates."""
+    for c in (4, 32):
+        floor = breakdowns.get(f"isolation floor c={c}", [])
+        for name, label in (("embedded engine", "engine"), ("ptc serve + gRPC", "ptc serve")):
+            ways = breakdowns.get(f"{name} c={c}", [])
+            ratios = [f["machine CPU"] / w["machine CPU"] for f, w in zip(floor, ways, strict=True)]
+            if not ratios:
+                continue
+            report.figure(
+                f"machine CPU: floor / {label}, c={c}",
+                percentile(ratios, 0.5),
+                "x",
+                note=f"blocks {min(ratios):.2f}-{max(ratios):.2f}",
+            )
+            report.data(f"floor / {label} machine CPU c={c} samples", ratios)
+
+
 async def main(
     report: Report,
     rounds: int,
@@ -501,7 +525,9 @@ async def main(
             report.figure("ours / Docker backend, c=4", ratio, "x")
         report.section("2. CPU per execution by process, ms (medians of the timed blocks)")
         # Every block ran each case once, the warm-up blocks first: theirs are not counted.
-        print_breakdowns(report, {k: v[warmup:] for k, v in breakdowns.items()})
+        timed = {k: v[warmup:] for k, v in breakdowns.items()}
+        print_breakdowns(report, timed)
+        print_cpu_ratios(report, timed)
         report.section("3. warm print(1) latency")
         await latency(report, engine, backend, 30)
         report.section("4. an idle pooled sandbox")
