@@ -284,7 +284,7 @@ def test_try_remove_removes_an_empty_cgroup_and_leaves_a_busy_one_for_remove(
     empty = manager.create("tried-empty")
     assert empty.try_remove() is True
     assert not [p for p in empty.paths if p.exists()]
-    empty.remove()  # removed once, and only once
+    empty.remove()  # a second removal finds nothing to do, and does not raise
 
 
 def test_cleanup_stale_removes_a_dead_servers_tree(manager: CgroupManager) -> None:

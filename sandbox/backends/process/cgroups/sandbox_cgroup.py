@@ -134,16 +134,15 @@ class SandboxCgroup:
 
     def remove(self) -> None:
         """Kill everything, then remove the directory in every hierarchy; safe to call twice."""
-        if self._removed:
-            return
         # The usual case is a sandbox whose processes are all gone: try the removal at once
         # (the kernel refuses to remove a cgroup that still holds a process), and only
         # otherwise kill, wait and retry.
-        if not self._try_rmdir_all():
-            if any(os.path.exists(d) for d in self._keys):
-                self.kill_all()
-            for d in self._keys:
-                rmdir(d)
+        if self.try_remove():
+            return
+        if any(os.path.exists(d) for d in self._keys):
+            self.kill_all()
+        for d in self._keys:
+            rmdir(d)
         self._removed = True
 
     def try_remove(self) -> bool:
