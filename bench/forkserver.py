@@ -10,9 +10,10 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
 3. the same through a real ``ptc serve`` (SQLite audit on, one tenant) and a gRPC client in this
    process, at concurrency 4 and 32;
 4. for each of those three, CPU per execution by process: the machine's (from /proc/stat), the
-   host's, the zygote's, the sandboxes' (their cgroups, as each result reports them: read just
-   before pid 1's exit, whose own teardown therefore falls in the rest), the kernel's threads',
-   and the rest (interrupts, other load, each sandbox's CPU before it joins its cgroup); and the
+   host's, the zygote's, the sandboxes' (their cgroups: for the engine and ``ptc serve`` their
+   parent cgroup's, which keeps each sandbox's CPU through its exit, as the floor's figures
+   do; `bench.floor.sandbox_cgroups_cpu_s`), the kernel's threads', and the rest (interrupts,
+   other load, each sandbox's CPU before it joins its cgroup); and the
    floor's machine CPU per execution over the engine's and over ``ptc serve``'s, block by block
    (median and range): the rate ratios on a machine every way kept equally busy, steadier
    than the rates, which the machine's other load moves by 0.05-0.1 from run to run;
@@ -46,7 +47,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s
+from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s, sandbox_cgroups_cpu_s
 from bench.grpc import spawn, stop
 from bench.grpc_floor import BareGrpc
 from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
@@ -166,26 +167,26 @@ class Served:
 async def breakdown(
     execute: Callable[[], Awaitable[ExecutionResult]],
     processes: Callable[[], dict[str, float]],
+    sandboxes: Callable[[], float],
     total: int,
     concurrency: int,
 ) -> dict[str, float]:
     """One block: executions/s, and CPU per execution (ms) by process: the machine's (every
     process, other load included), each of ``processes`` (cumulative CPU seconds by name), the
-    sandboxes' (their cgroups, as each result reports them), the kernel's threads', and the rest
-    (interrupts, other load)."""
-    sandbox_cpu = 0.0
+    sandboxes' (``sandboxes``: cumulative CPU seconds of their cgroups, exits included), the
+    kernel's threads', and the rest (interrupts, other load)."""
 
     async def one() -> None:
-        nonlocal sandbox_cpu
         result = await execute()
         assert result.status == "ok" and result.stdout == "1\n", result.to_json()
-        sandbox_cpu += result.usage.cpu_time_s
 
     machine, kernel, before = busy_cpu_s(), kernel_threads_cpu_s(), processes()
+    sandbox_cpu = sandboxes()
     t = time.perf_counter()
     await run_in_slots(one, total, concurrency)
     elapsed = time.perf_counter() - t
     after, kernel = processes(), kernel_threads_cpu_s() - kernel
+    sandbox_cpu = sandboxes() - sandbox_cpu
     machine = busy_cpu_s() - machine
     per = 1e3 / total
     figures = {"executions/s": total / elapsed, "machine CPU": machine * per}
@@ -438,6 +439,7 @@ async def main(
                 figures = await breakdown(
                     lambda: engine.execute(ExecutionRequest("print(1)")),
                     lambda: {"host process": own_cpu_s(), "zygote": zygote_cpu_s(backend)},
+                    lambda: sandbox_cgroups_cpu_s(os.getpid()),
                     per_block,
                     c,
                 )
@@ -445,7 +447,11 @@ async def main(
 
             async def serve(c: int = c) -> float:
                 figures = await breakdown(
-                    lambda: served.client.execute("print(1)"), served.cpu_s, per_block, c
+                    lambda: served.client.execute("print(1)"),
+                    served.cpu_s,
+                    lambda: sandbox_cgroups_cpu_s(served.proc.pid),
+                    per_block,
+                    c,
                 )
                 return keep(f"ptc serve + gRPC c={c}", figures)
 

@@ -11,7 +11,8 @@ the blocks (the harness's nearest-rank `percentile`), per execution:
   alive at the end (the loop's worker threads), and the threads that ended meanwhile (each
   sandbox's channel thread);
 - the zygote's CPU (its forks and their requests);
-- the sandboxes' own CPU (their cgroups, as each result reports it);
+- the sandboxes' own CPU (their parent cgroup's: each sandbox from joining its cgroup to its exit,
+  teardown included; `bench.floor.sandbox_cgroups_cpu_s`);
 - what is left: the kernel's own threads (network namespace clean-up, RCU work) and other load;
 - how often an acquire found no idle sandbox, and how long acquires waited.
 
@@ -27,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.floor import sandbox_cgroups_cpu_s
 from bench.forkserver import busy_cpu_s, zygote_cpu_s
 from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
@@ -54,22 +56,20 @@ async def block(
     engine: Engine, backend: ProcessBackend, total: int, concurrency: int
 ) -> dict[str, float]:
     slots = asyncio.Semaphore(concurrency)
-    sandbox_cpu = 0.0
     waits: list[float] = []
     pool = backend.pool
 
     async def one() -> None:
-        nonlocal sandbox_cpu
         async with slots:
             started = time.perf_counter()
             result = await engine.execute(ExecutionRequest("print(1)"))
             assert result.status == "ok" and result.stdout == "1\n", result.to_json()
-            sandbox_cpu += result.usage.cpu_time_s
             waits.append(time.perf_counter() - started)
 
     me = threading.get_native_id()
     machine, threads, times = busy_cpu_s(), thread_cpu_s(), os.times()
     zygote, loop, misses = zygote_cpu_s(backend), time.thread_time(), pool.misses
+    sandbox_cpu = sandbox_cgroups_cpu_s(os.getpid())
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(total)))
     elapsed = time.perf_counter() - started
@@ -77,6 +77,7 @@ async def block(
     after, end = thread_cpu_s(), os.times()
     machine = busy_cpu_s() - machine
     zygote = zygote_cpu_s(backend) - zygote  # a zygote replaced meanwhile makes this low
+    sandbox_cpu = sandbox_cgroups_cpu_s(os.getpid()) - sandbox_cpu  # exits included
     user, system = end.user - times.user, end.system - times.system
     alive = sum(cpu - threads.get(tid, 0.0) for tid, cpu in after.items() if tid != me)
     host = user + system
