@@ -24,8 +24,9 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    fork server (``--legacy-rev``, run from a git worktree in a subprocess) and, where a Docker
    engine and the runtime image are there (``PTC_DOCKER_HOST``), the Docker backend
    (``--docker-per-block`` executions a block); and a bare gRPC unary call at concurrency 4
-   whose method only waits as long as the last served ``print(1)`` took (`bench.grpc_floor`):
-   what gRPC alone costs each served execution, server and client, at that rate.
+   whose method only waits, on average, as long as the last served ``print(1)`` took (each call
+   a different time, as served executions do: `bench.grpc_floor`): what gRPC alone costs each
+   served execution, server and client, at that rate.
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its two processes) and cgroup charge; what replacing the zygote costs.
