@@ -29,7 +29,8 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    served execution, server and client, at that rate.
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
-private memory (USS of its two processes) and cgroup charge; what replacing the zygote costs.
+private memory (USS of its processes: one with pidfds, two with a reaper) and cgroup charge;
+what replacing the zygote costs.
 Targets (issue 23): the engine >= 0.85x the floor at concurrency 4 and 32; ``ptc serve`` >= 0.70x
 the floor; idle USS <= 2 MiB; print(1) p50 <= 0.3x python3 -I -S -c pass.
 """
