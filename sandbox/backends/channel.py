@@ -124,7 +124,9 @@ class FrameChannel:
         self._ready: asyncio.Future[GuestReady] = self._loop.create_future()
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self.end_exit_code: int | None = None
-        """The exit code of the guest's well-formed `end` frame, once one arrived (advisory)."""
+        """The exit code of the well-formed `end` frame of the job being served, once one
+        arrived (advisory). Each `serve` clears it: a session's cell ends with an `end` frame
+        while its sandbox lives on, and a later exit of that sandbox is not that cell's."""
         self.on_end: Callable[[], None] | None = None
         """Called on the channel thread the moment a well-formed `end` frame arrives."""
         if on_loop:
@@ -157,9 +159,11 @@ class FrameChannel:
             self._ready.set_exception(TimeoutError(f"the guest said nothing in {timeout_s:g} s"))
 
     def serve(self, sink: ChannelSink, max_frame: int) -> None:
-        """Hands every further frame to ``sink``; call once, after `ready`."""
+        """Hands every further frame to ``sink``, after `ready`: a single-use run's job, or
+        each cell of a session and the time between them."""
         self._max_frame = max_frame
         self._sink = sink
+        self.end_exit_code = None
         self._served.set()
         if self._thread is None and not self._read_all and not self._reading:
             # Read on the loop: frames that arrived while the sandbox waited, then the rest.

@@ -169,6 +169,27 @@ def test_out_of_memory_ends_the_session_with_the_reason(srv: SessionServer) -> N
     srv.assert_healthy()
 
 
+def test_a_cell_that_leaves_through_os_exit_reports_its_own_exit_code(srv: SessionServer) -> None:
+    # The first cell's `end` frame said 0; the sandbox's exit must be read as it is (7), not
+    # taken from that earlier, finished cell's report.
+    with srv.a.session(backend=srv.backend) as session:
+        first = session.execute("x = 1")
+        gone = session.execute("import os\nos._exit(7)")
+        with pytest.raises(FailedPrecondition) as lost:
+            session.execute("x")
+        info = session.get()
+    assert first.status == "ok"
+    assert (gone.status, gone.exit_code, gone.violations) == ("error", 7, [])
+    assert gone.error is not None and gone.error.type == "NoReport"
+    assert gone.error.message.startswith("the script exited with code 7 without")
+    assert gone.session_lost == "exited: the sandbox ended with exit code 7"
+    assert str(lost.value) == (
+        f"session_lost: session '{session.id}' is lost: exited: the sandbox ended with exit code 7"
+    )
+    assert (info.state, info.end_reason) == ("lost", gone.session_lost)
+    srv.assert_healthy()
+
+
 def test_idle_session_expires(srv: SessionServer) -> None:
     session = srv.a.session(backend=srv.backend, idle_timeout=0.3)
     session.create()
