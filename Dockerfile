@@ -9,7 +9,9 @@
 # The base needs python3 >= 3.11 with venv and pip. A directory `wheelhouse/` in the build
 # context (may be empty), when it holds this package's wheel and its dependencies', is the only
 # package source (`--no-index`); otherwise pip builds the package and uses its index, and apt
-# installs bubblewrap and libseccomp2 when the base lacks them.
+# installs bubblewrap and libseccomp2 when the base lacks them, and a C compiler for as long as
+# the package builds (the zygote's fork loop in C, sandbox/guest/forkloop.c; the wheelhouse's
+# wheel carries it built).
 #
 # Running it (see README "Server image" and SECURITY.md "The server image"):
 #
@@ -45,7 +47,7 @@ FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 LANG=C.UTF-8
 
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY sandbox/ sandbox/
 COPY stubs_gen/ stubs_gen/
 COPY wheelhouse/ /wheelhouse/
@@ -60,11 +62,22 @@ RUN set -eu; \
     if ls /wheelhouse/ptc_sandbox-*.whl >/dev/null 2>&1; then \
       /opt/ptc/bin/pip install --no-index --find-links /wheelhouse 'ptc-sandbox[docker,mcp,metrics]'; \
     else \
+      compiler=""; \
+      if ! command -v cc >/dev/null; then \
+        apt-get update; \
+        apt-get install -y --no-install-recommends gcc libc6-dev; \
+        compiler="gcc libc6-dev"; \
+      fi; \
       /opt/ptc/bin/pip install '.[docker,mcp,metrics]'; \
+      if [ -n "$compiler" ]; then \
+        apt-get purge -y --auto-remove $compiler; \
+        rm -rf /var/lib/apt/lists/*; \
+      fi; \
     fi; \
     rm -rf /wheelhouse /src; \
     /opt/ptc/bin/ptc --help >/dev/null; \
     /opt/ptc/bin/python -c 'import mcp, docker, prometheus_client, sandbox.integrations.mcp_server'; \
+    /opt/ptc/bin/python -c 'from sandbox.guest import fork_loop_library as f; assert f(), "no fork loop"'; \
     mkdir -p /var/lib/ptc
 
 # `ptc` on PATH, for `docker exec <container> ptc health` (a probe) and the rest of the CLI.

@@ -89,7 +89,7 @@ build_server() {
   [ -x "$python" ] || python=python3
   ctx=$(mktemp -d /var/tmp/ptc-server-ctx.XXXXXX)
   trap "rm -rf '$ctx'" EXIT
-  cp -r Dockerfile .dockerignore pyproject.toml README.md LICENSE sandbox stubs_gen "$ctx/"
+  cp -r Dockerfile .dockerignore pyproject.toml setup.py README.md LICENSE sandbox stubs_gen "$ctx/"
   mkdir -p "$ctx/images/server"
   cp images/server/entrypoint.sh "$ctx/images/server/"
   mkdir "$ctx/wheelhouse"

@@ -17,6 +17,8 @@ command -v setpriv >/dev/null || need+=(util-linux)
 # The process backend's syscall filter is compiled with libseccomp (loaded by pyseccomp).
 /sbin/ldconfig -p | grep -q 'libseccomp\.so\.2 ' || need+=(libseccomp2)
 [ -x /usr/bin/python3 ] || need+=(python3)
+# The zygote's fork loop in C (sandbox/guest/forkloop.c) is built when the package installs.
+command -v cc >/dev/null || need+=(gcc libc6-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # The metrics tests run their own Prometheus (tests/telemetry/test_prometheus.py).
 [ $dev -eq 1 ] && ! command -v prometheus >/dev/null && need+=(prometheus)
@@ -37,7 +39,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-stamp=.venv/.ptc-installed-$dev-$(cat pyproject.toml | sha256sum | cut -c1-16)
+# Installed again when pyproject.toml, setup.py or the C they build changes.
+stamp=.venv/.ptc-installed-$dev-$(cat pyproject.toml setup.py sandbox/guest/forkloop.c | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   if [ $dev -eq 1 ]; then

@@ -40,7 +40,7 @@ from sandbox.backends.process.backend import ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
-from sandbox.guest import GUEST_FILES, ZYGOTE_FILES
+from sandbox.guest import FORK_LOOP_FILE, GUEST_FILES, ZYGOTE_FILES
 from sandbox.handlers import Approver, ToolHandler
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
@@ -56,7 +56,7 @@ from tests.ptc_cli import run_ptc
 T = TypeVar("T")
 POOL_SIZE = 2
 # What the process backend's runtime dir holds for as long as the backend lives.
-RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES))
+RUNTIME_FILES = frozenset((*GUEST_FILES, *ZYGOTE_FILES, FORK_LOOP_FILE))
 REQUIRE_GVISOR = "PTC_REQUIRE_GVISOR"
 
 

@@ -359,6 +359,16 @@ class CloneIntoPidNamespace:
         """0 in the child (pid 1 of its new pid namespace), the child's pid in the parent."""
         return self._clone(CLONE_NEWPID)
 
+    @property
+    def clone_flags(self) -> int:
+        """What `fork` passes to clone3 (the zygote's C loop clones the same way)."""
+        return CLONE_NEWPID | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID
+
+    @property
+    def tid_address(self) -> int:
+        """The proved address of the thread id in the thread control block (0: none)."""
+        return self._tid_address
+
     def _clone(self, namespaces: int) -> int:
         flags = namespaces | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID
         args = _CloneArgs(flags, 0, self._tid_address, 0, signal.SIGCHLD, 0, 0, 0)

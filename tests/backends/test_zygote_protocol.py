@@ -1,7 +1,7 @@
 """The fork server's control messages (`sandbox.guest.zygote`: ASCII words, not JSON): a
 request that is not a well-formed fork, or comes without its four descriptors, is answered
 ``error bad fork request``, the descriptors it did carry are closed, the zygote goes on
-forking, and the host reports the refusal in words."""
+forking, and the host reports the refusal in words: with its fork loop in C and without."""
 
 from __future__ import annotations
 
@@ -33,9 +33,12 @@ def _fds(pid: int) -> list[str]:
     return os.listdir(f"/proc/{pid}/fd")
 
 
-@pytest.fixture
-def own(engine_harness: type[EngineHarness]) -> Iterator[EngineHarness]:
-    harness = engine_harness(pool_size=1)
+@pytest.fixture(params=[True, False], ids=["c-loop", "python-loop"])
+def own(
+    engine_harness: type[EngineHarness], request: pytest.FixtureRequest
+) -> Iterator[EngineHarness]:
+    # The C loop hands every request it does not take to the Python loop, which refuses it.
+    harness = engine_harness(pool_size=1, native_fork_loop=request.param)
     yield harness
     assert harness.leftovers() == []
     harness.close()

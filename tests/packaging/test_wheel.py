@@ -1,7 +1,8 @@
 """The wheel: built from a copy of the sources, offline, and looked into.
 
 It must carry the gRPC contract the README points users to (at its import path inside the
-package), the license file, and SPDX license metadata (the `license = "..."` string form).
+package), the license file, SPDX license metadata (the `license = "..."` string form), and the
+zygote's fork loop in C, built (`sandbox/guest/forkloop.c`; the test machine has a compiler).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ PROTO = "ptc/sandbox/v1/sandbox.proto"
 def test_the_wheel_ships_the_proto_and_the_license(tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")  # the build makes its own
     for package in ("sandbox", "stubs_gen"):
         shutil.copytree(ROOT / package, source / package, ignore=ignore)
     out = tmp_path / "dist"
@@ -35,6 +36,11 @@ def test_the_wheel_ships_the_proto_and_the_license(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         assert f"sandbox/_proto/{PROTO}" in names
+        # The zygote's fork loop in C, built by the wheel's build (a C compiler is there).
+        built = [
+            n for n in names if n.startswith("sandbox/guest/libforkloop") and n.endswith(".so")
+        ]
+        assert len(built) == 1, sorted(n for n in names if n.startswith("sandbox/guest/"))
         shipped = archive.read(f"sandbox/_proto/{PROTO}").decode()
         [dist_info] = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
         assert f"{dist_info}/licenses/LICENSE" in names

@@ -24,9 +24,13 @@ from sandbox.errors import Unavailable
 pytestmark = pytest.mark.requires_bwrap
 
 
-@pytest.fixture
-def rotating(engine_harness: type[EngineHarness]) -> Iterator[EngineHarness]:
-    harness = engine_harness(pool_size=1, zygote_max_forks=3)
+@pytest.fixture(params=[True, False], ids=["c-loop", "python-loop"])
+def rotating(
+    engine_harness: type[EngineHarness], request: pytest.FixtureRequest
+) -> Iterator[EngineHarness]:
+    # A retired zygote's `retire` leaves the C loop for the Python one, which waits out its
+    # children.
+    harness = engine_harness(pool_size=1, zygote_max_forks=3, native_fork_loop=request.param)
     yield harness
     assert harness.leftovers() == []
     harness.close()

@@ -20,7 +20,13 @@ from pathlib import Path
 
 import psutil
 
-from sandbox.guest import GUEST_DIR, GUEST_FILES, ZYGOTE_FILES
+from sandbox.guest import (
+    FORK_LOOP_FILE,
+    GUEST_DIR,
+    GUEST_FILES,
+    ZYGOTE_FILES,
+    fork_loop_library,
+)
 
 __all__ = ["make_runtime_dir", "sweep_stale_runtime_dirs"]
 
@@ -36,13 +42,19 @@ def _parent() -> Path:
     return parent
 
 
-def make_runtime_dir() -> Path:
-    """Copies the guest files where the unprivileged sandbox uid can read them."""
+def make_runtime_dir(native_fork_loop: bool = True) -> Path:
+    """Copies the guest files where the unprivileged sandbox uid can read them; with
+    ``native_fork_loop``, the zygote's fork loop in C too, where the package has it built
+    (as `FORK_LOOP_FILE`, which the zygote loads when it is there: `sandbox.guest._forkloop`)."""
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=_parent()))
     path.chmod(0o755)
-    for name in (*GUEST_FILES, *ZYGOTE_FILES):
+    copies = [(GUEST_DIR / name, name) for name in (*GUEST_FILES, *ZYGOTE_FILES)]
+    library = fork_loop_library() if native_fork_loop else None
+    if library is not None:
+        copies.append((library, FORK_LOOP_FILE))
+    for source, name in copies:
         target = path / name
-        shutil.copyfile(GUEST_DIR / name, target)
+        shutil.copyfile(source, target)
         target.chmod(0o644)
     return path
 
