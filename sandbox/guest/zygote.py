@@ -28,6 +28,12 @@ Then the first child, by the exit-status mode the host asks for:
 The zygote kills its children when the host goes away (its control socket reaches EOF). Asked
 to retire, it forks no more and exits when its last child has: until then it still reaps them.
 
+Between forks the zygote runs its loop in C where the host gave it one (`_forkloop`, which
+loads `forkloop.c` built: the Python loop wrote ~108 pages per fork, each copied while the child
+shared it, and the C one writes 3 or 4); the C loop takes only well-formed fork requests and
+hands everything else to the Python loop below, which serves all requests when there is no C
+loop.
+
 Control messages (SOCK_SEQPACKET, one message each, ASCII words separated by one space,
 descriptors as SCM_RIGHTS): host -> zygote `fork TMP_BYTES pidfd|reaper` + 4 fds; zygote ->
 host `forked PID 1|0` (a host pid, the sandbox's pid 1 when 1: the zygote is in the host's pid
