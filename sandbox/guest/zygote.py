@@ -319,7 +319,7 @@ def _native_loop(cloner: _confine.CloneIntoPidNamespace) -> _forkloop.NativeFork
     """The fork loop in C when the host gave one (`_forkloop`); the Python loop otherwise."""
     loaded = _forkloop.load(cloner.clone_flags, cloner.tid_address, cloner.available)
     if isinstance(loaded, str):
-        _log(f"note: forking from Python (about 0.25 ms more CPU per sandbox): {loaded}")
+        _log(f"note: forking from Python (about 0.2 ms more CPU per sandbox): {loaded}")
         return None
     return loaded
 

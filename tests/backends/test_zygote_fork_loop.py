@@ -128,6 +128,6 @@ def test_a_library_that_cannot_serve_leaves_the_python_loop_with_a_note(
     assert (
         notes[0]
         .getMessage()
-        .endswith(f"note: forking from Python (about 0.25 ms more CPU per sandbox): {why}")
+        .endswith(f"note: forking from Python (about 0.2 ms more CPU per sandbox): {why}")
     ), notes[0].getMessage()
     assert _maps_library(harness) == loaded

@@ -87,8 +87,8 @@ class ProcessBackendConfig:
     # each sandbox), "reaper" (a reaper process per sandbox, any kernel), "auto" (pidfd where
     # the kernel supports it).
     exit_status: Literal["auto", "pidfd", "reaper"] = "auto"
-    # The zygote forks from its loop in C (`sandbox/guest/forkloop.c`: about 0.25 ms less CPU
-    # per sandbox) where the package was built with it; False forks from its Python loop.
+    # The zygote forks from its loop in C (`sandbox/guest/forkloop.c`: about 0.2 ms less
+    # machine CPU per sandbox) where the package was built with it; False: its Python loop.
     native_fork_loop: bool = True
 
 
@@ -135,7 +135,7 @@ class ProcessBackend:
         self._runtime_dir = make_runtime_dir(self.config.native_fork_loop)
         if self.config.native_fork_loop and fork_loop_library() is None:
             log.info(
-                "the zygote forks from Python (about 0.25 ms more CPU per sandbox): this "
+                "the zygote forks from Python (about 0.2 ms more CPU per sandbox): this "
                 "installation has no native fork loop (no C compiler when it was installed)"
             )
         self.zygote = ZygoteSupervisor(
