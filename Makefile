@@ -11,8 +11,8 @@ gen-check: gen  ## fail when the generated code differs from what is committed
 	test -z "$$(git status --porcelain -- sandbox/_proto)" || (echo "sandbox/_proto has untracked files: run make gen" >&2; exit 1)
 
 lint:
-	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts
-	$(PY) -m ruff check sandbox stubs_gen tests bench scripts
+	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts setup.py
+	$(PY) -m ruff check sandbox stubs_gen tests bench scripts setup.py
 	$(PY) -m mypy
 
 setup:          ## venv and system packages for running

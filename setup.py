@@ -10,8 +10,6 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension(
-            "sandbox.guest.libforkloop", sources=["sandbox/guest/forkloop.c"], optional=True
-        )
+        Extension("sandbox.guest.libforkloop", sources=["sandbox/guest/forkloop.c"], optional=True)
     ]
 )
