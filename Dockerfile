@@ -77,7 +77,7 @@ RUN set -eu; \
     rm -rf /wheelhouse /src; \
     /opt/ptc/bin/ptc --help >/dev/null; \
     /opt/ptc/bin/python -c 'import mcp, docker, prometheus_client, sandbox.integrations.mcp_server'; \
-    /opt/ptc/bin/python -c 'from sandbox.guest import fork_loop_library as f; assert f(), "no fork loop"'; \
+    /opt/ptc/bin/python -c 'from sandbox.guest import fork_loop_library as f; assert f(), "the package was built without its fork loop in C (sandbox/guest/forkloop.c): build the wheelhouse where a C compiler is installed"'; \
     mkdir -p /var/lib/ptc
 
 # `ptc` on PATH, for `docker exec <container> ptc health` (a probe) and the rest of the CLI.
