@@ -26,6 +26,10 @@ BAD = {
     "two-descriptors": (b"fork 1048576 pidfd", 2),
     "json": (b'{"t": "fork", "tmp_bytes": 1048576, "exit_status": "pidfd"}', 4),
     "empty-word": (b"fork  pidfd", 4),
+    # Past what the zygote reads: a message longer than its buffer, more descriptors than its
+    # control space (the kernel drops the rest), each truncated and then refused.
+    "oversized": (b"fork 1048576 pidfd" + b" " * 5000, 4),
+    "nine-descriptors": (b"fork 1048576 pidfd", 9),
 }
 
 
