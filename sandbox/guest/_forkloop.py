@@ -56,6 +56,9 @@ class Served:
 
 
 class NativeForkLoop:
+    """`forkloop.c`'s ``ptc_fork_loop``, bound to this interpreter's fork hooks and the clone
+    the zygote proved (`_confine.CloneIntoPidNamespace`)."""
+
     def __init__(
         self, library: Any, clone_flags: int, tid_address: int, clone_allowed: bool
     ) -> None:
