@@ -341,7 +341,7 @@ class CloneIntoPidNamespace:
     def _proved(self) -> bool:
         """Whether a child cloned with the candidate address finds its own tid where the C
         library reads it (a locked mutex's owner), not the zygote's."""
-        pid = self._clone(CLONE_NEWPID)
+        pid = self._clone()
         if pid == 0:
             ok = False
             try:
@@ -357,11 +357,11 @@ class CloneIntoPidNamespace:
 
     def fork(self) -> int:
         """0 in the child (pid 1 of its new pid namespace), the child's pid in the parent."""
-        return self._clone(CLONE_NEWPID)
+        return self._clone()
 
     @property
     def clone_flags(self) -> int:
-        """What `fork` passes to clone3 (the zygote's C loop clones the same way)."""
+        """What `fork` passes to clone3; the zygote's C loop is given the same."""
         return CLONE_NEWPID | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID
 
     @property
@@ -369,9 +369,8 @@ class CloneIntoPidNamespace:
         """The proved address of the thread id in the thread control block (0: none)."""
         return self._tid_address
 
-    def _clone(self, namespaces: int) -> int:
-        flags = namespaces | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID
-        args = _CloneArgs(flags, 0, self._tid_address, 0, signal.SIGCHLD, 0, 0, 0)
+    def _clone(self) -> int:
+        args = _CloneArgs(self.clone_flags, 0, self._tid_address, 0, signal.SIGCHLD, 0, 0, 0)
         _api.PyOS_BeforeFork()
         pid = _api.syscall(SYS_CLONE3, ctypes.byref(args), ctypes.sizeof(args))
         if pid == 0:

@@ -1,6 +1,7 @@
 """Sessions through a real gRPC server and the client SDK, on each backend: state kept across
 executions, interrupts that keep the session, ends that lose it (OOM, an uninterruptible
-cell, a cell's own exit), idle expiry, tenant isolation, bad input with exact codes, and the audit chain."""
+cell, a cell's own exit), idle expiry, tenant isolation, bad input with exact codes, and the
+audit chain."""
 
 from __future__ import annotations
 
