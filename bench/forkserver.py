@@ -17,6 +17,9 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    floor's machine CPU per execution over the engine's and over ``ptc serve``'s, block by block
    (median and range): the rate ratios on a machine every way kept equally busy, steadier
    than the rates, which the machine's other load moves by 0.05-0.1 from run to run;
+   and, at concurrency 4, what ``ptc serve`` adds to the engine part by part, with the same
+   server's audit in memory as one more way (`bench.serve_budget`: gRPC alone, the SQLite audit,
+   the rest of serving, and the best ratio those parts leave ``ptc serve``);
 5. reference lines, no longer targets: the bare fork+unshare (a pre-imported parent forks a child
    that unshares mount, uts, ipc and network namespaces and prints: no cgroup, no pid
    namespace, no mounts, no bootstrap, so less work than a sandbox), a bare ``bwrap
@@ -53,6 +56,7 @@ from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s, sandbox_
 from bench.grpc import spawn, stop
 from bench.grpc_floor import BareGrpc
 from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
+from bench.serve_budget import SERVED_IN_MEMORY, print_serving_budget
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
 from sandbox.client import AsyncClient
@@ -134,13 +138,14 @@ def own_cpu_s() -> float:
 
 
 class Served:
-    """A real ``ptc serve`` (SQLite audit on, one tenant) and a gRPC client in this process."""
+    """A real ``ptc serve`` (SQLite audit on, one tenant; ``audit_in_memory``: its audit in
+    memory only) and a gRPC client in this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, audit_in_memory: bool = False) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="ptc-bench-serve-")
+        audit_db = "memory" if audit_in_memory else f"{self.dir.name}/audit.db"
         self.proc, self.address = spawn(
-            ["-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0",
-             "--audit-db", f"{self.dir.name}/audit.db"]
+            ["-m", "sandbox.cli", "serve", "--listen", "127.0.0.1:0", "--audit-db", audit_db]
         )  # fmt: skip
         self.client = AsyncClient(self.address)
 
@@ -419,6 +424,7 @@ async def main(
     legacy = Legacy(legacy_rev, per_block) if legacy_rev else None
     floor = Floor()
     served = Served()
+    served_in_memory = Served(audit_in_memory=True)
     bare_grpc = BareGrpc()
     breakdowns: dict[str, list[dict[str, float]]] = {}
     await engine.start()
@@ -484,6 +490,17 @@ async def main(
             figures["executions/s"] = figures.pop("calls/s")
             return keep("reference: bare gRPC unary c=4", figures)
 
+        async def serve_in_memory() -> float:
+            figures = await breakdown(
+                lambda: served_in_memory.client.execute("print(1)"),
+                served_in_memory.cpu_s,
+                lambda: sandbox_cgroups_cpu_s(served_in_memory.proc.pid),
+                per_block,
+                4,
+            )
+            return keep(SERVED_IN_MEMORY, figures)
+
+        cases[SERVED_IN_MEMORY] = serve_in_memory
         cases["reference: bare fork+unshare c=4"] = bare
         cases["reference: bare bwrap python3 -c c=4"] = bwrap
         cases["reference: bare gRPC unary c=4"] = grpc_alone
@@ -502,6 +519,7 @@ async def main(
 
         # Warm the served side's pool and connection before the first block.
         await served.client.execute("print(1)")
+        await served_in_memory.client.execute("print(1)")
         report.section(
             f"1. sustained executions/s of print(1), {rounds} interleaved blocks of {per_block}"
         )
@@ -536,6 +554,7 @@ async def main(
         timed = {k: v[warmup:] for k, v in breakdowns.items()}
         print_breakdowns(report, timed)
         print_cpu_ratios(report, timed)
+        print_serving_budget(report, timed)
         report.section("3. warm print(1) latency")
         await latency(report, engine, backend, 30)
         report.section("4. an idle pooled sandbox")
@@ -547,6 +566,7 @@ async def main(
     finally:
         await engine.close()
         await served.close()
+        await served_in_memory.close()
         await bare_grpc.close()
         floor.close()
         if docker is not None:
