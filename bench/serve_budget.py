@@ -16,6 +16,13 @@ and prints, per block then as medians, the ceiling ``floor / (engine + gRPC alon
 audit)``: the most ``ptc serve``'s rate could reach against the floor were the rest of serving
 free. When that ceiling is under the 0.70x target (issue 23), no work on the server's own code
 can reach the target; only a cheaper engine, a cheaper gRPC or a cheaper audit can.
+
+The engine here is the benchmark's, on this process's loop (asyncio's unless ``--loop
+uvloop``); ``ptc serve`` runs its engine on uvloop, whose host costs 0.1-0.2 ms less per
+execution (``python -m bench.serve_profile --embedded`` against `bench.forkserver`'s host line),
+so the ceiling of the server as it runs is about 0.02 higher than printed, and the rest of
+serving that much larger. The audit's figure is a difference of two ways' blocks, and so the
+noisiest: 0.15-0.65 ms from run to run where the server process alone says 0.35-0.45.
 """
 
 from __future__ import annotations
