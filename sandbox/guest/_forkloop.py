@@ -94,7 +94,7 @@ class NativeForkLoop:
         if outcome == FORK_FAILED:
             what = os.strerror(request.error)
             error = OSError(request.error, f"clone3: {what}" if request.direct else what)
-            return Served("error", fds, tmp_bytes=request.tmp_bytes, error=error)
+            return Served("error", fds, error=error)
         raise OSError(-outcome, f"control socket: {os.strerror(-outcome)}")
 
 

@@ -264,17 +264,12 @@ def _serve_requests(
         if native is not None and not retired:
             served = native.serve(control.fileno())
             if served.kind == "child":
-                control.close()
-                if served.direct:
-                    _direct_child(served.tmp_bytes, served.fds, seccomp)
-                else:
-                    _child(served.tmp_bytes, served.reaper, served.fds, seccomp)
+                _become_child(control, served.tmp_bytes, served.reaper, served.direct, served.fds,
+                              seccomp)  # fmt: skip
             if served.kind == "eof":
                 return
             if served.kind == "error":
-                for fd in served.fds:
-                    os.close(fd)
-                _reply(control, f"error fork: {served.error}".encode())
+                _refuse(control, served.fds, f"error fork: {served.error}".encode())
                 continue
             received: tuple[list[bytes], list[int]] | None = (
                 served.message.split(b" "),
@@ -290,29 +285,44 @@ def _serve_requests(
             continue
         request = None if retired or len(fds) != 4 else _fork_request(words)
         if request is None:
-            for fd in fds:
-                os.close(fd)
-            _reply(control, b"error bad fork request")
+            _refuse(control, fds, b"error bad fork request")
             continue
         tmp_bytes, reaper = request
         direct = cloner.available and not reaper
         try:
             pid = cloner.fork() if direct else os.fork()
         except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            _reply(control, f"error fork: {exc}".encode())
+            _refuse(control, fds, f"error fork: {exc}".encode())
             continue
         if pid == 0:
-            control.close()
-            if direct:
-                _direct_child(tmp_bytes, fds, seccomp)
-            else:
-                _child(tmp_bytes, reaper, fds, seccomp)
+            _become_child(control, tmp_bytes, reaper, direct, fds, seccomp)
         for fd in fds:
             os.close(fd)
         # 1: the pid is the sandbox's pid 1 (0: its first child's, which reports pid 1).
         _reply(control, b"forked %d %d" % (pid, direct))
+
+
+def _become_child(
+    control: socket.socket,
+    tmp_bytes: int,
+    reaper: bool,
+    direct: bool,
+    fds: list[int],
+    seccomp: _confine.SeccompFilter,
+) -> None:
+    """In a child just forked by either loop: it sets up the sandbox and never returns."""
+    control.close()
+    if direct:
+        _direct_child(tmp_bytes, fds, seccomp)
+    else:
+        _child(tmp_bytes, reaper, fds, seccomp)
+
+
+def _refuse(control: socket.socket, fds: list[int], answer: bytes) -> None:
+    """A request not served: the descriptors it carried closed, the host told why."""
+    for fd in fds:
+        os.close(fd)
+    _reply(control, answer)
 
 
 def _native_loop(cloner: _confine.CloneIntoPidNamespace) -> _forkloop.NativeForkLoop | None:
