@@ -39,6 +39,7 @@ from sandbox.capture import CappedOutput, OutputCallback
 from sandbox.execution import evidence
 from sandbox.execution.broker import Broker
 from sandbox.execution.outputs import OutputCollector
+from sandbox.limits import SPEC_BY_NAME
 from sandbox.protocol import (
     GuestCall,
     GuestEnd,
@@ -242,8 +243,16 @@ class Drive:
         if self.cell is not None:
             if await self._interrupt(reason):
                 return
-            self.lost = self.lost or f"{reason}: the sandbox was killed"
+            self.lost = self.lost or f"{self._named(reason)}: the sandbox was killed"
         await self.handle.kill()
+
+    def _named(self, reason: str) -> str:
+        """``reason`` with its limit's value when it is a limit (``wall_time (its limit of
+        2 s)``): a session lost to it says which limit, at what value, ended it."""
+        spec = SPEC_BY_NAME.get(reason)
+        if spec is None:
+            return reason
+        return f"{reason} (its limit of {spec.describe(getattr(self.job.limits, spec.field))})"
 
     async def _interrupt(self, reason: str) -> bool:
         """Whether the cell stopped within the grace of an `interrupt` frame."""
@@ -256,8 +265,8 @@ class Drive:
             return True
         self.interrupted = False
         self.lost = self.lost or (
-            f"{reason}: the execution did not stop within {INTERRUPT_GRACE_S:g} s of its "
-            "interrupt and the sandbox was killed"
+            f"{self._named(reason)}: the execution did not stop within "
+            f"{INTERRUPT_GRACE_S:g} s of its interrupt and the sandbox was killed"
         )
         return False
 
@@ -546,7 +555,10 @@ class Drive:
         if alive:
             self.lost = None
         elif resources.oom_killed:
-            self.lost = "memory: the sandbox ran out of memory and was killed"
+            limit = SPEC_BY_NAME["memory"].describe(self.job.limits.memory_bytes)
+            self.lost = (
+                f"memory: the sandbox ran out of memory (its limit of {limit}) and was killed"
+            )
         else:
             self.lost = self.lost or f"exited: the sandbox ended with exit code {exit_code}"
         found = evidence.violations(self._observations(exit_code, wall, share))

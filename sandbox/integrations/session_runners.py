@@ -127,17 +127,19 @@ class EmbeddedSessionRunner:
         limits, fixed = self.manager.session_limits(session, limits, asked)
         prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
-        result: ExecutionResult | None = None
-        try:
-            result = await runner.recorder.run(
+        # A cell the audit store refuses to admit leaves the session as it was (`run_cell`).
+        return await self.manager.run_cell(
+            session,
+            prepared.execution_id,
+            prepared.manifest,
+            lambda admitted: runner.recorder.run(
                 runner.engine,
                 prepared,
                 handlers={"client": _client_handler(local)},
                 session=session.sandbox,
-            )
-            return result
-        finally:
-            await self.manager.finish(session, prepared.execution_id, result, prepared.manifest)
+                on_admitted=admitted,
+            ),
+        )
 
     def run(self, request: RunRequest) -> ExecutionResult:
         return self._runner._loop.call(self._execute(request))

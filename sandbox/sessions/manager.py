@@ -48,7 +48,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
@@ -60,6 +60,7 @@ from sandbox.errors import (
     InvalidLimits,
     NotFound,
     PermissionDenied,
+    PtcError,
     ResourceExhausted,
     Unavailable,
     quote,
@@ -388,14 +389,65 @@ class SessionManager:
             )
         session.running = execution_id
 
+    async def run_cell(
+        self,
+        session: Session,
+        execution_id: str,
+        manifest: Manifest | None,
+        run: Callable[[Callable[[], None]], Awaitable[ExecutionResult]],
+    ) -> ExecutionResult:
+        """Runs one cell of ``session`` (claimed for ``execution_id``) with ``run``, which calls
+        the function it is given once the cell's admission is durable (`Recorder.run`'s
+        ``on_admitted``). What the session then becomes depends on that point: a cell refused
+        before it (the tenant's rate, concurrency or queue, the audit store unavailable, a key
+        admitted elsewhere, a caller gone while queued) never touched the sandbox, and the
+        session is released as it was (`refused`); after it, the cell's result or error decides
+        (`finish`). Every path that runs cells (the server's, the embedded SDK's) comes here."""
+        admitted = False
+
+        def mark_admitted() -> None:
+            nonlocal admitted
+            admitted = True
+
+        try:
+            result = await run(mark_admitted)
+        except BaseException as exc:
+            if admitted:
+                await self.finish(session, execution_id, None, manifest, error=exc)
+            else:
+                await self.refused(session, execution_id)
+            raise
+        if admitted:
+            await self.finish(session, execution_id, result, manifest)
+        else:
+            await self.refused(session, execution_id)
+        return result
+
+    async def refused(self, session: Session, execution_id: str) -> None:
+        """Releases ``session`` after a cell that was refused before it was admitted (the
+        tenant's rate, concurrency or queue, the audit store unavailable, its caller gone while
+        it queued): nothing ran in the sandbox, so nothing of the session changes (its cells,
+        its idle clock) and its next cell continues with its state. The refusal is that call's
+        error alone. Only a limit of the session that fell while the cell waited (its lifetime,
+        `_sweep`) ends it, with that limit's reason."""
+        if session.running == execution_id:
+            session.running = None
+        if session.active and session._doom is not None:
+            await self._end(session, SessionState.EXPIRED, session._doom, ExecutionStatus.OK)
+
     async def finish(
         self,
         session: Session,
         execution_id: str,
         result: ExecutionResult | None,
         manifest: Manifest | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        """Releases ``session`` after its execution; ends it when its sandbox is gone."""
+        """Releases ``session`` after an admitted execution; ends it when its sandbox is gone
+        (``result.session_lost``, a session limit), or when the run raised ``error`` instead
+        of giving a result (the sandbox's state is then unknown, so it is not reused). The
+        reason names the cell and what ended it."""
         session.running = None
         session.executions.append(execution_id)
         session.last_used_at = time.time()
@@ -411,15 +463,20 @@ class SessionManager:
             lost = session._doom
             if result is not None:
                 result.session_lost = lost
+        cell = f"cell {len(session.executions)} (execution id {execution_id})"
         if lost or not session.sandbox.alive:
             reason = lost or "the sandbox ended"
             expired = reason.startswith(("lifetime", "idle"))
             state = SessionState.EXPIRED if expired else SessionState.LOST
-            await self._end(session, state, reason, ExecutionStatus.LIMIT_EXCEEDED)
+            await self._end(session, state, f"{cell}: {reason}", ExecutionStatus.LIMIT_EXCEEDED)
         elif result is None:
-            # The engine raised: the sandbox's state is unknown, so it is not reused.
+            why = _error_text(error)
             await self._end(
-                session, SessionState.LOST, "failed: the service failed", ExecutionStatus.FAILED
+                session,
+                SessionState.LOST,
+                f"{cell}: failed after it was admitted, so the state of its sandbox is unknown: "
+                f"{why}",
+                ExecutionStatus.FAILED,
             )
         elif session.settings.max_executions and (
             len(session.executions) >= session.settings.max_executions
@@ -546,6 +603,16 @@ class SessionManager:
             self.store.complete(session.id, result)
         except Exception:
             log.exception("the audit record of session %s could not be completed", session.id)
+
+
+def _error_text(error: BaseException | None) -> str:
+    """What an error that ended a session says: its class and its message."""
+    if error is None:
+        return "the run gave no result"
+    if isinstance(error, asyncio.CancelledError):
+        return "its run was cancelled before it gave a result"
+    message = error.message if isinstance(error, PtcError) else str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def check_allowed(allowed: bool, tenant: str) -> None:

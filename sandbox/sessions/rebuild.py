@@ -264,9 +264,14 @@ async def _claim_and_rebuild(
         metrics.session_rebuilt("lost", time.monotonic() - started)
         log.warning("sessions: session %s lost: %s", session_id, reason)
         return session
-    except BaseException:
+    except BaseException as exc:
         session.running = None
-        manager.adopt_ended(session, SessionState.LOST, "could not be rebuilt: the service failed")
+        if isinstance(exc, asyncio.CancelledError):
+            why = "the rebuild was cancelled part way"
+        else:
+            message = exc.message if isinstance(exc, PtcError) else str(exc)
+            why = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        manager.adopt_ended(session, SessionState.LOST, f"could not be rebuilt on {here}: {why}")
         await manager.end_adopted(session, ExecutionStatus.FAILED)
         raise
     session.running = None
