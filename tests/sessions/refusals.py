@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -31,24 +32,29 @@ class Raw:
     def close(self) -> None:
         self.channel.close()
 
-    def create(self, **fields: object) -> str:
-        reply = self.stub.CreateSession(
-            pb.CreateSessionRequest(**fields), metadata=self.metadata, timeout=WAIT_S
+    def create(self, limits: pb.Limits | None = None) -> str:
+        reply: pb.SessionInfo = self.stub.CreateSession(
+            pb.CreateSessionRequest(limits=limits), metadata=self.metadata, timeout=WAIT_S
         )
         return str(reply.session_id)
 
     def get(self, session_id: str) -> pb.SessionInfo:
-        return self.stub.GetSession(
+        info: pb.SessionInfo = self.stub.GetSession(
             pb.GetSessionRequest(session_id=session_id), metadata=self.metadata, timeout=WAIT_S
         )
+        return info
 
     def close_session(self, session_id: str) -> pb.SessionInfo:
-        return self.stub.CloseSession(
+        info: pb.SessionInfo = self.stub.CloseSession(
             pb.CloseSessionRequest(session_id=session_id), metadata=self.metadata, timeout=WAIT_S
         )
+        return info
 
     def unary(self, request: pb.ExecuteRequest) -> pb.ExecutionResult:
-        return self.stub.Execute(request, metadata=self.metadata, timeout=WAIT_S)
+        result: pb.ExecutionResult = self.stub.Execute(
+            request, metadata=self.metadata, timeout=WAIT_S
+        )
+        return result
 
     def stream(self, request: pb.ExecuteRequest) -> pb.ExecutionResult:
         events = self.stub.ExecuteStream(
@@ -56,7 +62,8 @@ class Raw:
         )
         for event in events:
             if event.WhichOneof("event") == "result":
-                return event.result
+                result: pb.ExecutionResult = event.result
+                return result
         raise AssertionError("the stream ended without a result")
 
 
@@ -88,8 +95,8 @@ def refused(send: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     """The status code and message of a call that must fail."""
     with pytest.raises(grpc.RpcError) as caught:
         send()
-    error = caught.value
-    return error.code(), error.details()  # type: ignore[attr-defined]
+    error: Any = caught.value  # a grpc.Call as well as an RpcError
+    return error.code(), error.details() or ""
 
 
 def wait_until(what: str, done: Callable[[], bool]) -> None:
@@ -97,8 +104,3 @@ def wait_until(what: str, done: Callable[[], bool]) -> None:
     while not done():
         assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(0.05)
-
-
-def cells(raw: Raw, session_id: str, scripts: list[str]) -> Iterator[pb.ExecutionResult]:
-    for script in scripts:
-        yield CALLS["unary"](raw, session_id, script)
