@@ -13,18 +13,22 @@ own limit (its memory) says which cell and which limit, at what value.
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import Client
 from sandbox.errors import ResourceExhausted
+from sandbox.server.fleet import DRAINING_MESSAGE, READINESS_SERVICE
 from sandbox.tenants import hash_key
-from tests.ptc_serve import Serving, ptc_serve
+from tests.ptc_serve import Serving, ptc_serve, start_serve, stop_serve
 
 from .refusals import CALLS, Raw, refused, wait_until
 
@@ -211,3 +215,57 @@ def test_the_sdk_session_object_keeps_its_state_across_a_refused_cell(server: Se
         info = session.get()
         assert (info.state, len(info.execution_ids)) == ("active", 3)
         assert info.execution_ids[-1] == after.execution_id
+
+
+def test_a_cell_refused_while_the_server_drains_continues_on_the_next_server(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM with an execution in flight: the server drains (its grace) and refuses the
+    session's cells with UNAVAILABLE, then hands the session over; a server started on the same
+    SQLite store rebuilds it, and the next cell reads what the first one set."""
+    (tmp_path / "tenants.toml").write_text(TENANTS)
+    common = ("--audit-db", str(tmp_path / "audit.db"), "--tenants", str(tmp_path / "tenants.toml"))
+    proc, first = start_serve(*common, "--pool-size", "1", "--grace", "30")
+    raw = Raw(first.address, KEYS["acme"])
+    try:
+        session_id = raw.create()
+        assert _ran(raw, session_id, "x = 'kept'\nprint(x)") == "kept\n"
+        slow: list[pb.ExecutionResult] = []
+        other = threading.Thread(
+            target=lambda: slow.append(raw.unary(pb.ExecuteRequest(script=_SLOW)))
+        )
+        other.start()
+        try:
+            wait_until("the other execution runs", lambda: _running(raw, session_id) == 1)
+            proc.send_signal(signal.SIGTERM)
+            wait_until("the server drains", lambda: not _ready(first.address))
+            refusals = {
+                name: refused(lambda send=send: send(raw, session_id, "x = 'lost'"))  # type: ignore[misc]
+                for name, send in CALLS.items()
+            }
+        finally:
+            other.join(60)
+        assert proc.wait(60) == 0
+    finally:
+        raw.close()
+        stderr = stop_serve(proc)
+    assert "Traceback" not in stderr, stderr
+    assert [r.stdout for r in slow] == ["slept\n"]  # the drain let it finish
+    for name, (code, message) in refusals.items():
+        assert (code, message) == (grpc.StatusCode.UNAVAILABLE, DRAINING_MESSAGE), name
+    with ptc_serve(*common, "--pool-size", "1") as second:
+        again = Raw(second.address, KEYS["acme"])
+        try:
+            assert _ran(again, session_id, "print(x)") == "kept\n"
+            info = again.close_session(session_id)
+        finally:
+            again.close()
+    assert (info.state, len(info.execution_ids)) == (pb.SESSION_STATE_CLOSED, 2)
+
+
+def _ready(address: str) -> bool:
+    with grpc.insecure_channel(address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=READINESS_SERVICE), timeout=10
+        )
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
