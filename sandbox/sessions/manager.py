@@ -52,25 +52,24 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
-from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fields
+from sandbox.audit.base import AuditStore
+from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidLimits,
     NotFound,
     PermissionDenied,
-    PtcError,
     ResourceExhausted,
     Unavailable,
-    quote,
 )
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
-from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.rebuild import RebuildBounds, rebuild
-from sandbox.sessions.session import Session, SessionSettings, SessionState
+from sandbox.sessions.record import admit_record, complete_record, gone_error
+from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
@@ -205,7 +204,7 @@ class SessionManager:
             runtime=runtime,
         )
         try:
-            self._admit(session)  # a store that refuses it: no session runs unrecorded
+            admit_record(self.store, session)  # a store that refuses it: no session runs unrecorded
         except BaseException:
             await handle.dispose()
             raise
@@ -276,7 +275,7 @@ class SessionManager:
         try:
             await session.sandbox.dispose()
         finally:
-            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+            complete_record(self.store, session, status, usage.cpu_time_s, usage.peak_memory_bytes)
 
     def _remember(self, session: Session) -> None:
         self._ended[session.id] = session
@@ -284,27 +283,7 @@ class SessionManager:
             self._ended.popitem(last=False)
 
     def _unknown(self, tenant: str, session_id: str) -> NotFound:
-        """NOT_FOUND for an id this server does not hold; where the audit store recorded the
-        session (an earlier server's, ended by its stop or restart), the message says how it
-        ended, so a client learns why its session is gone rather than that it never was."""
-        record = None
-        if self.store is not None:
-            with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
-                record = self.store.get(tenant, session_id)
-        if record is None or record.admission.labels.get("ptc.kind") != "session":
-            return NotFound(f"session_id: no session {quote(session_id)}")
-        if record.result is None and record.interrupted_reason:
-            how = f"{record.status}: {record.interrupted_reason}"
-        elif record.result is None:
-            how = f"{record.status}: the server that held it stopped before ending it"
-        elif record.result.error is not None:
-            how = record.result.error.message
-        else:
-            how = record.status
-        if record.status == "interrupted" and getattr(self.store, "holds_sessions", False):
-            # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
-            how += "; its next execution rebuilds it from its record"
-        return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
+        return gone_error(self.store, tenant, session_id)
 
     def usable(self, tenant: str, session_id: str) -> Session:
         """The tenant's open session, or the error that says why it is not."""
@@ -470,7 +449,7 @@ class SessionManager:
             state = SessionState.EXPIRED if expired else SessionState.LOST
             await self._end(session, state, f"{cell}: {reason}", ExecutionStatus.LIMIT_EXCEEDED)
         elif result is None:
-            why = _error_text(error)
+            why = error_text(error)
             await self._end(
                 session,
                 SessionState.LOST,
@@ -503,7 +482,7 @@ class SessionManager:
         try:
             await session.sandbox.dispose()
         finally:
-            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+            complete_record(self.store, session, status, usage.cpu_time_s, usage.peak_memory_bytes)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -546,73 +525,6 @@ class SessionManager:
             elif session.running is None and now - session._used_mono >= settings.idle_timeout_s:
                 reason = f"idle: no execution for {settings.idle_timeout_s:g} s"
                 await self._end(session, SessionState.EXPIRED, reason, ExecutionStatus.OK)
-
-    # -- audit ---------------------------------------------------------------------------------
-    def _admit(self, session: Session) -> None:
-        if self.store is None:
-            return
-        settings = session.settings
-        self.store.admit(
-            Admission(
-                execution_id=session.id,
-                tenant=session.tenant,
-                script="",
-                manifest_json=session.manifest_json,
-                manifest_sha256=session.manifest.sha256,
-                backend=session.backend,
-                policy="none",
-                effective_limits=limits_fields(settings.limits),
-                labels={
-                    **session.labels,
-                    "ptc.kind": "session",
-                    "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
-                    "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
-                    "ptc.max_executions": str(settings.max_executions),
-                },
-                admitted_at=session.created_at,
-                runtime=session.runtime or "",
-            )
-        )
-
-    def _complete(
-        self, session: Session, status: ExecutionStatus, cpu_s: float, peak_memory: int
-    ) -> None:
-        if self.store is None:
-            return
-        ended = session.ended_at or time.time()
-        result = ExecutionResult(
-            execution_id=session.id,
-            status=status,
-            exit_code=0,
-            backend=session.backend,
-            isolation=session.sandbox.isolation,
-            effective_limits=limits_fields(session.settings.limits),
-            error=ScriptError("SessionEnded", f"{session.state.value}: {session.reason}"[:2000]),
-            usage=Usage(
-                wall_time_s=ended - session.created_at,
-                cpu_time_s=cpu_s,
-                peak_memory_bytes=peak_memory,
-                tool_calls=session.tool_calls,
-            ),
-            started_at=session.created_at,
-            finished_at=ended,
-            session_id=session.id,
-            session_lost="" if session.state is SessionState.CLOSED else session.reason,
-        )
-        try:
-            self.store.complete(session.id, result)
-        except Exception:
-            log.exception("the audit record of session %s could not be completed", session.id)
-
-
-def _error_text(error: BaseException | None) -> str:
-    """What an error that ended a session says: its class and its message."""
-    if error is None:
-        return "the run gave no result"
-    if isinstance(error, asyncio.CancelledError):
-        return "its run was cancelled before it gave a result"
-    message = error.message if isinstance(error, PtcError) else str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def check_allowed(allowed: bool, tenant: str) -> None:

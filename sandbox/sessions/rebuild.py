@@ -51,7 +51,7 @@ from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.sessions.session import Session, SessionSettings, SessionState
+from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
 from sandbox.telemetry import metrics
 
 
@@ -266,12 +266,8 @@ async def _claim_and_rebuild(
         return session
     except BaseException as exc:
         session.running = None
-        if isinstance(exc, asyncio.CancelledError):
-            why = "the rebuild was cancelled part way"
-        else:
-            message = exc.message if isinstance(exc, PtcError) else str(exc)
-            why = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-        manager.adopt_ended(session, SessionState.LOST, f"could not be rebuilt on {here}: {why}")
+        why = f"could not be rebuilt on {here}: {error_text(exc)}"
+        manager.adopt_ended(session, SessionState.LOST, why)
         await manager.end_adopted(session, ExecutionStatus.FAILED)
         raise
     session.running = None
