@@ -32,7 +32,9 @@ from tests.ptc_serve import Serving, ptc_serve, start_serve, stop_serve
 
 from .refusals import CALLS, Raw, refused, wait_until
 
-KEYS = {t: f"ptc-test-key-refused-{t}-0123456789" for t in ("paced", "single", "acme", "sdk")}
+KEYS = {
+    t: f"ptc-test-key-refused-{t}-0123456789" for t in ("paced", "single", "queued", "acme", "sdk")
+}
 TENANTS = f"""
 [[tenant]]
 id = "paced"
@@ -44,6 +46,12 @@ id = "single"
 keys = ["{hash_key(KEYS["single"])}"]
 max_concurrent = 1
 queue = 0
+
+[[tenant]]
+id = "queued"
+keys = ["{hash_key(KEYS["queued"])}"]
+max_concurrent = 1
+queue = 1
 
 [[tenant]]
 id = "acme"
@@ -139,6 +147,36 @@ def test_the_concurrency_limit_refuses_the_cell_and_the_session_keeps_its_state(
 
 
 _SLOW = "import time\ntime.sleep(3)\nprint('slept')"
+
+
+@pytest.mark.parametrize("raw", ["queued"], indirect=True)
+def test_a_cell_whose_caller_leaves_while_it_queues_leaves_the_session_as_it_was(
+    raw: Raw,
+) -> None:
+    """Queued behind another execution (``max_concurrent = 1``, ``queue = 1``), the cell's
+    deadline passes: it leaves the queue with nothing admitted, and the session is as it was."""
+    session_id = raw.create()
+    assert _ran(raw, session_id, "x = 'kept'\nprint(x)") == "kept\n"
+    slow: list[pb.ExecutionResult] = []
+    other = threading.Thread(target=lambda: slow.append(raw.unary(pb.ExecuteRequest(script=_SLOW))))
+    other.start()
+    try:
+        wait_until("the other execution runs", lambda: _running(raw, session_id) == 1)
+        request = pb.ExecuteRequest(script="x = 'lost'", session_id=session_id)
+        code, _ = refused(lambda: raw.stub.Execute(request, metadata=raw.metadata, timeout=0.5))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The server sees the call end, the cell leaves the queue and releases the session,
+        # while the other execution still runs.
+        wait_until("the cell leaves", lambda: raw.get(session_id).running_execution_id == "")
+        info = raw.get(session_id)
+        assert (info.state, len(info.execution_ids)) == (pb.SESSION_STATE_ACTIVE, 1)
+        assert not slow
+    finally:
+        other.join(60)
+    assert [r.stdout for r in slow] == ["slept\n"]
+    assert _ran(raw, session_id, "print(x)") == "kept\n"
+    info = raw.close_session(session_id)
+    assert (info.state, len(info.execution_ids)) == (pb.SESSION_STATE_CLOSED, 2)
 
 
 def _running(raw: Raw, session_id: str) -> int:
