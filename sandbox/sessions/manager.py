@@ -518,7 +518,12 @@ class SessionManager:
                 await self._end(session, SessionState.LOST, reason, ExecutionStatus.LIMIT_EXCEEDED)
             elif session.running is None and not session.sandbox.alive:
                 usage = session.sandbox.handle.usage()
-                why = "memory: the sandbox ran out of memory" if usage.oom_killed else "exited"
+                limit = SPEC_BY_FIELD["memory_bytes"].describe(settings.limits.memory_bytes)
+                why = (
+                    f"memory: the sandbox ran out of memory (its limit of {limit})"
+                    if usage.oom_killed
+                    else "exited"
+                )
                 await self._end(
                     session, SessionState.LOST, f"{why} while idle", ExecutionStatus.FAILED
                 )

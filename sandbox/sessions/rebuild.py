@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore, SessionHolding
 from sandbox.engine import Engine, acquire_sandbox
-from sandbox.errors import FailedPrecondition, PtcError
+from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
 from sandbox.replay.compare import compare
@@ -236,6 +236,13 @@ async def _claim_and_rebuild(
                 session_id,
                 f"the rebuild on {here} could not start: {why}",
             )
+        if isinstance(exc, (Unavailable, ResourceExhausted)):
+            # The store or the backend cannot serve now: a refusal like any cell's, of the
+            # same kind, never a session said lost when nothing of it was.
+            raise type(exc)(
+                f"session_id: session {session_id!r} could not be rebuilt on {here} now: {why}; "
+                "it is left as it was, and its next cell rebuilds it"
+            ) from exc
         raise FailedPrecondition(
             f"session_lost: session {session_id!r} could not be rebuilt on {here} now: {why}"
         ) from exc
