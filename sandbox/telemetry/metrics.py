@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.backends.capacity import Capacity
+from sandbox.backends.pool import observe_starts
 
 if TYPE_CHECKING:
     from sandbox.audit.checkpoints import Checkpoint
@@ -279,6 +280,7 @@ def enable(backends: Mapping[str, Backend] | None = None) -> Metrics:
     those of the latest server that asked (one per process in `ptc serve`)."""
     if _state.metrics is None:
         _state.metrics = Metrics(backends)
+        observe_starts(sandbox_started)
     elif backends is not None:
         _state.metrics.watch(backends)
     return _state.metrics
