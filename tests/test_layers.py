@@ -38,8 +38,8 @@ MAP_START = "<!-- floors: written by `make map` from tests/test_layers.py; do no
 MAP_END = "<!-- end of floors -->"
 
 # The execution path, group by group from the bottom: every package of a group sits on a floor
-# below every package of the next (the warm pool reports to the metrics through an observer,
-# so that neither backends nor telemetry is above the other's reach of the execution wing).
+# below every package of the next. The backends and telemetry are below the execution wing it
+# drives; the warm pool reports its starts to the metrics through an observer, importing none.
 EXECUTION_PATH = [
     ("sandbox.backends", "sandbox.telemetry"),
     ("sandbox.execution",),
