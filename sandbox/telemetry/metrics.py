@@ -15,7 +15,7 @@ or a script.
     ptc_sandboxes{backend,state}                           gauge: idle (warm) and busy sandboxes
     ptc_sandbox_rooms{backend,state}                       gauge: max_sandboxes limit, held, waiting
     ptc_sandbox_rooms_evicted_total{backend}               counter: idle ones given up to demand
-    ptc_active_sessions                                    gauge: open sessions (issue 13)
+    ptc_active_sessions                                    gauge: open sessions
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
     ptc_audit_write_failures_total{operation}              counter: writes the store refused
     ptc_audit_completions_pending                          gauge: completions kept, not yet written
@@ -402,6 +402,6 @@ def session_rebuilt(outcome: str, seconds: float) -> None:
 
 
 def active_sessions(count: int) -> None:
-    """Sets the number of open sessions (for issue 13's sessions to call as they change)."""
+    """Sets the number of open sessions (the session manager calls it as they change)."""
     if _state.metrics is not None:
         _state.metrics.active_sessions.set(count)
