@@ -1,7 +1,7 @@
 # One command per task; CI calls these verbatim.
 PY ?= .venv/bin/python
 
-.PHONY: gen gen-check lint test bench demo setup
+.PHONY: gen gen-check map lint test bench demo setup
 
 gen:            ## regenerate sandbox/_proto from proto/
 	$(PY) scripts/gen_protos.py
@@ -9,6 +9,9 @@ gen:            ## regenerate sandbox/_proto from proto/
 gen-check: gen  ## fail when the generated code differs from what is committed
 	git diff --exit-code -- sandbox/_proto || (echo "sandbox/_proto is stale: run make gen" >&2; exit 1)
 	test -z "$$(git status --porcelain -- sandbox/_proto)" || (echo "sandbox/_proto has untracked files: run make gen" >&2; exit 1)
+
+map:            ## write docs/architecture.md's floors from the import graph (tests/test_layers.py)
+	$(PY) -m tests.test_layers
 
 lint:
 	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts setup.py

@@ -210,8 +210,8 @@ async def _execute(
 @contextlib.contextmanager
 def _ctrl_c_cancels(cancel: asyncio.Event, status: StatusLine | None) -> Iterator[None]:
     """A Ctrl-C cancels the run, which then ends as `cancelled` with the output it wrote so far
-    (printed, exit 5), where it used to end the command with nothing (exit 130). A second
-    Ctrl-C quits at once (Python's own KeyboardInterrupt: exit 130)."""
+    (printed, exit 5), so that the user keeps what the script printed. A second Ctrl-C quits at
+    once (Python's own KeyboardInterrupt: exit 130)."""
     loop = asyncio.get_running_loop()
 
     def interrupted() -> None:

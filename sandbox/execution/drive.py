@@ -83,8 +83,8 @@ _BLOCK_BUFFERED_OUTPUT: ContextVar[bool] = ContextVar("ptc_block_buffered_output
 @contextlib.contextmanager
 def block_buffered_output() -> Iterator[None]:
     """For bench/output.py only: jobs sent in this context leave the guest's stdout
-    block-buffered, as it was before the guest made it line-buffered (the benchmark's
-    baseline). A kill then takes what the buffer holds, so nothing else may use it."""
+    block-buffered instead of line-buffered (the benchmark's baseline). A kill then takes what
+    the buffer holds, so nothing else may use it."""
     token = _BLOCK_BUFFERED_OUTPUT.set(True)
     try:
         yield

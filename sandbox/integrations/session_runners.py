@@ -99,7 +99,7 @@ class EmbeddedSessionRunner:
             max_lifetime_s=_or(options.max_lifetime, DEFAULT_LIFETIME_S),
             max_executions=options.max_executions or 0,
         )
-        self.session: Session = runner._loop.call(
+        self.session: Session = runner.call(
             self.manager.create(
                 runner.recorder.tenant,
                 manifest=engine.manifest("[]"),
@@ -142,14 +142,14 @@ class EmbeddedSessionRunner:
         )
 
     def run(self, request: RunRequest) -> ExecutionResult:
-        return self._runner._loop.call(self._execute(request))
+        return self._runner.call(self._execute(request))
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
-        return await self._runner._loop.acall(self._execute(request))
+        return await self._runner.acall(self._execute(request))
 
     def close(self) -> None:
         with contextlib.suppress(NotFound, FailedPrecondition):
-            self._runner._loop.call(self.manager.close(self.session.tenant, self.session.id))
+            self._runner.call(self.manager.close(self.session.tenant, self.session.id))
 
     def __enter__(self) -> EmbeddedSessionRunner:
         return self

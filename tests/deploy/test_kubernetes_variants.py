@@ -272,7 +272,7 @@ def test_in_the_degraded_base_a_pod_level_oom_takes_sandbox_processes_not_the_se
     """Without a memory cgroup per sandbox, a sandbox within its limits (each process under
     RLIMIT_AS) can pass the pod's: the kernel's OOM killer then chooses within the pod, and
     takes the sandbox's processes, not the server (README.md, "Memory"). Sandbox processes
-    volunteer (oom_score_adj 1000, checked in the test above and tests/sandbox/test_oom_score.py);
+    volunteer (oom_score_adj 1000, checked in the test above and tests/backends/test_oom_score.py);
     these are also larger than the server, so this test alone would pass without that."""
     started = pod.start()
     serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
