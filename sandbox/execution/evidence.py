@@ -15,11 +15,14 @@ wall_time       the host's deadline; the host's clock                host
 cpu_time        cgroup CPU usage (watchdog) or SIGXCPU with the      kernel
                 usage past the limit; the usage (None unread)
 memory          OOM kill, or a reported MemoryError while failcnt    kernel (guest with no
-                rose; the cgroup's peak (None for guest)             memory cgroup)
+                rose; the cgroup's peak (None for guest); a thread   memory cgroup)
+                start the guest saw refused for want of address
+                space under RLIMIT_AS
 processes       pids.events max; pids.peak where the kernel has it   kernel (guest where only
-                (None for guest): a refused thread start, or an      RLIMIT_NPROC counts:
-                EAGAIN out of an announced process start under the   degraded process
-                job's RLIMIT_NPROC                                   backend, gVisor)
+                (None for guest): a refused thread start (not one    RLIMIT_NPROC counts:
+                RLIMIT_AS refused), or an EAGAIN out of an           degraded process
+                announced process start under the job's              backend, gVisor)
+                RLIMIT_NPROC
 file_size       SIGXFSZ (with a full tmpfs where the kernel delivers kernel, host (guest where
                 a script its own signals), or a full /tmp or         the host cannot measure)
                 /dev/shm with a reported EFBIG/ENOSPC; the fullest
@@ -266,6 +269,20 @@ def claimed_violation(seen: Observations) -> Violation | None:
     if errno_name in ("EFBIG", "ENOSPC"):
         return _claimed_file_size(seen, report, str(errno_name))
     what = _refused_start(report)
+    if what == "thread" and report.get("refused_by") == "RLIMIT_AS":
+        if seen.resources.accounted:
+            return None  # a memory cgroup counts the sandbox: its own figures decide
+        # The address-space rlimit had no room left for one more thread's stack: memory, not
+        # the process count (the guest probed the address space right after the refusal).
+        return _guest(
+            seen,
+            report,
+            "memory",
+            seen.limits.memory_bytes,
+            "bytes",
+            "the script reported a thread start refused: its stack no longer fit under the"
+            " address-space rlimit (RLIMIT_AS)",
+        )
     if what is not None and not seen.pids_counted:
         # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's tasks)
         # refused it: no host counter saw it.

@@ -74,6 +74,10 @@ class ProcessBackendConfig:
     # the private tmp) gets a sandbox started on demand.
     pool_limits: ResolvedLimits = DEFAULTS
     allow_degraded: bool = False
+    # False: use no cgroups even where they are writable, as the degraded mode does where they
+    # are not (rlimits and the host's own accounting); needs allow_degraded. For the tests and
+    # benchmarks of that mode on a host that has cgroups.
+    cgroups: bool = True
     # The zygote is replaced after this many forks or seconds (children share its address
     # layout and hash seed; see SECURITY.md).
     zygote_max_forks: int = 2000
@@ -114,9 +118,13 @@ class ProcessBackend:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
         if reason is not None:
             raise Unavailable(f"process backend unavailable: {reason}")
-        self.cgroups = CgroupManager.detect()
+        self.cgroups = CgroupManager.detect() if self.config.cgroups else None
         if self.cgroups is None:
-            why = CgroupManager.unavailable_reason() or "unknown reason"
+            why = (
+                CgroupManager.unavailable_reason() or "unknown reason"
+                if self.config.cgroups
+                else "cgroups turned off in the backend's configuration"
+            )
             if not self.config.allow_degraded:
                 raise Unavailable(
                     "process backend refuses to run without cgroup limits "
