@@ -12,12 +12,14 @@ or None when there is none; it is never the limit copied.
 limit           what shows it, and ``observed``                      evidence
 ==============  ===================================================  =========================
 wall_time       the host's deadline; the host's clock                host
-cpu_time        cgroup CPU usage (watchdog) or SIGXCPU with the      kernel
-                usage past the limit; the usage (None unread)
-memory          OOM kill, or a reported MemoryError while failcnt    kernel (guest with no
-                rose; the cgroup's peak (None for guest); a thread   memory cgroup)
-                start the guest saw refused for want of address
-                space under RLIMIT_AS
+cpu_time        cgroup CPU usage (watchdog) or SIGXCPU with the      kernel (host: the
+                usage past the limit; the usage (None unread); the   host's sum, no cgroup)
+                host's sum over the sandbox's processes
+memory          OOM kill, or a reported MemoryError while failcnt    kernel (host: the
+                rose; the cgroup's peak (None for guest); the        host's sum; guest
+                host's highest sum of the sandbox's processes; a     with no memory
+                thread start the guest saw refused for want of       cgroup)
+                address space under RLIMIT_AS
 processes       pids.events max; pids.peak where the kernel has it   kernel (guest where only
                 (None for guest): a refused thread start (not one    RLIMIT_NPROC counts:
                 RLIMIT_AS refused), or an EAGAIN out of an           degraded process
@@ -170,12 +172,37 @@ def _resource_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
-    if seen.killed_for == "cpu_time" or _cpu_signal(seen):
+    if seen.killed_for == "memory" and used.host_accounted:
+        out.append(
+            Violation(
+                "memory",
+                limits.memory_bytes,
+                used.peak_memory_bytes,
+                "bytes",
+                "killed",
+                "the host's sum of the resident memory of the sandbox's processes passed the"
+                " limit and the sandbox was killed",
+                evidence=Evidence.HOST,
+            )
+        )
+    if seen.killed_for == "cpu_time" and used.host_accounted:
         out.append(
             Violation(
                 "cpu_time",
                 limits.cpu_time_ms / 1000,
-                round(used.cpu_time_s, 3) if used.accounted else None,
+                round(used.cpu_time_s, 3),
+                "s",
+                "killed",
+                "the host's sum of the CPU time of the sandbox's processes passed the limit",
+                evidence=Evidence.HOST,
+            )
+        )
+    elif seen.killed_for == "cpu_time" or _cpu_signal(seen):
+        out.append(
+            Violation(
+                "cpu_time",
+                limits.cpu_time_ms / 1000,
+                round(used.cpu_time_s, 3) if used.accounted or used.host_accounted else None,
                 "s",
                 "killed",
                 evidence=Evidence.KERNEL,

@@ -78,6 +78,10 @@ class ProcessBackendConfig:
     # are not (rlimits and the host's own accounting); needs allow_degraded. For the tests and
     # benchmarks of that mode on a host that has cgroups.
     cgroups: bool = True
+    # Without cgroups: the host sums each sandbox's processes from /proc and stops it at its
+    # memory or CPU limit (`host_meter`); False leaves per-process rlimits alone (the
+    # benchmark's baseline, `bench.host_accounting`).
+    host_accounting: bool = True
     # The zygote is replaced after this many forks or seconds (children share its address
     # layout and hash seed; see SECURITY.md).
     zygote_max_forks: int = 2000
@@ -257,6 +261,7 @@ class ProcessBackend:
             uid=self.config.uid,
             limits=limits,
             seccomp=self._seccomp,
+            host_accounting=self.config.host_accounting,
         )
         name = f"sb{next(self._names)}"
         sandbox = await spawn_sandbox(
@@ -299,7 +304,7 @@ class ProcessBackend:
     def capabilities(self) -> Capabilities:
         """Its sandboxes' (`process_capabilities`): cgroups where the host has them, which a
         started backend knows (before `start`: none)."""
-        return process_capabilities(self.cgroups is not None)
+        return process_capabilities(self.cgroups is not None, self.config.host_accounting)
 
     def check_runtime(self, name: str) -> Runtime:
         """Raises a clear error when runtime ``name`` cannot run here (before any sandbox)."""

@@ -41,6 +41,7 @@ from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.backends.process.host_meter import ProcessTreeMeter
 from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.capture import OutputStream
@@ -66,6 +67,9 @@ class SpawnSettings:
     limits: ResolvedLimits = DEFAULTS
     ready_timeout_s: float = 15.0
     seccomp: bool = True  # the zygote installs the filter in each child; off only degraded
+    # Without a cgroup: the host sums the sandbox's processes (`host_meter`) and stops it at
+    # its memory or CPU limit.
+    host_accounting: bool = True
 
 
 @dataclass
@@ -87,16 +91,34 @@ def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
     return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
 
 
-def process_capabilities(cgroup: bool) -> Capabilities:
+def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabilities:
     """A process sandbox's: its own cgroup, where the host has cgroups, counts and caps it all;
-    Linux drops the signals an init sends itself, so a SIGXFSZ death there is the kernel's."""
+    without one the host sums its processes (unless turned off); Linux drops the signals an init
+    sends itself, so a SIGXFSZ death there is the kernel's."""
     return Capabilities(
         cgroup_cpu=cgroup,
         cgroup_pids=cgroup,
         cgroup_memory=cgroup,
+        host_accounting=host_accounting and not cgroup,
         own_signals_delivered=False,
         runtimes=True,
     )
+
+
+def limit_mechanisms(cgroup: bool, host_accounting: bool) -> list[str]:
+    """The `isolation` entries that name what enforces each whole-sandbox limit, so that a
+    client can refuse a result whose limits it does not accept: ``limit:NAME=MECHANISM``, the
+    mechanisms joined with ``+`` in the order they act (a cgroup; the host's sums over the
+    sandbox's processes, sampled; an rlimit, per process)."""
+    if cgroup:
+        memory = cpu = processes = "cgroup"
+        cpu = "cgroup+rlimit"  # RLIMIT_CPU a second looser, as a backstop
+    elif host_accounting:
+        memory = cpu = "host+rlimit"
+        processes = "rlimit"
+    else:
+        memory = cpu = processes = "rlimit"
+    return [f"limit:memory={memory}", f"limit:cpu_time={cpu}", f"limit:processes={processes}"]
 
 
 class ProcessSandbox:
@@ -109,6 +131,7 @@ class ProcessSandbox:
         stdout: OutputStream,
         stderr: OutputStream,
         tmp_bytes: int,
+        host_accounting: bool = True,
     ) -> None:
         self._started = started
         self.pid = started.pid
@@ -122,7 +145,8 @@ class ProcessSandbox:
         self.on_disposed: Callable[[], None] | None = None  # the backend's count of the living
         self.applied = started.applied
         # Linux: the host measures the sandbox's tmpfs, which corroborates a SIGXFSZ first.
-        self.capabilities = process_capabilities(self.cgroup is not None)
+        self.capabilities = process_capabilities(self.cgroup is not None, host_accounting)
+        self.meter = ProcessTreeMeter(started.pid) if self.capabilities.host_accounting else None
         self._disposed = False
         self._fds_closed = False
         self._last_usage = ResourceUsage()
@@ -218,6 +242,15 @@ class ProcessSandbox:
         self._usage_read = True
         if self.cgroup is None:
             self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
+            if self.meter is not None:
+                now = self.meter.sample()
+                self._last_usage = ResourceUsage(
+                    cpu_time_s=now.cpu_time_s,
+                    peak_memory_bytes=self.meter.peak_memory_bytes,
+                    host_accounted=True,
+                    memory_bytes=now.memory_bytes,
+                    tmpfs=self._last_usage.tmpfs,
+                )
             return self._last_usage
         with contextlib.suppress(OSError):
             usage = self.cgroup.usage()
@@ -366,7 +399,10 @@ async def _start(
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
             isolation += cgroups.layers()
+        elif settings.host_accounting:
+            isolation.append("host:accounting")
         isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
+        isolation += limit_mechanisms(cgroups is not None, settings.host_accounting)
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
@@ -454,7 +490,9 @@ async def spawn_sandbox(
         opened.append(OutputStream.from_fd(started.stdout_fd))
         opened.append(OutputStream.from_fd(started.stderr_fd))
         stdout, stderr = opened
-        sandbox = ProcessSandbox(started, channel, stdout, stderr, settings.tmp_bytes)
+        sandbox = ProcessSandbox(
+            started, channel, stdout, stderr, settings.tmp_bytes, settings.host_accounting
+        )
         sandbox.reaper = reaper
         await sandbox.channel.ready(settings.ready_timeout_s)
         # The reaper made the sandbox's mounts before it forked pid 1, which said ready.
