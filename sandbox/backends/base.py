@@ -114,6 +114,9 @@ class ResourceUsage:
     # cpu_time_s and peak_memory_bytes are then its figures, memory_bytes its latest sum.
     host_accounted: bool = False
     memory_bytes: int = 0
+    # OOM kills the kernel counted in the cgroup enclosing the server (a pod, a container) while
+    # the sandbox lived, where it has no memory cgroup of its own (`enclosing_oom`).
+    enclosing_oom_kills: int = 0
     tmpfs: tuple[TmpfsUsage, ...] = ()
 
 

@@ -172,6 +172,20 @@ def _resource_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
+    if _enclosing_oom_kill(seen):
+        out.append(
+            Violation(
+                "memory",
+                limits.memory_bytes,
+                used.peak_memory_bytes if used.host_accounted else None,
+                "bytes",
+                "killed",
+                "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
+                f" pod or container) ran out of memory ({used.enclosing_oom_kills} OOM kills there"
+                " while the sandbox lived)",
+                evidence=Evidence.KERNEL,
+            )
+        )
     if seen.killed_for == "memory" and used.host_accounted:
         out.append(
             Violation(
@@ -226,6 +240,20 @@ def _resource_violations(seen: Observations) -> list[Violation]:
 
 def _signalled(exit_code: int, signum: int) -> bool:
     return exit_code in (-signum, 128 + signum)
+
+
+def _enclosing_oom_kill(seen: Observations) -> bool:
+    """The sandbox died of a SIGKILL the host did not send while the cgroup enclosing the server
+    counted OOM kills (no memory cgroup of its own). Nothing inside can SIGKILL a pid namespace's
+    init, and the host names every kill it makes (``killed_for``): the kernel's OOM killer did.
+    A kill of one of the sandbox's other processes, which the script survives, is not seen."""
+    used = seen.resources
+    return (
+        used.enclosing_oom_kills > 0
+        and not used.oom_killed
+        and seen.killed_for is None
+        and _signalled(seen.exit_code, signal.SIGKILL)
+    )
 
 
 def _cpu_signal(seen: Observations) -> bool:

@@ -26,6 +26,7 @@ from sandbox.backends.pool import WarmPool
 from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
+from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.releaser import Releaser
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.runtimes import RuntimeEnvs
@@ -117,6 +118,8 @@ class ProcessBackend:
         self.zygote: ZygoteSupervisor | None = None
         self.capacity = Capacity(self.config.max_sandboxes)
         self.runtimes: RuntimeEnvs | None = None
+        # Without cgroups: the OOM kills of the cgroup the server runs in (`enclosing_oom`).
+        self._enclosing_oom: EnclosingOomCounter | None = None
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -134,6 +137,7 @@ class ProcessBackend:
                     "process backend refuses to run without cgroup limits "
                     f"({why}); configure allow_degraded to run with rlimits only"
                 )
+            self._enclosing_oom = await asyncio.to_thread(EnclosingOomCounter.find)
         else:
             self.cgroups.cleanup_stale()
         why_no_seccomp = await asyncio.to_thread(seccomp_unavailable_reason)
@@ -262,6 +266,7 @@ class ProcessBackend:
             limits=limits,
             seccomp=self._seccomp,
             host_accounting=self.config.host_accounting,
+            oom_counter=self._enclosing_oom,
         )
         name = f"sb{next(self._names)}"
         sandbox = await spawn_sandbox(

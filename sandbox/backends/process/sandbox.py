@@ -33,7 +33,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sandbox import epoll_readers
 from sandbox.backends.base import Capabilities, ResourceUsage
@@ -41,6 +41,7 @@ from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
 from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.backends.tmpfs import TmpfsProbe
@@ -70,6 +71,9 @@ class SpawnSettings:
     # Without a cgroup: the host sums the sandbox's processes (`host_meter`) and stops it at
     # its memory or CPU limit.
     host_accounting: bool = True
+    # Without a cgroup: the OOM kills of the server's own (enclosing) cgroup, read at the
+    # sandbox's start and after its end.
+    oom_counter: EnclosingOomCounter | None = None
 
 
 @dataclass
@@ -132,8 +136,11 @@ class ProcessSandbox:
         stderr: OutputStream,
         tmp_bytes: int,
         host_accounting: bool = True,
+        oom_counter: EnclosingOomCounter | None = None,
     ) -> None:
         self._started = started
+        self._oom_counter = oom_counter if started.cgroup is None else None
+        self._oom_kills_at_start = self._oom_counter.read() if self._oom_counter else 0
         self.pid = started.pid
         self.cgroup = started.cgroup
         self.isolation = started.isolation
@@ -251,6 +258,10 @@ class ProcessSandbox:
                     memory_bytes=now.memory_bytes,
                     tmpfs=self._last_usage.tmpfs,
                 )
+            if self._final_usage and self._oom_counter is not None:
+                # After the exit only: the kernel counts a kill before its victim dies.
+                kills = self._oom_counter.read() - self._oom_kills_at_start
+                self._last_usage = replace(self._last_usage, enclosing_oom_kills=max(0, kills))
             return self._last_usage
         with contextlib.suppress(OSError):
             usage = self.cgroup.usage()
@@ -491,7 +502,13 @@ async def spawn_sandbox(
         opened.append(OutputStream.from_fd(started.stderr_fd))
         stdout, stderr = opened
         sandbox = ProcessSandbox(
-            started, channel, stdout, stderr, settings.tmp_bytes, settings.host_accounting
+            started,
+            channel,
+            stdout,
+            stderr,
+            settings.tmp_bytes,
+            settings.host_accounting,
+            settings.oom_counter,
         )
         sandbox.reaper = reaper
         await sandbox.channel.ready(settings.ready_timeout_s)
