@@ -178,3 +178,29 @@ def test_host_accounting_off_leaves_the_per_process_rlimits_alone(
         assert "limit:memory=rlimit" in result.isolation
     finally:
         h.close()
+
+
+# Writes MIB MiB to the sandbox's private /tmp (tmpfs: memory no process's RSS shows), 4 MiB a
+# write, and holds it a moment so that a sample sees it.
+TMPFS_WRITER = """
+import time
+with open("/tmp/held", "wb") as out:
+    for _ in range({mib} // 4):
+        out.write(b"x" * (4 * 1024 * 1024))
+time.sleep(0.3)
+print("written")
+"""
+
+
+def test_the_private_tmp_counts_as_the_sandboxs_memory(degraded: EngineHarness) -> None:
+    limits = {"memory": 48 * MIB, "file_size": 64 * MIB}
+    under = degraded.run(TMPFS_WRITER.format(mib=8), limits=limits)
+    assert (under.status, under.stdout, under.violations) == ("ok", "written\n", []), (
+        under.to_json()
+    )
+    over = degraded.run(TMPFS_WRITER.format(mib=48), limits=limits)
+    assert over.status == "limit_exceeded", over.to_json()
+    [violation] = over.violations
+    assert (violation.limit, violation.action, violation.evidence) == ("memory", "killed", "host")
+    assert violation.observed is not None and violation.observed > 48 * MIB
+    degraded.assert_healthy()

@@ -13,9 +13,10 @@ Kubernetes base, reads them):
   children used), so a child that came and went between two samples is still counted once its
   parent (or the sandbox's pid 1, which reaps orphans) has waited for it.
 - **memory**: each process's resident anonymous memory (statm's resident less its shared,
-  file-backed and shmem, pages: libraries and the page cache are shared and reclaimable, and the
-  sandbox's tmpfs is `file_size`'s). A page that a forked child still shares copy-on-write with
-  its parent counts once per process: the sum errs high, never low.
+  file-backed and shmem, pages: libraries and the page cache are shared and reclaimable); the
+  sandbox adds what its private `/tmp` and `/dev/shm` hold (`TmpfsProbe`), as a memory cgroup
+  would charge those pages. A page that a forked child still shares copy-on-write with its
+  parent counts once per process: the sum errs high, never low.
 
 The drive loop samples every `sandbox.execution.drive.CPU_POLL_S` (50 ms) and stops the sandbox
 when a sum passes its limit (docs/limits.md says what can slip between two samples).

@@ -154,6 +154,7 @@ class ProcessSandbox:
         # Linux: the host measures the sandbox's tmpfs, which corroborates a SIGXFSZ first.
         self.capabilities = process_capabilities(self.cgroup is not None, host_accounting)
         self.meter = ProcessTreeMeter(started.pid) if self.capabilities.host_accounting else None
+        self._host_peak_bytes = 0
         self._disposed = False
         self._fds_closed = False
         self._last_usage = ResourceUsage()
@@ -250,13 +251,18 @@ class ProcessSandbox:
         if self.cgroup is None:
             self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
             if self.meter is not None:
+                # The private /tmp and /dev/shm are memory too (tmpfs pages: a memory cgroup
+                # charges them), which no process's resident anonymous memory shows.
+                tmpfs = self._last_usage.tmpfs
                 now = self.meter.sample()
+                memory = now.memory_bytes + sum(t.used_bytes for t in tmpfs)
+                self._host_peak_bytes = max(self._host_peak_bytes, memory)
                 self._last_usage = ResourceUsage(
                     cpu_time_s=now.cpu_time_s,
-                    peak_memory_bytes=self.meter.peak_memory_bytes,
+                    peak_memory_bytes=self._host_peak_bytes,
                     host_accounted=True,
-                    memory_bytes=now.memory_bytes,
-                    tmpfs=self._last_usage.tmpfs,
+                    memory_bytes=memory,
+                    tmpfs=tmpfs,
                 )
             if self._final_usage and self._oom_counter is not None:
                 # After the exit only: the kernel counts a kill before its victim dies.
