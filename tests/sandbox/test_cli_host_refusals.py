@@ -6,7 +6,8 @@ The refusal is real: the command runs in a pids cgroup of its own whose `pids.ma
 only so many tasks. Each step of the ladder starves a different start (the first thread, asyncio's
 executor at shutdown, bwrap's namespaces, the fork server, a version probe's subprocess); every one
 must end in a single `ptc run: ...` line with 11 (the host's threads or processes) or 12 (the
-backend reports it cannot start its sandbox), and enough of them must let it run."""
+backend reports it cannot start its sandbox), or run (a warm pool's refused refill is then only
+logged), and enough of them must let it run."""
 
 from __future__ import annotations
 
@@ -82,10 +83,16 @@ def test_every_starved_start_ends_in_one_line(pids_cgroup: Path) -> None:
     for pids_max in range(1, 10):
         done = _run_in(pids_cgroup, pids_max)
         codes.add(done.returncode)
-        lines = done.stderr.splitlines()
+        assert "Traceback" not in done.stderr, (pids_max, done.stderr)
+        if done.returncode == 0:
+            # Enough for the run itself; a warm pool's refill refused meanwhile is logged.
+            assert '"stdout": "42\\n"' in done.stdout, (pids_max, done.stderr)
+            continue
         assert done.returncode in (11, 12), (pids_max, done.stderr)
-        assert len(lines) == 1 and lines[0].startswith("ptc run: "), (pids_max, done.stderr)
-        assert "Traceback" not in done.stderr
+        assert done.stdout == ""
+        # It ends with one line saying why (a refused pool refill may be logged before it).
+        said = [line for line in done.stderr.splitlines() if line.startswith("ptc run: ")]
+        assert said == done.stderr.splitlines()[-1:], (pids_max, done.stderr)
     assert 11 in codes
     # Enough tasks, and the same command runs: the refusals above were the cgroup's.
     done = _run_in(pids_cgroup, 64)
