@@ -36,10 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sandbox import epoll_readers
-from sandbox.backends.base import Capabilities, ResourceUsage
+from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
+from sandbox.backends.process.capabilities import limit_mechanisms, process_capabilities
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
@@ -93,36 +94,6 @@ class _Started:
 
 def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
     return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
-
-
-def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabilities:
-    """A process sandbox's: its own cgroup, where the host has cgroups, counts and caps it all;
-    without one the host sums its processes (unless turned off); Linux drops the signals an init
-    sends itself, so a SIGXFSZ death there is the kernel's."""
-    return Capabilities(
-        cgroup_cpu=cgroup,
-        cgroup_pids=cgroup,
-        cgroup_memory=cgroup,
-        host_accounting=host_accounting and not cgroup,
-        own_signals_delivered=False,
-        runtimes=True,
-    )
-
-
-def limit_mechanisms(cgroup: bool, host_accounting: bool) -> list[str]:
-    """The `isolation` entries that name what enforces each whole-sandbox limit, so that a
-    client can refuse a result whose limits it does not accept: ``limit:NAME=MECHANISM``, the
-    mechanisms joined with ``+`` in the order they act (a cgroup; the host's sums over the
-    sandbox's processes, sampled; an rlimit, per process)."""
-    if cgroup:
-        memory = cpu = processes = "cgroup"
-        cpu = "cgroup+rlimit"  # RLIMIT_CPU a second looser, as a backstop
-    elif host_accounting:
-        memory = cpu = "host+rlimit"
-        processes = "rlimit"
-    else:
-        memory = cpu = processes = "rlimit"
-    return [f"limit:memory={memory}", f"limit:cpu_time={cpu}", f"limit:processes={processes}"]
 
 
 class ProcessSandbox:
