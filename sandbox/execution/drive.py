@@ -271,14 +271,27 @@ class Drive:
         return False
 
     async def watch_cpu(self) -> None:
-        if not self.handle.capabilities.cgroup_cpu:
+        if not self._watched():
             return
         while True:
             await asyncio.sleep(CPU_POLL_S)
-            reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+            reason = self._spent(self.handle.usage())
             if reason is not None:
                 await self.kill(reason)
                 return
+
+    def _watched(self) -> bool:
+        """Whether the host polls the sandbox's whole usage: a cgroup's CPU counter, or its
+        own sums over the sandbox's processes where no cgroup counts them."""
+        capabilities = self.handle.capabilities
+        return capabilities.cgroup_cpu or capabilities.host_accounting
+
+    def _spent(self, used: ResourceUsage) -> str | None:
+        """The limit the sandbox's usage has reached, if any: CPU time (the cgroup's or the
+        host's sum) or, where the host sums it, memory (a cgroup enforces its own)."""
+        reason = self._cpu_spent(used.cpu_time_s)
+        over = used.host_accounted and used.memory_bytes > self.job.limits.memory_bytes
+        return "memory" if reason is None and over else reason
 
     def _cpu_spent(self, used_s: float) -> str | None:
         """The CPU limit the sandbox's usage has reached, if any."""
@@ -304,8 +317,8 @@ class Drive:
         if self.cancel is not None and self.cancel.is_set():
             self.cancelled = True
             reason = "cancelled"
-        elif self.handle.capabilities.cgroup_cpu:
-            reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+        elif self._watched():
+            reason = self._spent(self.handle.usage())
         if reason is None:
             self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
         else:
@@ -398,7 +411,7 @@ class Drive:
             # A single-use run: the channel's end is a callback, its CPU limit and a cancel are
             # watched by one timer, and nothing watches a cancel that nobody can set.
             handle.channel.closed.add_done_callback(self._on_channel_error)
-            if handle.capabilities.cgroup_cpu or self.cancel is not None:
+            if self._watched() or self.cancel is not None:
                 self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
         else:
             self.cell.on_sent()
