@@ -65,9 +65,9 @@ LONG_FUNCTIONS = {
     "sandbox/server/app.py::SandboxServer.start": 76,
     "sandbox/server/stream.py::StreamSession.serve": 76,
     "sandbox/runtimes/build.py::_build": 73,
-    "sandbox/commands/mcp.py::run": 72,
+    "sandbox/commands/mcp.py::run": 69,
     "sandbox/replay/compare.py::compare": 72,
-    "sandbox/backends/process/sandbox.py::_start": 71,
+    "sandbox/backends/process/sandbox.py::_start": 67,
     "sandbox/wire.py::result_to_proto": 71,
     "sandbox/audit/_sqlcore.py::SqlAuditStore.prune": 69,
     "sandbox/guest/bootstrap.py::_serve_session": 64,
@@ -81,7 +81,6 @@ MODULE_CIRCLES = [
     ["sandbox.audit._fleet", "sandbox.audit._sqlcore"],
     ["sandbox.client.aio", "sandbox.client.sessions", "sandbox.client.sync"],
     ["sandbox.commands._audit_checkpoints", "sandbox.commands.audit"],
-    ["sandbox.commands.run", "sandbox.commands.session"],
 ]
 
 

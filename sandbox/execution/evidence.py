@@ -157,7 +157,12 @@ def _killed_by_host(seen: Observations) -> list[Violation]:
 
 
 def _resource_violations(seen: Observations) -> list[Violation]:
-    """OOM kill, CPU time and processes: the kernel's counters."""
+    """Memory, CPU time and processes: the kernel's counters and the host's sums."""
+    return [*_memory_violations(seen), *_cpu_violations(seen), *_process_violations(seen)]
+
+
+def _memory_violations(seen: Observations) -> list[Violation]:
+    """The sandbox's own OOM kill, the enclosing cgroup's, and the host's sum past the limit."""
     limits, used = seen.limits, seen.resources
     out: list[Violation] = []
     if used.oom_killed:
@@ -199,6 +204,13 @@ def _resource_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.HOST,
             )
         )
+    return out
+
+
+def _cpu_violations(seen: Observations) -> list[Violation]:
+    """CPU time: the host's sum past the limit, or the kernel's signal."""
+    limits, used = seen.limits, seen.resources
+    out: list[Violation] = []
     if seen.killed_for == "cpu_time" and used.host_accounted:
         out.append(
             Violation(
@@ -222,6 +234,13 @@ def _resource_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
+    return out
+
+
+def _process_violations(seen: Observations) -> list[Violation]:
+    """Processes: the creations the kernel refused at the limit."""
+    limits, used = seen.limits, seen.resources
+    out: list[Violation] = []
     if used.pids_limit_hit or used.pids_limit_hits:
         refused = used.pids_limit_hits
         out.append(

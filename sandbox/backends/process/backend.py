@@ -125,21 +125,7 @@ class ProcessBackend:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
         if reason is not None:
             raise Unavailable(f"process backend unavailable: {reason}")
-        self.cgroups = CgroupManager.detect() if self.config.cgroups else None
-        if self.cgroups is None:
-            why = (
-                CgroupManager.unavailable_reason() or "unknown reason"
-                if self.config.cgroups
-                else "cgroups turned off in the backend's configuration"
-            )
-            if not self.config.allow_degraded:
-                raise Unavailable(
-                    "process backend refuses to run without cgroup limits "
-                    f"({why}); configure allow_degraded to run with rlimits only"
-                )
-            self._enclosing_oom = await asyncio.to_thread(EnclosingOomCounter.find)
-        else:
-            self.cgroups.cleanup_stale()
+        await self._take_cgroups()
         why_no_seccomp = await asyncio.to_thread(seccomp_unavailable_reason)
         if why_no_seccomp is not None and not self.config.allow_degraded:
             raise Unavailable(
@@ -184,6 +170,25 @@ class ProcessBackend:
             self.config.pool_max_idle,
         )
         self._pool.start()
+
+    async def _take_cgroups(self) -> None:
+        """A cgroup per sandbox where the host delegates them; without, only when degraded mode
+        is allowed, and then the OOM kills of the cgroup the server runs in are watched."""
+        self.cgroups = CgroupManager.detect() if self.config.cgroups else None
+        if self.cgroups is not None:
+            self.cgroups.cleanup_stale()
+            return
+        why = (
+            CgroupManager.unavailable_reason() or "unknown reason"
+            if self.config.cgroups
+            else "cgroups turned off in the backend's configuration"
+        )
+        if not self.config.allow_degraded:
+            raise Unavailable(
+                "process backend refuses to run without cgroup limits "
+                f"({why}); configure allow_degraded to run with rlimits only"
+            )
+        self._enclosing_oom = await asyncio.to_thread(EnclosingOomCounter.find)
 
     def _new_pool(
         self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int

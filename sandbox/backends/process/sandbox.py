@@ -377,20 +377,13 @@ async def _start(
         out_w = err_w = status_w = -1
         guest_sock.close()
         pidfd = os.pidfd_open(pid)
-        isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
-        if settings.seccomp:
-            isolation.append("seccomp")
         applied = None
         if cgroups is not None:
             cgroup = cgroups.create(name)
             applied = cgroup_limits(settings.limits)
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
-            isolation += cgroups.layers()
-        elif settings.host_accounting:
-            isolation.append("host:accounting")
-        isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
-        isolation += limit_mechanisms(cgroups is not None, settings.host_accounting)
+        isolation = _isolation(settings, cgroups)
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
@@ -431,6 +424,19 @@ async def _start(
                 with contextlib.suppress(OSError):
                     os.close(fd)
         guest_sock.close()
+
+
+def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
+    """What isolates the sandbox and what enforces each of its limits, as its result lists them."""
+    isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
+    if settings.seccomp:
+        isolation.append("seccomp")
+    if cgroups is not None:
+        isolation += cgroups.layers()
+    elif settings.host_accounting:
+        isolation.append("host:accounting")
+    isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
+    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting)
 
 
 async def _abandon(started: _Started, opened: list[OutputStream]) -> None:
