@@ -1,4 +1,4 @@
-"""Threads are not memory (issue 39): where the memory limit is RLIMIT_AS (the degraded process
+"""Threads are not memory: where the memory limit is RLIMIT_AS (the degraded process
 backend: no memory cgroup, as in the Kubernetes base), a script may start threads up to its
 `processes` limit, and a refused thread start names the limit that refused it.
 

@@ -1,4 +1,4 @@
-"""Whole-sandbox memory and CPU without a cgroup (issue 39): where the process backend has no
+"""Whole-sandbox memory and CPU without a cgroup: where the process backend has no
 cgroups (forced here with `cgroups=False`, the degraded mode of the Kubernetes base), the host
 sums the resident memory and CPU time of every process of a sandbox from /proc and kills the
 sandbox when a sum passes its limit, a violation with evidence `host` and the figure it saw.

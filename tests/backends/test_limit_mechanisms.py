@@ -1,4 +1,4 @@
-"""Each result's `isolation` names what enforces each whole-sandbox limit (issue 39), on the
+"""Each result's `isolation` names what enforces each whole-sandbox limit, on the
 default path: where cgroups are writable the process backend's cgroup enforces them and the
 host sums nothing (the degraded mode's entries: tests/backends/test_host_accounting.py)."""
 

@@ -253,7 +253,7 @@ def test_without_allow_degraded_the_base_never_becomes_ready(pod: Pod) -> None:
     assert (pod.health(False), pod.health(True)) == ("NOT_SERVING", "NOT_SERVING")
 
 
-# The issue's scripts (issue 39), run in the base's container: 8 threads and 4 subprocesses;
+# Whole-sandbox scripts, run in the base's container: 8 threads and 4 subprocesses;
 # N processes each touching MIB MiB; N processes burning CPU; a neighbour printing meanwhile.
 THREADS_AND_SUBPROCESSES = """
 import subprocess, sys, threading

@@ -1,5 +1,5 @@
 """A manifest file of zero bytes (a redirect that failed) is an error naming the file, in every
-command that reads one; `[]` stays a valid manifest with no tools (issue 39)."""
+command that reads one; `[]` stays a valid manifest with no tools."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scripts of issue 39's acceptance on the process backend's default path, where cgroups
+"""Whole-sandbox limits on the process backend's default path, where cgroups
 are writable: a cgroup per sandbox enforces memory, CPU time and processes for the sandbox as a
 whole, with the kernel as evidence (the degraded mode's host accounting and threads:
 tests/backends/test_host_accounting.py, test_degraded_threads.py; in the Kubernetes base's
