@@ -13,6 +13,7 @@ export type JsonSchema = Record<string, unknown>;
 /** The part of the Standard Schema spec (standardschema.dev) the SDK uses. */
 export interface StandardSchemaLike {
   readonly "~standard": {
+    readonly types?: { readonly output: unknown } | undefined;
     readonly validate: (value: unknown) => StandardResult | Promise<StandardResult>;
     readonly jsonSchema?: { readonly input: (options: { target: string }) => JsonSchema };
   };
@@ -37,12 +38,21 @@ export interface ToolContext {
   signal: AbortSignal;
 }
 
-export interface ClientToolOptions<Args> {
+/** The arguments' type a schema describes: a Standard Schema's output, else a JSON object (annotate
+ * `execute`'s parameter to say more). */
+export type InferArgs<S> = S extends { readonly "~standard": { readonly types?: infer T } }
+  ? NonNullable<T> extends { readonly output: infer O }
+    ? O
+    : unknown
+  : Record<string, unknown>;
+
+export interface ClientToolOptions<S extends JsonSchema | StandardSchemaLike> {
   name: string;
   description?: string;
-  inputSchema: JsonSchema | StandardSchemaLike;
+  inputSchema: S;
   /** The result must be JSON-serialisable; a thrown error reaches the script as ToolError. */
-  execute: (args: Args, context: ToolContext) => Promise<unknown> | unknown;
+  // A method, so that a JSON Schema tool may annotate its parameter with the arguments' type.
+  execute(args: InferArgs<S>, context: ToolContext): Promise<unknown> | unknown;
   readOnly?: boolean;
   needsApproval?: boolean;
 }
@@ -62,8 +72,8 @@ function isStandard(schema: JsonSchema | StandardSchemaLike): schema is Standard
 }
 
 /** A client-side tool: `clientTool({ name, inputSchema, execute: async (args) => result })`. */
-export function clientTool<Args = Record<string, unknown>>(
-  options: ClientToolOptions<Args>,
+export function clientTool<S extends JsonSchema | StandardSchemaLike>(
+  options: ClientToolOptions<S>,
 ): ClientTool {
   const { name, inputSchema } = options;
   if (typeof name !== "string" || name === "") {
@@ -71,8 +81,9 @@ export function clientTool<Args = Record<string, unknown>>(
   }
   let parameters: JsonSchema;
   let validate: ((value: unknown) => Promise<unknown>) | undefined;
-  if (isStandard(inputSchema)) {
-    const standard = inputSchema["~standard"];
+  const schema: JsonSchema | StandardSchemaLike = inputSchema;
+  if (isStandard(schema)) {
+    const standard = schema["~standard"];
     if (standard.jsonSchema === undefined) {
       throw new TypeError(
         `clientTool ${JSON.stringify(name)}: inputSchema is a Standard Schema that cannot describe ` +
@@ -93,12 +104,8 @@ export function clientTool<Args = Record<string, unknown>>(
       }
       return outcome.value;
     };
-  } else if (
-    inputSchema !== null &&
-    typeof inputSchema === "object" &&
-    !Array.isArray(inputSchema)
-  ) {
-    parameters = inputSchema;
+  } else if (schema !== null && typeof schema === "object" && !Array.isArray(schema)) {
+    parameters = schema;
   } else {
     throw new TypeError(
       `clientTool ${JSON.stringify(name)}: inputSchema must be a JSON Schema object or a zod schema`,
@@ -121,7 +128,7 @@ export function clientTool<Args = Record<string, unknown>>(
     async invokeJson(argumentsJson, context) {
       let args = JSON.parse(argumentsJson) as unknown;
       if (validate !== undefined) args = await validate(args);
-      const value = await options.execute(args as Args, context);
+      const value = await options.execute(args as InferArgs<S>, context);
       const text = JSON.stringify(value === undefined ? null : value);
       if (text === undefined) throw new TypeError("the tool's result is not JSON-serialisable");
       return text;
