@@ -52,6 +52,9 @@ export async function startServe(...args: string[]): Promise<Serving> {
     ],
     { cwd: dir, stdio: ["ignore", "pipe", "pipe"] },
   );
+  // A test file that dies (a timeout, a crash) must not leave its server behind.
+  const backstop = () => child.kill("SIGKILL");
+  process.once("exit", backstop);
   let stderr = "";
   child.stderr?.setEncoding("utf8");
   child.stderr?.on("data", (chunk: string) => {
@@ -82,6 +85,7 @@ export async function startServe(...args: string[]): Promise<Serving> {
       const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
       const code = await exited;
       clearTimeout(timer);
+      process.off("exit", backstop);
       rmSync(dir, { recursive: true, force: true });
       return { code, stderr };
     },
