@@ -33,6 +33,7 @@ export interface Serving {
   address: string; // http://127.0.0.1:PORT
   hostPort: string;
   dir: string;
+  pid: number;
   stop(): Promise<{ code: number | null; stderr: string }>;
 }
 
@@ -80,6 +81,7 @@ export async function startServe(...args: string[]): Promise<Serving> {
     address: `http://${hostPort}`,
     hostPort,
     dir,
+    pid: child.pid ?? 0,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
