@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -186,5 +187,56 @@ test("no server there: unavailable after the policy's attempts, with the key to 
     many.close();
   } finally {
     client.close();
+  }
+});
+
+test("a connection cut after the request was sent: retried with the same key, one execution", async () => {
+  const serving = await startServe("--allow-degraded");
+  const [host, port] = serving.hostPort.split(":");
+  let connections = 0;
+  // A proxy that cuts its first connection 800 ms in (the script is running by then) and
+  // carries the later ones whole: the first attempt's outcome is unknown to the client.
+  const proxy = createServer((inbound) => {
+    connections += 1;
+    const outbound = connect(Number(port), host);
+    inbound.pipe(outbound).pipe(inbound);
+    inbound.on("error", () => outbound.destroy());
+    outbound.on("error", () => inbound.destroy());
+    if (connections === 1) {
+      setTimeout(() => {
+        inbound.destroy();
+        outbound.destroy();
+      }, 800);
+    }
+  });
+  await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));
+  const address = proxy.address();
+  assert.ok(address !== null && typeof address === "object");
+  const client = new PtcClient({
+    address: `http://127.0.0.1:${address.port}`,
+    retry: { backoffMs: 50 },
+  });
+  const direct = new PtcClient({ address: serving.address });
+  try {
+    const key = `cut-${Date.now()}`;
+    const result = await client.execute(
+      "import time, random\ntime.sleep(1.5)\nprint(random.random())",
+      {
+        idempotencyKey: key,
+      },
+    );
+    assert.equal(result.status, "ok");
+    assert.ok(connections >= 2, "the first connection was not cut");
+    const page = await direct.listExecutions({ pageSize: 100 });
+    const withKey = page.records.filter((r) => r.idempotencyKey === key);
+    assert.equal(withKey.length, 1, "the retry ran the script again");
+    assert.equal(withKey[0]?.result.executionId, result.executionId);
+    assert.equal(withKey[0]?.result.stdout, result.stdout);
+  } finally {
+    client.close();
+    direct.close();
+    await new Promise((done) => proxy.close(done));
+    const stopped = await serving.stop();
+    assert.equal(stopped.code, 0, stopped.stderr);
   }
 });
