@@ -309,3 +309,21 @@ describe("stubs and records", () => {
     );
   });
 });
+
+describe("a long stream", () => {
+  test("progress events while it runs; cancel() ends it as cancelled", async () => {
+    const run = client.stream(
+      "import time\nprint('start', flush=True)\ntime.sleep(1.6)\nprint('late')\ntime.sleep(30)",
+    );
+    const kinds: string[] = [];
+    for await (const event of run) {
+      kinds.push(event.kind);
+      if (event.kind === "progress") run.cancel("enough");
+    }
+    const result = await run.result;
+    assert.equal(result.status, "cancelled");
+    assert.equal(kinds[0], "started");
+    assert.ok(kinds.includes("progress"), kinds.join(","));
+    assert.ok(result.usage.wallTimeMs < 10_000);
+  });
+});

@@ -139,6 +139,7 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
               servername: tls?.serverName ?? (/^[\d.:]+$/.test(host) ? undefined : host),
               ...tlsOptions,
             });
+      socket.setNoDelay(true); // a call is a few small frames: Nagle would hold them back
       sockets.add(socket);
       socket.once("close", () => sockets.delete(socket));
       return socket;
