@@ -268,6 +268,38 @@ describe("sessions", () => {
   });
 });
 
+describe("a session and client tools", () => {
+  test("a cell brings client tools; the next cells can call them and the server's", async () => {
+    const double = clientTool({
+      name: "double",
+      inputSchema: { type: "object", properties: { n: { type: "integer" } }, required: ["n"] },
+      execute: ({ n }: { n: number }) => n * 2,
+    });
+    await assert.rejects(client.createSession({ tools: [double] as never }), (error: unknown) => {
+      assert.ok(error instanceof PtcError);
+      assert.equal(error.code, "invalid_argument");
+      assert.match(
+        error.message,
+        /^manifest: tools\[0\] 'double': 'client'-mode tools are not served in sessions/,
+      );
+      return true;
+    });
+    const session = await client.createSession({ tools: ECHO });
+    try {
+      await session.run("import tools\nx = tools.double(n=4)", { tools: [double, ...ECHO] });
+      const cell = await session.run("print(x, tools.double(n=x), tools.lookup(q='k')['q'])");
+      assert.equal(cell.status, "ok", cell.stderr);
+      assert.equal(cell.stdout, "8 16 k\n");
+      assert.deepEqual(
+        cell.calls.map((c) => c.tool),
+        ["double", "lookup"],
+      );
+    } finally {
+      await session.close();
+    }
+  });
+});
+
 describe("stubs and records", () => {
   test("generateStubs renders the module and its compact form", async () => {
     const stubs = await client.generateStubs([

@@ -184,6 +184,18 @@ test("no server there: unavailable after the policy's attempts, with the key to 
       return true;
     });
     assert.ok(Date.now() - started < 1500);
+    // The caller's signal during the pause between attempts ends the call as aborted.
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error("stop retrying")), 150);
+    await assert.rejects(
+      many.execute("print(1)", { signal: controller.signal }),
+      (error: unknown) => {
+        assert.ok(error instanceof PtcError);
+        assert.equal(error.code, "aborted_by_signal", error.message);
+        assert.match(error.message, /stop retrying/);
+        return true;
+      },
+    );
     many.close();
   } finally {
     client.close();
