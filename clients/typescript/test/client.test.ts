@@ -118,6 +118,18 @@ describe("execute", () => {
     );
   });
 
+  test("expectedCalls: a shortfall is an expected_calls violation, reported", async () => {
+    const result = await client.execute("import tools\ntools.lookup(q='once')", {
+      tools: ECHO,
+      expectedCalls: [{ tool: "lookup", min: 2, max: 3 }],
+    });
+    const violation = result.violations.find((v) => v.limit === "expected_calls");
+    assert.ok(violation, JSON.stringify(result.violations));
+    assert.equal(violation.action, "reported");
+    assert.equal(violation.observed, 1);
+    assert.match(violation.detail, /lookup/);
+  });
+
   test("input files in, output files out", async () => {
     const result = await client.execute(
       "import os\ndata = open('in/data.txt').read()\nos.makedirs('outputs', exist_ok=True)\n" +
