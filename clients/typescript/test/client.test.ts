@@ -253,6 +253,28 @@ describe("stream", () => {
   });
 });
 
+describe("server tools that need approval", () => {
+  test("execute() with onApproval runs over the stream, and its answer decides each call", async () => {
+    const guarded = [{ ...ECHO[0], "x-ptc": { needs_approval: true } }];
+    const script =
+      "import tools\ntry:\n    print(tools.lookup(q='a')['q'])\nexcept Exception as e:\n    print('no')";
+    const asked: number[] = [];
+    const approved = await client.execute(script, {
+      tools: guarded,
+      onApproval: (request) => {
+        asked.push(request.seq);
+        return true;
+      },
+    });
+    assert.deepEqual(asked, [1]);
+    assert.equal(approved.stdout, "a\n");
+    assert.equal(approved.calls[0]?.status, "ok");
+    const denied = await client.execute(script, { tools: guarded, onApproval: () => false });
+    assert.equal(denied.stdout, "no\n");
+    assert.equal(denied.calls[0]?.status, "denied");
+  });
+});
+
 describe("sessions", () => {
   test("state across cells, files, get, list, close; a closed session is session_lost", async () => {
     const session = await client.createSession({ tools: ECHO });
