@@ -293,6 +293,9 @@ describe("sessions", () => {
     assert.ok(listed.some((s) => s.sessionId === session.id));
     const closed = await session.close();
     assert.equal(closed.state, "closed");
+    assert.ok(!(await client.listSessions()).some((s) => s.sessionId === session.id));
+    const ended = await client.listSessions({ includeEnded: true });
+    assert.equal(ended.find((s) => s.sessionId === session.id)?.state, "closed");
     await assert.rejects(session.run("x"), (error: unknown) => {
       assert.ok(error instanceof PtcError);
       assert.equal(error.code, "session_lost", error.message);
@@ -350,7 +353,7 @@ describe("stubs and records", () => {
   });
 
   test("getExecution, and listExecutions filtered and paged by token", async () => {
-    const ids = [];
+    const ids: string[] = [];
     for (let i = 0; i < 3; i++)
       ids.push((await client.execute(`print(${i})`, { labels: { page: "t" } })).executionId);
     const record = await client.getExecution(ids[0] ?? "");
@@ -367,6 +370,13 @@ describe("stubs and records", () => {
     assert.ok(second.records.length >= 1);
     const seen = [...first.records, ...second.records].map((r) => r.result.executionId);
     assert.equal(new Set(seen).size, seen.length, "a record came on two pages");
+    const future = await client.listExecutions({ since: new Date(Date.now() + 3_600_000) });
+    assert.deepEqual(future.records, []);
+    const recent = await client.listExecutions({
+      since: Date.now() - 60_000,
+      until: new Date(Date.now() + 60_000),
+    });
+    assert.ok(recent.records.some((r) => r.result.executionId === ids[2]));
     const errors = await client.listExecutions({ status: "error" });
     assert.ok(errors.records.every((r) => r.result.status === "error"));
     await assert.rejects(
