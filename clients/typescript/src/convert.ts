@@ -251,6 +251,7 @@ export function recordFromProto(message: pb.ExecutionRecord): ExecutionRecord {
     replayOf: message.replayOf,
     runtime: message.runtime,
     idempotencyKey: message.idempotencyKey,
+    interruptedReason: message.interruptedReason,
   };
 }
 

@@ -179,6 +179,9 @@ export interface ExecutionRecord {
   replayOf: string;
   runtime: string;
   idempotencyKey: string;
+  /** Why a record is `interrupted` with no result: the server that held it stopped responding
+   * (named, with when it was last seen), or it handed its session over. Empty otherwise. */
+  interruptedReason: string;
 }
 
 export type SessionState = "active" | "closed" | "expired" | "lost" | "unspecified";

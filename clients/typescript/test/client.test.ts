@@ -359,6 +359,7 @@ describe("stubs and records", () => {
     const record = await client.getExecution(ids[0] ?? "");
     assert.equal(record.script, "print(0)");
     assert.equal(record.result.stdout, "0\n");
+    assert.equal(record.interruptedReason, ""); // only an interrupted record without a result has one
     const first = await client.listExecutions({ status: "ok", pageSize: 2 });
     assert.equal(first.records.length, 2);
     assert.notEqual(first.nextPageToken, "");
