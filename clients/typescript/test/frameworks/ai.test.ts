@@ -13,7 +13,7 @@ import { z } from "zod";
 import { executeTool } from "../../src/frameworks/ai.js";
 import { clientTool, PtcClient } from "../../src/index.js";
 import { type Serving, startServe } from "../support/serve.js";
-import { WEATHER_SCRIPT, WEATHER_OBSERVATION, weatherTool } from "./scripted.js";
+import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
 let serving: Serving;
 let client: PtcClient;
@@ -33,7 +33,14 @@ const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
 function callExecute(code: string, id = "call-1") {
   return {
-    content: [{ type: "tool-call" as const, toolCallId: id, toolName: "execute_python", input: JSON.stringify({ code }) }],
+    content: [
+      {
+        type: "tool-call" as const,
+        toolCallId: id,
+        toolName: "execute_python",
+        input: JSON.stringify({ code }),
+      },
+    ],
     finishReason: "tool-calls" as const,
     usage,
     warnings: [],
@@ -51,7 +58,10 @@ const answer = {
 function givenBack(prompt: readonly unknown[]): string {
   for (const message of prompt as { role: string; content: unknown }[]) {
     if (message.role !== "tool") continue;
-    for (const part of message.content as { type: string; output: { type: string; value: unknown } }[]) {
+    for (const part of message.content as {
+      type: string;
+      output: { type: string; value: unknown };
+    }[]) {
       if (part.type === "tool-result") {
         assert.equal(part.output.type, "text");
         return String(part.output.value);
@@ -75,7 +85,10 @@ test("generateText: the model reads the observation of a script calling a client
   const first = model.doGenerateCalls[0];
   const offered = first?.tools?.[0];
   assert.equal(offered?.name, "execute_python");
-  assert.match(String(offered && "description" in offered ? offered.description : ""), /def get_weather\(\*, city: str\):/);
+  assert.match(
+    String(offered && "description" in offered ? offered.description : ""),
+    /def get_weather\(\*, city: str\):/,
+  );
   assert.equal(givenBack(model.doGenerateCalls[1]?.prompt ?? []), WEATHER_OBSERVATION);
 });
 
@@ -83,7 +96,12 @@ test("streamText: output arrives as preliminary results before the observation",
   const execute = await executeTool({ client });
   const code = "import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')\n";
   const chunks = (id: string, code_: string) => [
-    { type: "tool-call" as const, toolCallId: id, toolName: "execute_python", input: JSON.stringify({ code: code_ }) },
+    {
+      type: "tool-call" as const,
+      toolCallId: id,
+      toolName: "execute_python",
+      input: JSON.stringify({ code: code_ }),
+    },
     { type: "finish" as const, finishReason: "tool-calls" as const, usage },
   ];
   const model = new MockLanguageModelV2({
@@ -101,8 +119,16 @@ test("streamText: output arrives as preliminary results before the observation",
       },
     ],
   });
-  const run = streamText({ model, tools: { execute_python: execute }, prompt: "go", stopWhen: stepCountIs(3) });
-  const results: { preliminary: boolean; output: { state: string; output: string; observation: string } }[] = [];
+  const run = streamText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "go",
+    stopWhen: stepCountIs(3),
+  });
+  const results: {
+    preliminary: boolean;
+    output: { state: string; output: string; observation: string };
+  }[] = [];
   for await (const part of run.fullStream) {
     if (part.type === "tool-result") {
       results.push({ preliminary: part.preliminary === true, output: part.output as never });
@@ -110,7 +136,10 @@ test("streamText: output arrives as preliminary results before the observation",
   }
   const preliminary = results.filter((r) => r.preliminary);
   const final = results.filter((r) => !r.preliminary);
-  assert.ok(preliminary.some((r) => r.output.output === "first\n"), JSON.stringify(results));
+  assert.ok(
+    preliminary.some((r) => r.output.output === "first\n"),
+    JSON.stringify(results),
+  );
   assert.equal(final.length, 1);
   const expected = "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\nfirst\nsecond";
   assert.equal(final[0]?.output.observation, expected);
@@ -124,7 +153,12 @@ test("a request the service refuses is an observation the model reads, not a thr
     expectedCalls: [{ tool: "no_such_tool", min: 1 }],
   });
   const model = new MockLanguageModelV2({ doGenerate: [callExecute("print(1)"), answer] });
-  await generateText({ model, tools: { execute_python: execute }, prompt: "x", stopWhen: stepCountIs(3) });
+  await generateText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "x",
+    stopWhen: stepCountIs(3),
+  });
   const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
   assert.match(text, /^error: the sandbox service refused the request: .*no_such_tool/);
 });
@@ -141,7 +175,12 @@ test("a client tool defined with zod, failing: the script's error and the call l
   const execute = await executeTool({ client, tools: [flaky] });
   const code = "import tools\ntools.flaky(n=1)\n";
   const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
-  await generateText({ model, tools: { execute_python: execute }, prompt: "x", stopWhen: stepCountIs(3) });
+  await generateText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "x",
+    stopWhen: stepCountIs(3),
+  });
   const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
   const lines = text.split("\n");
   assert.equal(lines[0], "status: error · exit code 1 · 1 tool call (1 error)");
