@@ -188,3 +188,67 @@ test("a client tool defined with zod, failing: the script's error and the call l
   assert.equal(lines[2], '#1 flaky({"n":1}) -> error Error: upstream down');
   assert.ok(text.includes("--- error ---\nToolError: Error: upstream down (line 2)"), text);
 });
+
+test("server tools from a manifest beside a client tool; declared summary fields cut the result", async () => {
+  const manifest = {
+    name: "lookup",
+    description: "Echoes its arguments (no handler configured).",
+    parameters: {
+      type: "object",
+      properties: { q: { type: "string" }, padding: { type: "string" } },
+      required: ["q"],
+    },
+    "x-ptc": { summary_fields: ["q"] },
+  };
+  const execute = await executeTool({ client, tools: [manifest, weatherTool()] });
+  const code =
+    "import tools\nr = tools.lookup(q='x', padding='y' * 10)\nprint(tools.get_weather(city=r['q'])['wind'])\n";
+  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
+  await generateText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "x",
+    stopWhen: stepCountIs(3),
+  });
+  assert.equal(
+    givenBack(model.doGenerateCalls[1]?.prompt ?? []),
+    [
+      "status: ok · exit code 0 · 2 tool calls (2 ok)",
+      "--- stdout ---",
+      "N",
+      "--- calls (2) ---",
+      "(results of tools with declared summary fields show only those fields)",
+      '#1 lookup({"q":"x","padding":"yyyyyyyyyy"}) -> ok {"q":"x"}',
+      '#2 get_weather({"city":"x"}) -> ok {"city":"x","temp":3,"wind":"N"}',
+    ].join("\n"),
+  );
+});
+
+test("the caller's abort signal ends a running script with the abort, and the server serves on", async () => {
+  const execute = await executeTool({ client });
+  const model = new MockLanguageModelV2({
+    doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer],
+  });
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new Error("user left")), 500);
+  const started = Date.now();
+  await assert.rejects(
+    generateText({
+      model,
+      tools: { execute_python: execute },
+      prompt: "x",
+      stopWhen: stepCountIs(3),
+      abortSignal: controller.signal,
+    }),
+    (error: unknown) => {
+      // The AI SDK ends the step with the signal's own reason.
+      assert.ok(error instanceof Error && error.message === "user left", String(error));
+      return true;
+    },
+  );
+  clearTimeout(timer);
+  assert.ok(Date.now() - started < 20_000, "the abort did not end the run");
+  assert.equal(model.doGenerateCalls.length, 1); // the model was never given a made-up result
+  const after = await client.execute("print('still serving')");
+  assert.equal(after.stdout, "still serving\n");
+});
