@@ -49,3 +49,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.output
 	$(PY) -m bench.tracing
 	$(PY) -m bench.boundary
+	cd clients/typescript && npm run --silent bench

@@ -313,7 +313,7 @@ export class PtcClient {
 
   /** Opens a session: one sandbox kept for many cells, with state between them. */
   async createSession(options: SessionOptions = {}): Promise<Session> {
-    const { json, local } = buildManifest(options.tools);
+    const { json } = buildManifest(options.tools);
     const request = create(pb.CreateSessionRequestSchema, {
       labels: options.labels ?? {},
       runtime: options.runtime ?? "",
@@ -328,7 +328,7 @@ export class PtcClient {
     const info = await this.unary(options, (client, timeoutMs) =>
       client.createSession(request, this.callOptions(timeoutMs, options.signal)),
     );
-    return new Session(this, sessionFromProto(info), local);
+    return new Session(this, sessionFromProto(info));
   }
 
   /** A session of this tenant, open or ended (with why it ended). */

@@ -198,13 +198,20 @@ export function toPtcError(error: unknown, signal?: AbortSignal): PtcError {
         cause: error,
       });
     }
-    const status = error.metadata.get("grpc-status");
-    // A status the server sent is its answer; a transport failure without one (or a status the
-    // SDK's transport made up for bytes that were not gRPC) is the protocol's or the network's.
-    if (status === null && (error.code === Code.Internal || error.code === Code.Unknown)) {
-      if (PROTOCOL.test(message) || PROTOCOL.test(String(causeText(error)))) {
+    // A status the server sent comes with its `grpc-status`; without one the failure is the
+    // connection's (refused, reset, a TLS handshake that failed: "unavailable", as grpcio says)
+    // or the bytes were not gRPC ("protocol").
+    if (!error.metadata.has("grpc-status")) {
+      const text = `${message} ${causeText(error)}`;
+      if (PROTOCOL.test(text)) {
         return new PtcError("protocol", `the server's answer is not gRPC: ${message}`, {
           grpcCode: error.code,
+          cause: error,
+        });
+      }
+      if (error.code === Code.Canceled || error.code === Code.Unavailable) {
+        return new PtcError("unavailable", `the connection failed: ${message}`, {
+          grpcCode: GrpcCode.UNAVAILABLE,
           cause: error,
         });
       }

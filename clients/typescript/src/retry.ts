@@ -14,7 +14,7 @@
  * `attempts` set: ask again with that key, never a new one, to learn the outcome.
  */
 
-import { GrpcCode, PtcError } from "./errors.js";
+import { GrpcCode, PtcError, toPtcError } from "./errors.js";
 
 export interface RetryPolicy {
   /** Attempts at most (1: never retry). Default 5. */
@@ -129,8 +129,9 @@ export async function retrying<T>(
       }
       try {
         await sleep(pause, signal);
-      } catch {
-        throw Object.assign(error, { idempotencyKey: key, attempts: number });
+      } catch (reason) {
+        // The caller's signal ended the pause: that, not the attempt's failure, ends the call.
+        throw Object.assign(toPtcError(reason, signal), { idempotencyKey: key, attempts: number });
       }
     }
   }

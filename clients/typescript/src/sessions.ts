@@ -13,12 +13,13 @@
  */
 
 import type { CallOptions, PtcClient, StreamOptions, Tools } from "./client.js";
-import type { ClientTool } from "./tools.js";
+import { buildManifest, type JsonSchema, type ToolManifest } from "./tools.js";
 import type { BackendName, ExecutionResult, Limits, SessionInfo } from "./types.js";
 
 export interface SessionOptions extends CallOptions {
-  /** The session's tools; a cell may bring its own (which replace them for that cell). */
-  tools?: Tools;
+  /** The session's tools, served by the server (a manifest): the server refuses client tools
+   * here; a cell may bring them (`Session.run`). */
+  tools?: ToolManifest | ReadonlyArray<JsonSchema>;
   /** Whole-session limits (memory, processes, file size, open files, total CPU). */
   limits?: Limits;
   backend?: BackendName;
@@ -34,11 +35,13 @@ export type CellOptions = Omit<StreamOptions, "sessionId">;
 export class Session {
   /** As the server last described it (refreshed by `get` and `close`). */
   info: SessionInfo;
+  /** The tools the last cell that brought tools brought, and whether any runs here. */
+  private tools: Tools | undefined;
+  private clientTools = false;
 
   constructor(
     private readonly client: PtcClient,
     info: SessionInfo,
-    private readonly local: ReadonlyMap<string, ClientTool>,
   ) {
     this.info = info;
   }
@@ -47,19 +50,24 @@ export class Session {
     return this.info.sessionId;
   }
 
-  /** Runs `code` as the session's next cell; the session's client tools stay callable. */
-  run(code: string, options: CellOptions = {}): Promise<ExecutionResult> {
-    let tools = options.tools;
-    if (tools === undefined && this.local.size > 0) {
-      // The session's manifest stays on the server; its functions must come along to serve
-      // the calls, and sending them again names the same tools.
-      tools = [...this.local.values()];
-    }
-    return this.client.execute(code, {
+  /**
+   * Runs `code` as the session's next cell. With `tools`, they replace the session's (the
+   * server keeps them for the next cells). Client tools run over the stream, and the server
+   * keeps only their manifest: so once a cell brought client tools, the following cells send
+   * the same tools again, for their functions to serve the calls.
+   */
+  async run(code: string, options: CellOptions = {}): Promise<ExecutionResult> {
+    const tools = options.tools ?? (this.clientTools ? this.tools : undefined);
+    const result = await this.client.execute(code, {
       ...options,
       ...(tools === undefined ? {} : { tools }),
       sessionId: this.id,
     });
+    if (options.tools !== undefined) {
+      this.tools = options.tools;
+      this.clientTools = buildManifest(options.tools).local.size > 0;
+    }
+    return result;
   }
 
   /** The session as the server describes it now. */

@@ -268,6 +268,38 @@ describe("sessions", () => {
   });
 });
 
+describe("a session and client tools", () => {
+  test("a cell brings client tools; the next cells can call them and the server's", async () => {
+    const double = clientTool({
+      name: "double",
+      inputSchema: { type: "object", properties: { n: { type: "integer" } }, required: ["n"] },
+      execute: ({ n }: { n: number }) => n * 2,
+    });
+    await assert.rejects(client.createSession({ tools: [double] as never }), (error: unknown) => {
+      assert.ok(error instanceof PtcError);
+      assert.equal(error.code, "invalid_argument");
+      assert.match(
+        error.message,
+        /^manifest: tools\[0\] 'double': 'client'-mode tools are not served in sessions/,
+      );
+      return true;
+    });
+    const session = await client.createSession({ tools: ECHO });
+    try {
+      await session.run("import tools\nx = tools.double(n=4)", { tools: [double, ...ECHO] });
+      const cell = await session.run("print(x, tools.double(n=x), tools.lookup(q='k')['q'])");
+      assert.equal(cell.status, "ok", cell.stderr);
+      assert.equal(cell.stdout, "8 16 k\n");
+      assert.deepEqual(
+        cell.calls.map((c) => c.tool),
+        ["double", "lookup"],
+      );
+    } finally {
+      await session.close();
+    }
+  });
+});
+
 describe("stubs and records", () => {
   test("generateStubs renders the module and its compact form", async () => {
     const stubs = await client.generateStubs([
@@ -307,5 +339,23 @@ describe("stubs and records", () => {
       client.getExecution("0".repeat(32)),
       (error: unknown) => error instanceof PtcError && error.code === "not_found",
     );
+  });
+});
+
+describe("a long stream", () => {
+  test("progress events while it runs; cancel() ends it as cancelled", async () => {
+    const run = client.stream(
+      "import time\nprint('start', flush=True)\ntime.sleep(1.6)\nprint('late')\ntime.sleep(30)",
+    );
+    const kinds: string[] = [];
+    for await (const event of run) {
+      kinds.push(event.kind);
+      if (event.kind === "progress") run.cancel("enough");
+    }
+    const result = await run.result;
+    assert.equal(result.status, "cancelled");
+    assert.equal(kinds[0], "started");
+    assert.ok(kinds.includes("progress"), kinds.join(","));
+    assert.ok(result.usage.wallTimeMs < 10_000);
   });
 });

@@ -10,8 +10,19 @@
  */
 
 import { readFileSync } from "node:fs";
+import type { Http2Session } from "node:http2";
+import { connect as tcpConnect } from "node:net";
+import type { Duplex } from "node:stream";
+import { connect as tlsConnect } from "node:tls";
 import type { Transport } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import {
+  createGrpcTransport,
+  type GrpcTransportOptions,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
+
+type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
+
 import { PtcError } from "../errors.js";
 
 /** A PEM file's path, its text, or its bytes. */
@@ -101,18 +112,42 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
     );
   }
   const url = baseUrl(options.address, tls !== undefined);
-  const nodeOptions =
+  const tlsOptions =
     tls === undefined
-      ? {}
+      ? undefined
       : {
           ...(tls.ca === undefined ? {} : { ca: pem("ca", tls.ca) }),
           ...(tls.cert === undefined ? {} : { cert: pem("cert", tls.cert) }),
           ...(tls.key === undefined ? {} : { key: pem("key", tls.key) }),
-          ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
         };
+  // Every socket is ours, made here and destroyed by `close()`: a connection that failed (a
+  // server answering garbage) is one connect-node no longer tracks, and its socket would
+  // otherwise stay open, holding the process.
+  const sockets = new Set<Duplex>();
+  const parsed = new URL(url);
+  const host = parsed.hostname.replace(/^\[|\]$/g, "");
+  const port = Number(parsed.port || (tlsOptions === undefined ? 80 : 443));
+  const nodeOptions = {
+    createConnection: (): Duplex => {
+      const socket =
+        tlsOptions === undefined
+          ? tcpConnect({ host, port })
+          : tlsConnect({
+              host,
+              port,
+              ALPNProtocols: ["h2"],
+              servername: tls?.serverName ?? (/^[\d.:]+$/.test(host) ? undefined : host),
+              ...tlsOptions,
+            });
+      socket.setNoDelay(true); // a call is a few small frames: Nagle would hold them back
+      sockets.add(socket);
+      socket.once("close", () => sockets.delete(socket));
+      return socket;
+    },
+  };
   // Our own session manager, so that `close()` can end the connection: an idle HTTP/2 session
   // would otherwise keep the process alive until connect-node's idle timeout.
-  const sessionManager = new Http2SessionManager(url, {}, nodeOptions);
+  const sessionManager = guarded(new Http2SessionManager(url, {}, nodeOptions));
   const transport = createGrpcTransport({
     baseUrl: url,
     sessionManager,
@@ -122,6 +157,40 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
   return {
     unary: transport.unary.bind(transport),
     stream: transport.stream.bind(transport),
-    close: () => sessionManager.abort(),
+    close: () => {
+      sessionManager.close();
+      for (const socket of sockets) socket.destroy();
+      sockets.clear();
+    },
+  };
+}
+
+/**
+ * `manager` with every HTTP/2 session it hands out kept from crashing the process, and ended
+ * for good when it fails or the client closes. A server that answers garbage makes a session
+ * emit "error" more than once, and connect-node's own listener is gone by the second, which
+ * Node then throws as uncaught; and the failed session's socket stayed open. The error also
+ * reaches every stream of the session, so each call still fails with it (as a `PtcError`).
+ */
+function guarded(manager: Http2SessionManager): SessionManager & { close(): void } {
+  const live = new Set<Http2Session>();
+  return {
+    authority: manager.authority,
+    async request(method, path, headers, options) {
+      const stream = await manager.request(method, path, headers, options);
+      const session = stream.session;
+      if (session !== undefined && !live.has(session)) {
+        live.add(session);
+        session.on("error", () => session.destroy());
+        session.once("close", () => live.delete(session));
+      }
+      return stream;
+    },
+    notifyResponseByteRead: (stream) => manager.notifyResponseByteRead(stream),
+    close() {
+      manager.abort();
+      for (const session of live) session.destroy();
+      live.clear();
+    },
   };
 }

@@ -33,6 +33,7 @@ export interface Serving {
   address: string; // http://127.0.0.1:PORT
   hostPort: string;
   dir: string;
+  pid: number;
   stop(): Promise<{ code: number | null; stderr: string }>;
 }
 
@@ -52,6 +53,9 @@ export async function startServe(...args: string[]): Promise<Serving> {
     ],
     { cwd: dir, stdio: ["ignore", "pipe", "pipe"] },
   );
+  // A test file that dies (a timeout, a crash) must not leave its server behind.
+  const backstop = () => child.kill("SIGKILL");
+  process.once("exit", backstop);
   let stderr = "";
   child.stderr?.setEncoding("utf8");
   child.stderr?.on("data", (chunk: string) => {
@@ -77,11 +81,13 @@ export async function startServe(...args: string[]): Promise<Serving> {
     address: `http://${hostPort}`,
     hostPort,
     dir,
+    pid: child.pid ?? 0,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
       const code = await exited;
       clearTimeout(timer);
+      process.off("exit", backstop);
       rmSync(dir, { recursive: true, force: true });
       return { code, stderr };
     },
