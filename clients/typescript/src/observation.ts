@@ -20,7 +20,6 @@ import {
   dumpsCompact,
   fromJs,
   loadsLikePython,
-  PyDict,
   type PyValue,
   summarize,
 } from "./observation/pyjson.js";
@@ -397,5 +396,3 @@ export function summaryFieldsOf(manifest: unknown): Record<string, readonly stri
   }
   return out;
 }
-
-export { PyDict };
