@@ -208,8 +208,8 @@ export class PtcClient {
   }
 
   /**
-   * Runs `script` to the end and returns its result. With client tools among `tools` it runs
-   * over the stream (`stream`); otherwise the unary Execute. An attempt that fails with the
+   * Runs `script` to the end and returns its result. With client tools among `tools`, or an
+   * `onApproval`, it runs over the stream (`stream`); otherwise the unary Execute. An attempt that fails with the
    * outcome unknown is made again with the same idempotency key (`retry.ts`).
    */
   async execute(script: string, options: StreamOptions = {}): Promise<ExecutionResult> {
@@ -221,7 +221,7 @@ export class PtcClient {
       deadline,
       options.signal,
       async (timeoutMs) => {
-        if (local.size > 0) {
+        if (local.size > 0 || options.onApproval !== undefined) {
           return this.openStream(request, local, timeoutMs, options).result;
         }
         try {

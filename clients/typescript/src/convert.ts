@@ -6,6 +6,7 @@
 
 import { create } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { PtcError } from "./errors.js";
 import * as pb from "./gen/ptc/sandbox/v1/sandbox_pb.js";
 import type {
   BackendName,
@@ -112,10 +113,16 @@ export function limitsToProto(limits: Limits, where = "limits"): pb.Limits {
   for (const [name, value] of Object.entries(limits)) {
     if (value === undefined) continue;
     if (!(LIMIT_FIELDS as readonly string[]).includes(name)) {
-      throw new TypeError(`${where}.${name}: not a limit (known: ${LIMIT_FIELDS.join(", ")})`);
+      throw new PtcError(
+        "invalid_argument",
+        `${where}.${name}: not a limit (known: ${LIMIT_FIELDS.join(", ")})`,
+      );
     }
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-      throw new TypeError(`${where}.${name}: a non-negative integer, got ${JSON.stringify(value)}`);
+      throw new PtcError(
+        "invalid_argument",
+        `${where}.${name}: a non-negative integer, got ${JSON.stringify(value)}`,
+      );
     }
     message[name as (typeof LIMIT_FIELDS)[number]] = BigInt(value);
   }

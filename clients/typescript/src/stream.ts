@@ -155,20 +155,29 @@ export class Execution implements AsyncIterable<StreamEvent> {
 
   private async pump(): Promise<ExecutionResult> {
     const { headers, timeoutMs, signal } = this.open;
+    let result: ExecutionResult | undefined;
     try {
       const client = await this.open.client;
       const responses = client.executeStream(this.outgoing, { headers, timeoutMs, signal });
       for await (const event of responses) {
-        const result = this.handle(event);
-        if (result !== undefined) {
-          this.events.end();
-          return result;
-        }
+        result ??= this.handle(event);
+        // The result is the last event: say we are done writing, and read the stream to its
+        // end (its status), rather than reset it under a server that is finishing cleanly.
+        if (result !== undefined) this.outgoing.end();
       }
-      throw new PtcError("protocol", "the server ended the stream without a result", {
-        grpcCode: 13,
-      });
+      if (result === undefined) {
+        throw new PtcError("protocol", "the server ended the stream without a result", {
+          grpcCode: 13,
+        });
+      }
+      this.flushText();
+      this.events.end();
+      return result;
     } catch (error) {
+      if (result !== undefined) {
+        this.events.end(); // what came after the result cannot change it
+        return result;
+      }
       const failure = toPtcError(error, signal);
       this.events.end(failure);
       throw failure;
@@ -176,6 +185,14 @@ export class Execution implements AsyncIterable<StreamEvent> {
       this.outgoing.end();
       for (const controller of this.running) controller.abort(new Error("the execution ended"));
       this.running.clear();
+    }
+  }
+
+  /** Bytes held back as the start of a character that never finished come out as U+FFFD. */
+  private flushText(): void {
+    for (const stream of ["stdout", "stderr"] as const) {
+      const text = this.decoders[stream].decode();
+      if (text !== "") this.events.push({ kind: "output", stream, text, data: new Uint8Array() });
     }
   }
 

@@ -8,6 +8,8 @@
  * them with pydantic. No schema library is imported: the package works without one.
  */
 
+import { PtcError } from "./errors.js";
+
 export type JsonSchema = Record<string, unknown>;
 
 /** The part of the Standard Schema spec (standardschema.dev) the SDK uses. */
@@ -164,7 +166,8 @@ export function buildManifest(
   tools.forEach((tool: ClientTool | JsonSchema, index: number) => {
     if (isClientTool(tool)) {
       if (local.has(tool.name)) {
-        throw new TypeError(
+        throw new PtcError(
+          "invalid_argument",
           `tools[${index}]: a second client tool named ${JSON.stringify(tool.name)}`,
         );
       }

@@ -118,6 +118,18 @@ describe("execute", () => {
     );
   });
 
+  test("expectedCalls: a shortfall is an expected_calls violation, reported", async () => {
+    const result = await client.execute("import tools\ntools.lookup(q='once')", {
+      tools: ECHO,
+      expectedCalls: [{ tool: "lookup", min: 2, max: 3 }],
+    });
+    const violation = result.violations.find((v) => v.limit === "expected_calls");
+    assert.ok(violation, JSON.stringify(result.violations));
+    assert.equal(violation.action, "reported");
+    assert.equal(violation.observed, 1);
+    assert.match(violation.detail, /lookup/);
+  });
+
   test("input files in, output files out", async () => {
     const result = await client.execute(
       "import os\ndata = open('in/data.txt').read()\nos.makedirs('outputs', exist_ok=True)\n" +
@@ -241,6 +253,28 @@ describe("stream", () => {
   });
 });
 
+describe("server tools that need approval", () => {
+  test("execute() with onApproval runs over the stream, and its answer decides each call", async () => {
+    const guarded = [{ ...ECHO[0], "x-ptc": { needs_approval: true } }];
+    const script =
+      "import tools\ntry:\n    print(tools.lookup(q='a')['q'])\nexcept Exception as e:\n    print('no')";
+    const asked: number[] = [];
+    const approved = await client.execute(script, {
+      tools: guarded,
+      onApproval: (request) => {
+        asked.push(request.seq);
+        return true;
+      },
+    });
+    assert.deepEqual(asked, [1]);
+    assert.equal(approved.stdout, "a\n");
+    assert.equal(approved.calls[0]?.status, "ok");
+    const denied = await client.execute(script, { tools: guarded, onApproval: () => false });
+    assert.equal(denied.stdout, "no\n");
+    assert.equal(denied.calls[0]?.status, "denied");
+  });
+});
+
 describe("sessions", () => {
   test("state across cells, files, get, list, close; a closed session is session_lost", async () => {
     const session = await client.createSession({ tools: ECHO });
@@ -259,6 +293,9 @@ describe("sessions", () => {
     assert.ok(listed.some((s) => s.sessionId === session.id));
     const closed = await session.close();
     assert.equal(closed.state, "closed");
+    assert.ok(!(await client.listSessions()).some((s) => s.sessionId === session.id));
+    const ended = await client.listSessions({ includeEnded: true });
+    assert.equal(ended.find((s) => s.sessionId === session.id)?.state, "closed");
     await assert.rejects(session.run("x"), (error: unknown) => {
       assert.ok(error instanceof PtcError);
       assert.equal(error.code, "session_lost", error.message);
@@ -316,7 +353,7 @@ describe("stubs and records", () => {
   });
 
   test("getExecution, and listExecutions filtered and paged by token", async () => {
-    const ids = [];
+    const ids: string[] = [];
     for (let i = 0; i < 3; i++)
       ids.push((await client.execute(`print(${i})`, { labels: { page: "t" } })).executionId);
     const record = await client.getExecution(ids[0] ?? "");
@@ -333,6 +370,13 @@ describe("stubs and records", () => {
     assert.ok(second.records.length >= 1);
     const seen = [...first.records, ...second.records].map((r) => r.result.executionId);
     assert.equal(new Set(seen).size, seen.length, "a record came on two pages");
+    const future = await client.listExecutions({ since: new Date(Date.now() + 3_600_000) });
+    assert.deepEqual(future.records, []);
+    const recent = await client.listExecutions({
+      since: Date.now() - 60_000,
+      until: new Date(Date.now() + 60_000),
+    });
+    assert.ok(recent.records.some((r) => r.result.executionId === ids[2]));
     const errors = await client.listExecutions({ status: "error" });
     assert.ok(errors.records.every((r) => r.result.status === "error"));
     await assert.rejects(
