@@ -5,7 +5,8 @@
  * into a directory inside this package, so that `ptc-sandbox` resolves to the package itself (its
  * `exports`, built in dist/) and the frameworks to its devDependencies, and run by Node against a
  * real `ptc serve` started here, its documented address `127.0.0.1:50051` replaced by this
- * server's. It must exit 0 within a minute.
+ * server's. It must exit 0 within a minute. All the blocks are also type-checked together, in
+ * strict mode, as a user's project would compile them.
  */
 
 import assert from "node:assert/strict";
@@ -41,6 +42,33 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
   const stopped = await serving?.stop();
   assert.equal(stopped?.code, 0, stopped?.stderr);
+});
+
+test("every example type-checks in strict mode", async () => {
+  const checked = mkdtempSync(join(PACKAGE_ROOT, ".docs-run-tsc-"));
+  try {
+    for (const document of DOCUMENTS) {
+      for (const { line, code } of blocks(document)) {
+        writeFileSync(join(checked, `${document.replaceAll(/\W/g, "_")}_${line}.ts`), code);
+      }
+    }
+    const config = {
+      extends: "../tsconfig.json",
+      compilerOptions: { noEmit: true, rootDir: "." },
+      include: ["*.ts"],
+    };
+    writeFileSync(join(checked, "tsconfig.json"), JSON.stringify(config));
+    const tsc = join(PACKAGE_ROOT, "node_modules", "typescript", "bin", "tsc");
+    try {
+      await run(process.execPath, [tsc, "-p", join(checked, "tsconfig.json")], { cwd: checked });
+    } catch (error) {
+      assert.fail(
+        `the examples do not type-check:\n${(error as { stdout?: string }).stdout ?? error}`,
+      );
+    }
+  } finally {
+    rmSync(checked, { recursive: true, force: true });
+  }
 });
 
 test("the documents have their TypeScript examples", () => {
