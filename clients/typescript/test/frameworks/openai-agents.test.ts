@@ -137,3 +137,31 @@ test("expectedCalls: a script that calls too little gets the violation in its ob
     /^expected_calls: .*get_weather.* \(checked after the script ended\)$/,
   );
 });
+
+test("arguments without code: the model reads the Python SDK's error text and can try again", async () => {
+  const execute = await executeTool({ client });
+  const model = new ScriptedModel([
+    [
+      {
+        type: "function_call",
+        callId: "bad",
+        name: "execute_python",
+        arguments: JSON.stringify({ script: "print(1)" }),
+        status: "completed",
+      },
+    ],
+    callExecute("print(1)", "good"),
+    say("1"),
+  ]);
+  const agent = new Agent({ name: "x", instructions: "Use the tool.", model, tools: [execute] });
+  await new Runner({ tracingDisabled: true }).run(agent, "print 1");
+  assert.equal(model.requests.length, 3);
+  assert.equal(
+    givenBack(model.requests[1]).get("bad"),
+    'error: the tool takes one argument, {"code": "<a Python script>"}',
+  );
+  assert.equal(
+    givenBack(model.requests[2]).get("good"),
+    "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n1",
+  );
+});
