@@ -1,7 +1,8 @@
 /**
  * Mastra's own agent loop (`Agent.generate`) driven by the AI SDK's mock language model, calling
  * `ptc-sandbox/mastra`'s execute tool against a real `ptc serve`: the model is given back the
- * observation, exactly.
+ * observation, exactly, and with `Agent.stream` the script's output chunks reach the stream as
+ * the tool's own output (its writer) while it runs.
  */
 
 import assert from "node:assert/strict";
@@ -87,4 +88,58 @@ test("Agent.generate: the model reads the observation of a script calling a clie
   const offered = model.doGenerateCalls[0]?.tools?.[0];
   assert.equal(offered?.name, "execute_python");
   assert.equal(givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""), WEATHER_OBSERVATION);
+});
+
+test("Agent.stream: the script's output reaches the stream through the tool's writer", async () => {
+  const execute = await executeTool({ client });
+  const code = "import time\nprint('one', flush=True)\ntime.sleep(0.3)\nprint('two')\n";
+  const chunks = (parts: unknown[]) =>
+    new ReadableStream({
+      start(c) {
+        for (const part of parts) c.enqueue(part);
+        c.close();
+      },
+    });
+  const model = new MockLanguageModelV2({
+    doStream: [
+      {
+        stream: chunks([
+          {
+            type: "tool-call",
+            toolCallId: "s1",
+            toolName: "execute_python",
+            input: JSON.stringify({ code }),
+          },
+          { type: "finish", finishReason: "tool-calls", usage },
+        ]),
+      },
+      {
+        stream: chunks([
+          { type: "text-start", id: "t" },
+          { type: "text-delta", id: "t", delta: "two lines" },
+          { type: "text-end", id: "t" },
+          { type: "finish", finishReason: "stop", usage },
+        ]),
+      },
+    ],
+  });
+  const agent = new Agent({
+    name: "printer",
+    instructions: "Print.",
+    model,
+    tools: { execute_python: execute },
+  });
+  const stream = await agent.stream("Print two lines.", { maxSteps: 3 });
+  const written: string[] = [];
+  for await (const chunk of stream.fullStream) {
+    const c = chunk as { type: string; payload?: { output?: { type?: string; text?: string } } };
+    if (c.type === "tool-output" && c.payload?.output?.type === "ptc-output") {
+      written.push(c.payload.output.text ?? "");
+    }
+  }
+  assert.equal(written.join(""), "one\ntwo\n");
+  assert.equal(
+    givenBack(model.doStreamCalls[1]?.prompt ?? []).join(""),
+    "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\none\ntwo",
+  );
 });
