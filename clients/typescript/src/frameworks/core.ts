@@ -15,7 +15,7 @@
  */
 
 import type { ExecuteOptions, PtcClient, Tools } from "../client.js";
-import { PtcError } from "../errors.js";
+import { GrpcCode, PtcError } from "../errors.js";
 import { type ObservationBudget, renderObservation, summaryFieldsOf } from "../observation.js";
 import type { OnApproval } from "../stream.js";
 import { isClientTool } from "../tools.js";
@@ -110,7 +110,14 @@ export function parseCode(args: unknown): string | undefined {
 function manifestEntries(tools: Tools | undefined): unknown[] {
   if (tools === undefined) return [];
   if (typeof tools === "string") {
-    const parsed = JSON.parse(tools) as unknown;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(tools);
+    } catch (error) {
+      throw new PtcError("invalid_argument", `tools: the manifest is not JSON (${String(error)})`, {
+        grpcCode: GrpcCode.INVALID_ARGUMENT,
+      });
+    }
     return manifestEntries(parsed as Tools);
   }
   if (Array.isArray(tools)) return tools.map((t) => (isClientTool(t) ? t.entry : t));

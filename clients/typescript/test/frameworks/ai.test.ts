@@ -11,7 +11,7 @@ import { generateText, stepCountIs, streamText } from "ai";
 import { MockLanguageModelV2, simulateReadableStream } from "ai/test";
 import { z } from "zod";
 import { executeTool } from "../../src/frameworks/ai.js";
-import { clientTool, PtcClient } from "../../src/index.js";
+import { clientTool, PtcClient, PtcError } from "../../src/index.js";
 import { type Serving, startServe } from "../support/serve.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
@@ -251,4 +251,13 @@ test("the caller's abort signal ends a running script with the abort, and the se
   assert.equal(model.doGenerateCalls.length, 1); // the model was never given a made-up result
   const after = await client.execute("print('still serving')");
   assert.equal(after.stdout, "still serving\n");
+});
+
+test("a manifest that is not JSON is refused when the tool is made, naming what was wrong", async () => {
+  await assert.rejects(executeTool({ client, tools: "[{not json" }), (error: unknown) => {
+    assert.ok(error instanceof PtcError);
+    assert.equal(error.code, "invalid_argument");
+    assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
+    return true;
+  });
 });
