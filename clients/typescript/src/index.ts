@@ -21,6 +21,14 @@ export {
   RateLimitedError,
   SessionLostError,
 } from "./errors.js";
+export {
+  DEFAULT_BUDGET,
+  type ObservationBudget,
+  type ObservationOptions,
+  type ObservedResult,
+  renderObservation,
+  type ScriptSource,
+} from "./observation.js";
 export type { RetryPolicy } from "./retry.js";
 export { type CellOptions, Session, type SessionOptions } from "./sessions.js";
 export {
