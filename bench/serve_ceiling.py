@@ -23,7 +23,7 @@ import time
 
 from bench.harness import Report, percentile
 
-__all__ = ["COMMITS", "ECHO_AIO", "ECHO_THREADS", "DurableCommits", "print_ceiling"]
+__all__ = ["COMMITS", "ECHO_AIO", "ECHO_THREADS", "REST", "DurableCommits", "print_ceiling"]
 
 ROW_BYTES = 1500
 ECHO_THREADS = "reference: bare gRPC echo, thread-pool server c=4"

@@ -1,0 +1,84 @@
+"""`bench.serve_ceiling`: two durable commits per execution in a real SQLite file, and the served
+ceiling floor / (floor + echo + commits) from a run's blocks, by each way's own CPU."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bench.harness import Report
+from bench.serve_ceiling import (
+    COMMITS,
+    ECHO_AIO,
+    ECHO_THREADS,
+    REST,
+    DurableCommits,
+    print_ceiling,
+)
+
+
+def _figures(report: Report) -> dict[str, float]:
+    return {
+        entry["label"]: entry["value"]
+        for section in report.record()["sections"]
+        for entry in section["figures"]
+        if "value" in entry
+    }
+
+
+def test_each_execution_commits_its_row_twice_durably() -> None:
+    commits = DurableCommits()
+    try:
+        path = Path(commits.dir.name) / "commits.db"
+        figures = commits.block(20)
+        assert commits.db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert commits.db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+        # Another connection sees every row completed: each transaction was committed.
+        other = sqlite3.connect(path)
+        try:
+            rows = other.execute("SELECT status, length(body) FROM records").fetchall()
+        finally:
+            other.close()
+        assert rows == [("ok", 1500)] * 20
+        assert figures["commits"] > 0 and figures["executions/s"] > 0
+    finally:
+        commits.close()
+    assert not path.exists()
+
+
+def _way(machine: float, rest: float) -> dict[str, float]:
+    return {"machine CPU": machine, REST: rest, "executions/s": 1.0}
+
+
+def test_the_ceiling_is_the_floor_over_floor_echo_and_commits_by_own_cpu(tmp_path: Path) -> None:
+    report = Report("unit", argparse.Namespace(json_out=str(tmp_path / "r.json")))
+    echo = [{"client": 0.1, "server": 0.15, "echo": 0.25, "executions/s": 1.0}] * 3
+    blocks = {
+        # own CPU (machine - rest): floors 4.0, 5.0, 4.5; engines 5.0, 5.5, 6.0; served 6.0 ...
+        "isolation floor c=4": [_way(6.0, 2.0), _way(8.0, 3.0), _way(5.0, 0.5)],
+        "embedded engine c=4": [_way(7.0, 2.0), _way(6.5, 1.0), _way(9.0, 3.0)],
+        "ptc serve + gRPC c=4": [_way(9.0, 3.0), _way(8.0, 1.0), _way(7.5, 0.5)],
+        ECHO_THREADS: echo,
+        ECHO_AIO: echo,
+        COMMITS: [{"commits": c, "executions/s": 1.0} for c in (0.1, 0.2, 0.15)],
+    }
+    print_ceiling(report, blocks)
+    figures = _figures(report)
+    assert figures["isolation floor c=4: own CPU per execution"] == pytest.approx(4.5)
+    assert figures["two durable commits (WAL, synchronous=FULL): CPU"] == pytest.approx(0.15)
+    assert figures["bare gRPC echo, thread-pool server c=4: CPU per call"] == pytest.approx(0.25)
+    assert figures["served ceiling c=4: floor / (floor + echo + commits)"] == pytest.approx(
+        4.5 / (4.5 + 0.25 + 0.15)
+    )
+    # ptc serve's own CPU 6.0, 7.0, 7.0: median 7.0
+    assert figures["ptc serve + gRPC c=4: own CPU per execution"] == pytest.approx(7.0)
+    assert "isolation floor c=32: own CPU per execution" not in figures  # no such blocks
+
+
+def test_nothing_is_printed_without_the_echo_and_the_commits(tmp_path: Path) -> None:
+    report = Report("unit", argparse.Namespace(json_out=str(tmp_path / "r.json")))
+    print_ceiling(report, {"isolation floor c=4": [_way(6.0, 2.0)]})
+    assert _figures(report) == {}
