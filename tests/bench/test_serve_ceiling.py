@@ -78,6 +78,21 @@ def test_the_ceiling_is_the_floor_over_floor_echo_and_commits_by_own_cpu(tmp_pat
     assert "isolation floor c=32: own CPU per execution" not in figures  # no such blocks
 
 
+def test_the_floors_sandboxes_are_counted_by_their_cgroups_as_the_engines_are(
+    tmp_path: Path,
+) -> None:
+    report = Report("unit", argparse.Namespace(json_out=str(tmp_path / "r.json")))
+    floor = {**_way(9.0, 2.0), "sandboxes (fork to exit)": 3.5, "sandboxes (their cgroups)": 3.0}
+    blocks = {
+        "isolation floor c=4": [floor],
+        ECHO_THREADS: [{"client": 0.1, "server": 0.1, "echo": 0.2, "executions/s": 1.0}],
+        COMMITS: [{"commits": 0.3, "executions/s": 1.0}],
+    }
+    print_ceiling(report, blocks)
+    # 9.0 - 2.0 (the rest), less 0.5 of the sandboxes' CPU before they joined their cgroups
+    assert _figures(report)["isolation floor c=4: own CPU per execution"] == pytest.approx(6.5)
+
+
 def test_nothing_is_printed_without_the_echo_and_the_commits(tmp_path: Path) -> None:
     report = Report("unit", argparse.Namespace(json_out=str(tmp_path / "r.json")))
     print_ceiling(report, {"isolation floor c=4": [_way(6.0, 2.0)]})
