@@ -14,6 +14,7 @@ from bench.serve_ceiling import (
     COMMITS,
     ECHO_AIO,
     ECHO_THREADS,
+    PACED,
     REST,
     DurableCommits,
     print_ceiling,
@@ -73,6 +74,7 @@ def test_the_ceiling_is_the_floor_over_floor_echo_and_commits_by_own_cpu(tmp_pat
     assert figures["served ceiling c=4: floor / (floor + echo + commits)"] == pytest.approx(
         4.5 / (4.5 + 0.25 + 0.15)
     )
+    assert not any("paced" in label for label in figures)  # no bench.grpc_floor blocks
     # ptc serve's own CPU 6.0, 7.0, 7.0: median 7.0
     assert figures["ptc serve + gRPC c=4: own CPU per execution"] == pytest.approx(7.0)
     assert "isolation floor c=32: own CPU per execution" not in figures  # no such blocks
@@ -91,6 +93,32 @@ def test_the_floors_sandboxes_are_counted_by_their_cgroups_as_the_engines_are(
     print_ceiling(report, blocks)
     # 9.0 - 2.0 (the rest), less 0.5 of the sandboxes' CPU before they joined their cgroups
     assert _figures(report)["isolation floor c=4: own CPU per execution"] == pytest.approx(6.5)
+
+
+def test_a_second_ceiling_puts_in_the_call_paced_as_served_executions_are(
+    tmp_path: Path,
+) -> None:
+    report = Report("unit", argparse.Namespace(json_out=str(tmp_path / "r.json")))
+    paced = [
+        {"server process": s, "client (this process)": c, "executions/s": 1.0}
+        for s, c in ((0.4, 0.3), (0.35, 0.25), (0.5, 0.3))
+    ]
+    blocks = {
+        "isolation floor c=4": [_way(7.0, 2.0)],
+        ECHO_THREADS: [{"client": 0.1, "server": 0.1, "echo": 0.2, "executions/s": 1.0}],
+        COMMITS: [{"commits": 0.3, "executions/s": 1.0}],
+        PACED: paced,
+    }
+    print_ceiling(report, blocks)
+    figures = _figures(report)
+    assert figures["the same call paced as served executions are: CPU per call"] == (
+        pytest.approx(0.7)
+    )
+    label = "served ceiling c=4 with the call paced: floor / (floor + paced + commits)"
+    assert figures[label] == pytest.approx(5.0 / (5.0 + 0.7 + 0.3))
+    assert figures["served ceiling c=4: floor / (floor + echo + commits)"] == pytest.approx(
+        5.0 / 5.5
+    )
 
 
 def test_nothing_is_printed_without_the_echo_and_the_commits(tmp_path: Path) -> None:
