@@ -63,7 +63,14 @@ from bench.grpc_echo import BareEcho
 from bench.grpc_floor import BareGrpc
 from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
 from bench.serve_budget import SERVED_IN_MEMORY, print_serving_budget
-from bench.serve_ceiling import COMMITS, ECHO_AIO, ECHO_THREADS, DurableCommits, print_ceiling
+from bench.serve_ceiling import (
+    COMMITS,
+    COMMITS_NORMAL,
+    ECHO_AIO,
+    ECHO_THREADS,
+    DurableCommits,
+    print_ceiling,
+)
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
 from sandbox.client import AsyncClient
@@ -435,7 +442,7 @@ async def main(
     served_in_memory = Served(audit_in_memory=True)
     bare_grpc = BareGrpc()
     echoes = {ECHO_THREADS: BareEcho("threads"), ECHO_AIO: BareEcho("aio")}
-    commits = DurableCommits()
+    commits = {COMMITS: DurableCommits("FULL"), COMMITS_NORMAL: DurableCommits("NORMAL")}
     breakdowns: dict[str, list[dict[str, float]]] = {}
     await engine.start()
     docker = await docker_engine() if docker_per_block else None
@@ -520,10 +527,12 @@ async def main(
 
             cases[name] = bare_echo
 
-        async def durable() -> float:
-            return keep(COMMITS, await asyncio.to_thread(commits.block, per_block))
+        for name, sqlite_file in commits.items():
 
-        cases[COMMITS] = durable
+            async def durable(name: str = name, sqlite_file: DurableCommits = sqlite_file) -> float:
+                return keep(name, await asyncio.to_thread(sqlite_file.block, per_block))
+
+            cases[name] = durable
         cases[SERVED_IN_MEMORY] = serve_in_memory
         cases["reference: bare fork+unshare c=4"] = bare
         cases["reference: bare bwrap python3 -c c=4"] = bwrap
@@ -596,7 +605,8 @@ async def main(
         await bare_grpc.close()
         for echo in echoes.values():
             echo.close()
-        commits.close()
+        for sqlite_file in commits.values():
+            sqlite_file.close()
         floor.close()
         if docker is not None:
             await docker.close()

@@ -12,6 +12,7 @@ import pytest
 from bench.harness import Report
 from bench.serve_ceiling import (
     COMMITS,
+    COMMITS_NORMAL,
     ECHO_AIO,
     ECHO_THREADS,
     PACED,
@@ -30,13 +31,14 @@ def _figures(report: Report) -> dict[str, float]:
     }
 
 
-def test_each_execution_commits_its_row_twice_durably() -> None:
-    commits = DurableCommits()
+@pytest.mark.parametrize(("synchronous", "level"), [("FULL", 2), ("NORMAL", 1)])
+def test_each_execution_commits_its_row_twice_durably(synchronous: str, level: int) -> None:
+    commits = DurableCommits(synchronous)
     try:
         path = Path(commits.dir.name) / "commits.db"
         figures = commits.block(20)
         assert commits.db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert commits.db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+        assert commits.db.execute("PRAGMA synchronous").fetchone() == (level,)
         # Another connection sees every row completed: each transaction was committed.
         other = sqlite3.connect(path)
         try:
@@ -108,17 +110,24 @@ def test_a_second_ceiling_puts_in_the_call_paced_as_served_executions_are(
         ECHO_THREADS: [{"client": 0.1, "server": 0.1, "echo": 0.2, "executions/s": 1.0}],
         COMMITS: [{"commits": 0.3, "executions/s": 1.0}],
         PACED: paced,
+        COMMITS_NORMAL: [{"commits": 0.05, "executions/s": 1.0}],
     }
     print_ceiling(report, blocks)
     figures = _figures(report)
     assert figures["the same call paced as served executions are: CPU per call"] == (
         pytest.approx(0.7)
     )
+    assert figures["the same with synchronous=NORMAL: CPU"] == pytest.approx(0.05)
     label = "served ceiling c=4 with the call paced: floor / (floor + paced + commits)"
     assert figures[label] == pytest.approx(5.0 / (5.0 + 0.7 + 0.3))
     assert figures["served ceiling c=4: floor / (floor + echo + commits)"] == pytest.approx(
         5.0 / 5.5
     )
+
+
+def test_only_full_or_normal_is_asked_for() -> None:
+    with pytest.raises(ValueError, match=r"synchronous: 'OFF; DROP TABLE records' is neither"):
+        DurableCommits("OFF; DROP TABLE records")
 
 
 def test_nothing_is_printed_without_the_echo_and_the_commits(tmp_path: Path) -> None:
