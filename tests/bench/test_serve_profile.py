@@ -58,3 +58,16 @@ def test_the_bare_engine_server_serves_the_sdks_execute_and_is_stopped() -> None
     figures, server = asyncio.run(run())
     assert figures["server process"] >= 0
     assert server.proc.returncode == 0  # it stopped at SIGTERM, its engine closed
+
+
+def test_a_raw_client_runs_the_same_execute_without_the_sdk() -> None:
+    async def run() -> tuple[dict[str, float], Server]:
+        server = Server("raw", ROOT, ["--pool-size", "1"], raw_client=True)
+        try:
+            return await server.block(executions=4, concurrency=2), server
+        finally:
+            await server.close()
+
+    figures, server = asyncio.run(run())  # each reply was checked: status ok, stdout "1\n"
+    assert figures["client (this process)"] >= 0
+    assert server.proc.returncode is not None
