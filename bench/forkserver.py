@@ -29,7 +29,12 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    (``--docker-per-block`` executions a block); and a bare gRPC unary call at concurrency 4
    whose method only waits, on average, as long as the last served ``print(1)`` took (each call
    a different time, as served executions do: `bench.grpc_floor`): what gRPC alone costs each
-   served execution, server and client, at that rate.
+   served execution, server and client, at that rate;
+6. issue 40's served ceiling (`bench.serve_ceiling`): a bare grpcio echo of a served
+   execution's sizes, back to back at concurrency 4, on a thread-pool server and on ``grpc.aio``
+   over uvloop (`bench.grpc_echo`: client and server CPU per call), and two durable SQLite
+   commits per execution; printed beside the floor, the engine and ``ptc serve``, with the
+   ceiling floor / (floor + echo + commits).
 
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its processes: one with pidfds, two with a reaper) and cgroup charge;
@@ -54,9 +59,18 @@ import psutil
 
 from bench.floor import STEPS, Floor, busy_cpu_s, kernel_threads_cpu_s, sandbox_cgroups_cpu_s
 from bench.grpc import spawn, stop
+from bench.grpc_echo import BareEcho
 from bench.grpc_floor import BareGrpc
 from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
 from bench.serve_budget import SERVED_IN_MEMORY, print_serving_budget
+from bench.serve_ceiling import (
+    COMMITS,
+    COMMITS_NORMAL,
+    ECHO_AIO,
+    ECHO_THREADS,
+    DurableCommits,
+    print_ceiling,
+)
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.backends.process.bwrap import bwrap_path
 from sandbox.client import AsyncClient
@@ -387,7 +401,8 @@ def print_breakdowns(report: Report, breakdowns: dict[str, list[dict[str, float]
                 value = percentile([b[label] for b in blocks], 0.5)
                 parts.append(f"{label} {value:.2f}")
                 report.data(f"{name}: {label} (ms) samples", [b[label] for b in blocks])
-        report.print(f"   {name}: " + ", ".join(parts))
+        if parts:  # the echo's and the commits' figures are `bench.serve_ceiling`'s to print
+            report.print(f"   {name}: " + ", ".join(parts))
 
 
 def print_cpu_ratios(report: Report, breakdowns: dict[str, list[dict[str, float]]]) -> None:
@@ -426,6 +441,8 @@ async def main(
     served = Served()
     served_in_memory = Served(audit_in_memory=True)
     bare_grpc = BareGrpc()
+    echoes = {ECHO_THREADS: BareEcho("threads"), ECHO_AIO: BareEcho("aio")}
+    commits = {COMMITS: DurableCommits("FULL"), COMMITS_NORMAL: DurableCommits("NORMAL")}
     breakdowns: dict[str, list[dict[str, float]]] = {}
     await engine.start()
     docker = await docker_engine() if docker_per_block else None
@@ -500,6 +517,22 @@ async def main(
             )
             return keep(SERVED_IN_MEMORY, figures)
 
+        for name, echo in echoes.items():
+
+            async def bare_echo(name: str = name, echo: BareEcho = echo) -> float:
+                # Ten times a block's executions: its calls are 50 times cheaper.
+                figures = await asyncio.to_thread(echo.block, per_block * 10)
+                figures["executions/s"] = figures.pop("calls/s")
+                return keep(name, figures)
+
+            cases[name] = bare_echo
+
+        for name, sqlite_file in commits.items():
+
+            async def durable(name: str = name, sqlite_file: DurableCommits = sqlite_file) -> float:
+                return keep(name, await asyncio.to_thread(sqlite_file.block, per_block))
+
+            cases[name] = durable
         cases[SERVED_IN_MEMORY] = serve_in_memory
         cases["reference: bare fork+unshare c=4"] = bare
         cases["reference: bare bwrap python3 -c c=4"] = bwrap
@@ -555,6 +588,8 @@ async def main(
         print_breakdowns(report, timed)
         print_cpu_ratios(report, timed)
         print_serving_budget(report, timed)
+        report.section("2b. the served ceiling (issue 40), CPU per execution (medians)")
+        print_ceiling(report, timed)
         report.section("3. warm print(1) latency")
         await latency(report, engine, backend, 30)
         report.section("4. an idle pooled sandbox")
@@ -568,6 +603,10 @@ async def main(
         await served.close()
         await served_in_memory.close()
         await bare_grpc.close()
+        for echo in echoes.values():
+            echo.close()
+        for sqlite_file in commits.values():
+            sqlite_file.close()
         floor.close()
         if docker is not None:
             await docker.close()

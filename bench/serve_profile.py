@@ -1,13 +1,12 @@
 """Where a served execution's CPU goes: a real ``ptc serve``'s process, per execution, profiled.
 
 Run: ``python -m bench.serve_profile [--executions N] [--concurrency C] [--rounds R]
-[--baseline DIR] [--embedded] [--profile [--profile-out FILE]] [--serve-arg=ARG ...]`` as root
-(cgroups, like the process backend), e.g. ``--rounds 7 --baseline /tmp/before --embedded``.
-Starts a real
-``ptc serve`` as `bench.forkserver` does (SQLite audit on, one tenant, loopback), runs
-``print(1)`` through the client SDK (`sandbox.client.AsyncClient`, the unary ``Execute``) N
-times at concurrency C, and prints per block, then the median over ``--rounds`` blocks, the CPU
-per execution of:
+[--baseline DIR] [--embedded] [--bare] [--raw-client] [--profile [--profile-out FILE]]
+[--serve-arg=ARG ...]`` as root (cgroups, like the process backend), e.g. ``--rounds 7
+--baseline /tmp/before --embedded``. Starts a real ``ptc serve`` as `bench.forkserver` does
+(SQLite audit on, one tenant, loopback), runs ``print(1)`` through the client SDK
+(`sandbox.client.AsyncClient`, the unary ``Execute``) N times at concurrency C, and prints per
+block, then the median over ``--rounds`` blocks, the CPU per execution of:
 
 - the server process (utime + stime from ``/proc/PID/stat``: every thread, not its children,
   so not the zygote's and not the sandboxes');
@@ -21,7 +20,13 @@ an order rotated from round to round, so that the machine's load hits both alike
 ``this - baseline`` for each figure (``--baseline-serve-arg`` gives that server more arguments:
 ``--baseline . --baseline-serve-arg=--audit-db=memory`` is what the SQLite audit costs).
 ``--embedded`` also runs the same executions through an `Engine` in this process, in its own
-alternating blocks, and prints ``this - embedded``: what serving adds to the engine. Every side
+alternating blocks, and prints ``this - embedded``: what serving adds to the engine. ``--bare``
+also runs them through the engine behind a bare ``grpc.aio`` server (`_bare_engine_server`: the
+real ``Execute``, none of our serving layers) and prints ``this - bare``: what our layers (the
+interceptor, tenancy, the idempotency look-up, conversions, the audit) add to gRPC and the
+engine; ``bare - embedded`` is gRPC's own cost in the engine's process. ``--raw-client`` also
+runs this server (another process of it, with the same ``--serve-arg``) called by a bare
+``grpc.aio`` stub instead of the SDK: ``this - raw`` is the SDK's own cost in the client. Every side
 runs on the server's event loop (uvloop where installed). The audit database of each server
 starts empty and grows by its executions, as a real server's does.
 
@@ -45,17 +50,23 @@ import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
+
+from grpc import aio
 
 from bench import _serve_profiled
 from bench.grpc import spawn, stop
 from bench.harness import Report, bench_parser, run_in_slots
 from bench.host_profile import print_profile
+from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import AsyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = Path(__file__).resolve().parent / "_serve_profiled.py"
+BARE = Path(__file__).resolve().parent / "_bare_engine_server.py"
 TICKS = os.sysconf("SC_CLK_TCK")
+EXECUTE = "/ptc.sandbox.v1.SandboxService/Execute"
 
 
 def _stat_cpu_s(path: str) -> float:
@@ -70,17 +81,31 @@ def _own_cpu_s() -> float:
 
 
 class Server:
-    """A real ``ptc serve`` from ``checkout`` under the profiling wrapper, and its client."""
+    """A real ``ptc serve`` from ``checkout`` under the profiling wrapper, and its client
+    (``bare``: the engine behind a bare gRPC server instead, `bench._bare_engine_server`;
+    ``raw_client``: a bare ``grpc.aio`` stub instead of the SDK, sending the least request that
+    runs ``print(1)``, the script and an idempotency key as the SDK's, and reading the reply as
+    a message, not an `ExecutionResult`)."""
 
-    def __init__(self, name: str, checkout: Path, extra: list[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        checkout: Path,
+        extra: list[str],
+        bare: bool = False,
+        raw_client: bool = False,
+    ) -> None:
         self.name = name
         self.dir = tempfile.TemporaryDirectory(prefix="ptc-bench-serve-profile-")
         self.stats = f"{self.dir.name}/profile.stats"
         env = {**os.environ, "PYTHONPATH": str(checkout)}
         args = [str(WRAPPER), self.stats, "serve", "--listen", "127.0.0.1:0",
                 "--audit-db", f"{self.dir.name}/audit.db", *extra]  # fmt: skip
+        if bare:
+            args = [str(BARE)]
         self.proc, address = spawn(args, cwd=checkout, env=env)
         self.client = AsyncClient(address)
+        self.raw: aio.Channel | None = aio.insecure_channel(address) if raw_client else None
 
     def cpu_s(self) -> tuple[float, float]:
         """(whole process, main thread) CPU seconds so far."""
@@ -93,6 +118,18 @@ class Server:
         async def one() -> None:
             result = await self.client.execute("print(1)")
             assert result.status == "ok" and result.stdout == "1\n", result.to_json()
+
+        if self.raw is not None:
+            execute = self.raw.unary_unary(
+                EXECUTE,
+                request_serializer=pb.ExecuteRequest.SerializeToString,
+                response_deserializer=pb.ExecutionResult.FromString,
+            )
+
+            async def one() -> None:
+                request = pb.ExecuteRequest(script="print(1)", idempotency_key=uuid.uuid4().hex)
+                reply = await execute(request)
+                assert reply.status == pb.EXECUTION_STATUS_OK and reply.stdout == "1\n", reply
 
         (process0, main0), client0 = self.cpu_s(), _own_cpu_s()
         await run_in_slots(one, executions, concurrency)
@@ -120,6 +157,8 @@ class Server:
 
     async def close(self) -> None:
         await self.client.close()
+        if self.raw is not None:
+            await self.raw.close(None)
         stop(self.proc)
         self.dir.cleanup()
 
@@ -174,6 +213,10 @@ async def main(report: Report, args: argparse.Namespace) -> None:
     try:
         if baseline:
             servers.append(Server("baseline", Path(baseline).resolve(), args.baseline_serve_arg))
+        if args.bare:
+            servers.append(Server("bare", ROOT, [], bare=True))
+        if args.raw_client:
+            servers.append(Server("raw", ROOT, args.serve_arg, raw_client=True))
         if args.embedded:
             embedded = Embedded()
             servers.append(embedded)
@@ -197,11 +240,15 @@ async def main(report: Report, args: argparse.Namespace) -> None:
             for label, value in medians[name].items():
                 report.figure(label, value, "ms")
             report.data("blocks", runs)
-        for other in ("baseline", "embedded"):
+        for other in ("baseline", "bare", "raw", "embedded"):
             if other in medians:
                 report.section(f"this - {other}, CPU per execution (medians)")
                 for label, value in medians["this"].items():
                     report.figure(label, value - medians[other][label], "ms")
+        if "bare" in medians and "embedded" in medians:
+            report.section("bare - embedded (gRPC in the engine's process), CPU per execution")
+            for label, value in medians["bare"].items():
+                report.figure(label, value - medians["embedded"][label], "ms")
         if args.profile:
             assert isinstance(servers[0], Server)
             stats = await servers[0].profiled(executions, concurrency)
@@ -222,6 +269,16 @@ if __name__ == "__main__":
     parser.add_argument("--profile", action="store_true", help="profile one more block")
     parser.add_argument(
         "--embedded", action="store_true", help="also the engine in this process, alternating"
+    )
+    parser.add_argument(
+        "--raw-client",
+        action="store_true",
+        help="also this server with a bare grpc.aio stub for a client, not the SDK",
+    )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also the engine behind a bare gRPC server (bench/_bare_engine_server.py)",
     )
     parser.add_argument(
         "--serve-arg", action="append", default=[], help="one more argument for ptc serve"

@@ -43,3 +43,31 @@ def test_a_profiled_block_profiles_the_servers_executions() -> None:
     }
     # `Runner.prepare` (plain, not a coroutine: one call each) ran for each profiled execution.
     assert calls.get(("runner.py", "prepare")) == 6
+
+
+def test_the_bare_engine_server_serves_the_sdks_execute_and_is_stopped() -> None:
+    async def run() -> tuple[dict[str, float], Server]:
+        server = Server("bare", ROOT, [], bare=True)
+        try:
+            result = await server.client.execute("print(6 * 7)")
+            assert (result.status, result.stdout) == ("ok", "42\n")
+            return await server.block(executions=4, concurrency=2), server
+        finally:
+            await server.close()
+
+    figures, server = asyncio.run(run())
+    assert figures["server process"] >= 0
+    assert server.proc.returncode == 0  # it stopped at SIGTERM, its engine closed
+
+
+def test_a_raw_client_runs_the_same_execute_without_the_sdk() -> None:
+    async def run() -> tuple[dict[str, float], Server]:
+        server = Server("raw", ROOT, ["--pool-size", "1"], raw_client=True)
+        try:
+            return await server.block(executions=4, concurrency=2), server
+        finally:
+            await server.close()
+
+    figures, server = asyncio.run(run())  # each reply was checked: status ok, stdout "1\n"
+    assert figures["client (this process)"] >= 0
+    assert server.proc.returncode is not None
