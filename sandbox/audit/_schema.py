@@ -15,11 +15,22 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
 admitted under one.
+
+A step is SQL statements, or a function of the open transaction where a step must compute
+what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+import json
+from collections.abc import Callable
+
+from sandbox.audit._db import Tx
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SESSION_LABEL", "Step"]
+
+Step = str | Callable[[Tx], None]
+SESSION_LABEL = "ptc.session_id"  # the label a session's cells carry (`sandbox.sessions`)
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS entries (
@@ -141,14 +152,56 @@ _V6 = (
     )""",
 )
 
-# Ordered steps: (version, statements). Append new steps; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+
+def _fill_sessions(tx: Tx) -> None:
+    """Sets ``executions.session_id`` from each admission's ``ptc.session_id`` label: one read
+    of the admissions, once, where a list by session used to search their text every time."""
+    found: list[tuple[str, str]] = []
+    for execution_id, payload in tx.stream(
+        "SELECT execution_id, payload FROM entries WHERE kind = 'admitted'"
+    ):
+        labels = json.loads(payload).get("labels")
+        session = labels.get(SESSION_LABEL) if isinstance(labels, dict) else None
+        if isinstance(session, str) and session:
+            found.append((session, str(execution_id)))
+    for start in range(0, len(found), 1000):
+        tx.executemany(
+            "UPDATE executions SET session_id = ? WHERE execution_id = ?",
+            found[start : start + 1000],
+        )
+
+
+# Version 7 (every list filter an index answers): a session's cells are found through a typed
+# column and an index, never a search of the admissions' JSON text; calls and violations rows
+# carry their execution's ``admit_seq``, so a list by tool or violation walks its own index in
+# page order (newest first) and stops at the page, instead of collecting every matching id.
+_V7: tuple[Step, ...] = (
+    "ALTER TABLE executions ADD COLUMN session_id TEXT",
+    "ALTER TABLE calls ADD COLUMN admit_seq BIGINT",
+    "ALTER TABLE violations ADD COLUMN admit_seq BIGINT",
+    _fill_sessions,
+    """UPDATE calls SET admit_seq = (
+        SELECT e.admit_seq FROM executions e WHERE e.execution_id = calls.execution_id)""",
+    """UPDATE violations SET admit_seq = (
+        SELECT e.admit_seq FROM executions e WHERE e.execution_id = violations.execution_id)""",
+    """CREATE INDEX IF NOT EXISTS executions_tenant_session
+        ON executions (tenant, session_id, admit_seq)""",
+    "DROP INDEX IF EXISTS calls_tenant_tool",
+    "CREATE INDEX IF NOT EXISTS calls_tenant_tool_seq ON calls (tenant, tool, admit_seq)",
+    "DROP INDEX IF EXISTS violations_tenant_limit",
+    """CREATE INDEX IF NOT EXISTS violations_tenant_limit_seq
+        ON violations (tenant, limit_name, admit_seq)""",
+)
+
+# Ordered steps: (version, steps). Append new steps; never edit an applied one.
+MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
     (5, _V5),
     (6, _V6),
+    (7, _V7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

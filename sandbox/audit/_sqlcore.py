@@ -17,9 +17,8 @@ import builtins
 import json
 import socket
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from sandbox.audit import _fleet
 from sandbox.audit._codec import (
@@ -31,7 +30,9 @@ from sandbox.audit._codec import (
     result_from_json,
     result_to_json,
 )
+from sandbox.audit._db import Db, Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive, ended
+from sandbox.audit._listing import page, page_size
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
 from sandbox.audit._verify import ChainState, verify_tenant
 from sandbox.audit.base import (
@@ -44,50 +45,18 @@ from sandbox.audit.base import (
     Member,
     VerifyReport,
 )
-from sandbox.errors import InvalidArgument, NotFound, quote
+from sandbox.errors import InvalidArgument, NotFound
 from sandbox.result import ExecutionResult
 
 __all__ = ["Db", "SqlAuditStore", "Tx"]
 
-MAX_PAGE = 1000
 _BATCH = 500
-
-
-class Tx(Protocol):
-    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
-
-    def stream(self, sql: str, params: Sequence[object] = ()) -> Iterator[tuple[Any, ...]]: ...
-
-
-class Db(Protocol):
-    """One engine's connection handling."""
-
-    for_update: str  # appended to the chain-head SELECT
-    # True when a write transaction excludes every other writer from its start (SQLite's
-    # ``BEGIN IMMEDIATE``), so a row read before the tenant's chain head is locked is current;
-    # False when writers serialise only on that lock (PostgreSQL: read after it).
-    serial_writes: bool
-
-    def write(self) -> AbstractContextManager[Tx]:
-        """A write transaction, serialised against other writers of the same store."""
-
-    def read(self) -> AbstractContextManager[Tx]:
-        """A read transaction on one consistent snapshot."""
-
-    def read_one(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        """One read statement, which is its own snapshot (no explicit transaction around it)."""
-
-    def lock_migrations(self, tx: Tx) -> None: ...
-
-    def close(self) -> None: ...
 
 
 _ENTRY_COLUMNS = "tenant, seq, kind, execution_id, at_us, payload, prev_hash, entry_hash"
 _EXEC_COLUMNS = (
     "tenant, admit_seq, status, admitted_at, finished_at, backend, script_sha256, "
-    "manifest_sha256, instance, prev_hash, record_hash"
+    "manifest_sha256, instance, prev_hash, record_hash, session_id"
 )
 
 
@@ -119,8 +88,11 @@ class SqlAuditStore:
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
-                for statement in statements:
-                    tx.execute(statement)
+                for step in statements:
+                    if isinstance(step, str):
+                        tx.execute(step)
+                    else:
+                        step(tx)
                 tx.execute(
                     "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
                     (version, time.time()),
@@ -287,14 +259,16 @@ class SqlAuditStore:
             # back: a completion sets the row's status, finish time and last hash, and its
             # calls and violations; the admission fields and the holder (`instance`, which only
             # the admission and take-overs name) stay what the row's last reindex wrote.
-            tx.execute(
+            admit_seq = tx.execute(
                 "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
-                "WHERE execution_id = ?",
+                "WHERE execution_id = ? RETURNING admit_seq",
                 (status, finished_at, entry.entry_hash, execution_id),
-            )
+            )[0][0]
             # Calls and violations rows exist only after a completion, and a record completes
             # again only when that completion's status was `interrupted` (a session's end).
-            self._write_lists(tx, tenant, execution_id, calls, violations, clear=was != "running")
+            self._write_lists(
+                tx, tenant, (execution_id, int(admit_seq)), calls, violations, was != "running"
+            )
 
     def _tenant_of(self, tx: Tx, execution_id: str) -> str:
         rows = tx.execute("SELECT tenant FROM executions WHERE execution_id = ?", (execution_id,))
@@ -331,34 +305,37 @@ class SqlAuditStore:
             str(json.loads(taken[2])["instance"]) if taken is not None else None,
         )
         self._write_row(tx, execution_id, derived.row, insert=False)
-        self._write_lists(tx, tenant, execution_id, derived.calls, derived.violations, clear=True)
+        self._write_lists(
+            tx, tenant, (execution_id, int(first[0])), derived.calls, derived.violations, True
+        )
 
     def _write_lists(
         self,
         tx: Tx,
         tenant: str,
-        execution_id: str,
+        execution: tuple[str, int],
         calls: Sequence[CallRow],
         violations: Sequence[ViolationRow],
-        *,
         clear: bool,
     ) -> None:
-        """Writes the execution's calls and violations rows; ``clear``: first deletes the ones
-        an earlier completion wrote."""
+        """Writes the calls and violations rows of ``execution`` (its id and ``admit_seq``, the
+        order lists by tool and violation page in); ``clear``: first deletes the ones an
+        earlier completion wrote."""
+        execution_id, admit_seq = execution
         if clear:
             tx.execute("DELETE FROM calls WHERE execution_id = ?", (execution_id,))
             tx.execute("DELETE FROM violations WHERE execution_id = ?", (execution_id,))
         if calls:
             tx.executemany(
-                "INSERT INTO calls (execution_id, idx, seq, tenant, tool, status) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(execution_id, i, s, tenant, tool, st) for i, s, tool, st in calls],
+                "INSERT INTO calls (execution_id, idx, seq, tenant, tool, status, admit_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(execution_id, i, s, tenant, tool, st, admit_seq) for i, s, tool, st in calls],
             )
         if violations:
             tx.executemany(
-                "INSERT INTO violations (execution_id, idx, tenant, limit_name, action) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(execution_id, i, tenant, name, act) for i, name, act in violations],
+                "INSERT INTO violations (execution_id, idx, tenant, limit_name, action, admit_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(execution_id, i, tenant, name, act, admit_seq) for i, name, act in violations],
             )
 
     def _write_row(self, tx: Tx, execution_id: str, row: ExecRow, *, insert: bool) -> bool:
@@ -375,12 +352,13 @@ class SqlAuditStore:
             row.instance,
             row.prev_hash,
             row.record_hash,
+            row.session_id,
         )
         if insert:
             return bool(
                 tx.execute(
                     f"INSERT INTO executions (execution_id, {_EXEC_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (execution_id) DO NOTHING RETURNING execution_id",
                     (execution_id, *values),
                 )
@@ -566,50 +544,13 @@ class SqlAuditStore:
             return self._records(tx, tenant, [execution_id]).get(execution_id)
 
     def list(self, tenant: str, query: AuditQuery) -> tuple[list[AuditRecord], str | None]:
-        where: list[str] = ["tenant = ?"]
-        params: list[object] = [tenant]
-        if query.since is not None:
-            where.append("admitted_at >= ?")
-            params.append(query.since)
-        if query.until is not None:
-            where.append("admitted_at < ?")
-            params.append(query.until)
-        if query.status:
-            where.append("status = ?")
-            params.append(query.status)
-        if query.tool:
-            where.append(
-                "execution_id IN (SELECT execution_id FROM calls WHERE tenant = ? AND tool = ?)"
-            )
-            params += [tenant, query.tool]
-        if query.violation:
-            where.append(
-                "execution_id IN (SELECT execution_id FROM violations "
-                "WHERE tenant = ? AND limit_name = ?)"
-            )
-            params += [tenant, query.violation]
-        if query.session_id:
-            # The label is in the admission entry's canonical JSON; session ids are `s-` and
-            # hex (checked where queries come in), so no LIKE wildcard can hide in one.
-            where.append(
-                "execution_id IN (SELECT execution_id FROM entries WHERE tenant = ? "
-                "AND kind = 'admitted' AND payload LIKE ?)"
-            )
-            params += [tenant, f'%"ptc.session_id":"{query.session_id}"%']
-        if query.page_token:
-            where.append("admit_seq < ?")
-            params.append(_parse_token(query.page_token))
-        size = max(1, min(query.limit or 50, MAX_PAGE))
-        sql = (
-            f"SELECT execution_id, admit_seq FROM executions WHERE {' AND '.join(where)} "
-            f"ORDER BY admit_seq DESC LIMIT {size + 1}"
-        )
+        size = page_size(query)
         with self._db.read() as tx:
-            rows = tx.execute(sql, params)
-            page = rows[:size]
-            records = self._records(tx, tenant, [str(r[0]) for r in page])
-        token = f"a{int(page[-1][1])}" if len(rows) > size else None
-        return [records[str(r[0])] for r in page if str(r[0]) in records], token
+            rows = page(tx, tenant, query)
+            shown = rows[:size]
+            records = self._records(tx, tenant, [r[0] for r in shown])
+        token = f"a{shown[-1][1]}" if len(rows) > size else None
+        return [records[r[0]] for r in shown if r[0] in records], token
 
     def tenants(self) -> builtins.list[str]:
         """Every tenant with a chain or an index row (an operator's view; not in the protocol)."""
@@ -757,14 +698,6 @@ def _next_entry(
     return Entry(tenant, seq + 1, kind, execution_id, at_us, payload, head_hash, digest)
 
 
-def _parse_token(token: str) -> int:
-    # A token this store issued is "a" and a row id: a few digits, never thousands (which
-    # int() would refuse with a ValueError).
-    if not token.startswith("a") or not token[1:].isdigit() or len(token) > 24:
-        raise InvalidArgument(f"page_token: {quote(token)} is not a token this store issued")
-    return int(token[1:])
-
-
 def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
     """An `AuditRecord` from an execution's entries in sequence order."""
     if not rows or rows[0][1] != "admitted":
@@ -817,15 +750,28 @@ def _chain_state(tx: Tx, tenant: str) -> ChainState:
             str(row[9]),
             str(row[10]),
             str(row[11]),
+            None if row[12] is None else str(row[12]),
         )
     calls: dict[str, list[CallRow]] = state.calls
-    for execution_id, idx, seq, tool, status in tx.stream(
-        "SELECT execution_id, idx, seq, tool, status FROM calls WHERE tenant = ?", (tenant,)
+    for execution_id, idx, seq, tool, status, admit_seq in tx.stream(
+        "SELECT execution_id, idx, seq, tool, status, admit_seq FROM calls WHERE tenant = ?",
+        (tenant,),
     ):
         calls.setdefault(str(execution_id), []).append((int(idx), int(seq), str(tool), str(status)))
+        _file(state, str(execution_id), admit_seq)
     violations: dict[str, list[ViolationRow]] = state.violations
-    for execution_id, idx, name, action in tx.stream(
-        "SELECT execution_id, idx, limit_name, action FROM violations WHERE tenant = ?", (tenant,)
+    for execution_id, idx, name, action, admit_seq in tx.stream(
+        "SELECT execution_id, idx, limit_name, action, admit_seq FROM violations WHERE tenant = ?",
+        (tenant,),
     ):
         violations.setdefault(str(execution_id), []).append((int(idx), str(name), str(action)))
+        _file(state, str(execution_id), admit_seq)
     return state
+
+
+def _file(state: ChainState, execution_id: str, admit_seq: object) -> None:
+    """Notes a calls or violations row filed under another admission than its execution's
+    (its ``admit_seq`` is what lists by tool and violation page by: an edit could hide it)."""
+    row = state.rows.get(execution_id)
+    if row is not None and admit_seq != row.admit_seq:
+        state.misfiled.add(execution_id)

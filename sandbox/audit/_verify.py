@@ -45,6 +45,8 @@ class ChainState:
     rows: dict[str, ExecRow] = field(default_factory=dict)
     calls: dict[str, list[CallRow]] = field(default_factory=dict)
     violations: dict[str, list[ViolationRow]] = field(default_factory=dict)
+    # Executions with a calls or violations row whose ``admit_seq`` is not the execution's.
+    misfiled: set[str] = field(default_factory=set)
 
 
 def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,7 +61,14 @@ def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_ADMISSION_KEYS = ("admitted_at", "backend", "script_sha256", "manifest_sha256", "instance")
+_ADMISSION_KEYS = (
+    "admitted_at",
+    "backend",
+    "script_sha256",
+    "manifest_sha256",
+    "instance",
+    "labels",
+)
 
 
 def verify_tenant(
@@ -212,6 +221,10 @@ def _check_index(
             problems.append(f"{where}: calls index differs from the chain: edited")
         if sorted(state.violations.get(execution_id, [])) != sorted(derived.violations):
             problems.append(f"{where}: violations index differs from the chain: edited")
+        if execution_id in state.misfiled:
+            problems.append(
+                f"{where}: calls or violations index filed under another admission: edited"
+            )
     for execution_id in rows:
         problems.append(
             f"record {execution_id}: in the executions index but not in the chain: inserted, "

@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from sandbox.audit._sqlcore import SqlAuditStore, Tx
+from sandbox.audit._db import Tx
+from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.errors import StoreUnavailable, Unavailable
 
 __all__ = ["PostgresAuditStore"]

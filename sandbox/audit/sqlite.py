@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
-from sandbox.audit._sqlcore import SqlAuditStore, Tx
+from sandbox.audit._db import Tx
+from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.audit.wal_checkpointer import BACKSTOP_PAGES, WalCheckpointer
 from sandbox.errors import StoreUnavailable
 
