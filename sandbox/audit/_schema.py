@@ -14,7 +14,8 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``write_probes`` is scratch space where a server checks that the store takes writes again;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
-admitted under one.
+admitted under one; ``merkle_frontiers`` the right edge of each tenant's Merkle tree at
+each signed checkpoint's size.
 
 A step is SQL statements, or a function of the open transaction where a step must compute
 what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
@@ -193,6 +194,21 @@ _V7: tuple[Step, ...] = (
         ON violations (tenant, limit_name, admit_seq)""",
 )
 
+# Version 8 (a checkpoint costs what was appended since the last): the right edge of each
+# tenant's Merkle tree at every size a checkpoint was signed at (`sandbox.audit.frontier`), from
+# which the next checkpoint grows the tree and `verify --since-checkpoint` starts. A row is
+# trusted only when its root is a signed checkpoint's.
+_V8: tuple[Step, ...] = (
+    """CREATE TABLE IF NOT EXISTS merkle_frontiers (
+        tenant TEXT NOT NULL,
+        tree_size BIGINT NOT NULL,
+        nodes TEXT NOT NULL,
+        last_hash TEXT NOT NULL,
+        last_path TEXT NOT NULL,
+        PRIMARY KEY (tenant, tree_size)
+    )""",
+)
+
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
@@ -202,6 +218,7 @@ MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (5, _V5),
     (6, _V6),
     (7, _V7),
+    (8, _V8),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -20,7 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.audit import _fleet
+from sandbox.audit import _fleet, _frontiers
+from sandbox.audit._checking import ENTRY_COLUMNS, EXEC_COLUMNS, verify_in
 from sandbox.audit._codec import (
     Entry,
     admission_from_json,
@@ -34,7 +35,6 @@ from sandbox.audit._db import Db, Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive, ended
 from sandbox.audit._listing import page, page_size
 from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
-from sandbox.audit._verify import ChainState, verify_tenant
 from sandbox.audit.base import (
     Admission,
     AuditQuery,
@@ -45,19 +45,13 @@ from sandbox.audit.base import (
     Member,
     VerifyReport,
 )
+from sandbox.audit.frontier import Frontier
 from sandbox.errors import InvalidArgument, NotFound
 from sandbox.result import ExecutionResult
 
 __all__ = ["Db", "SqlAuditStore", "Tx"]
 
 _BATCH = 500
-
-
-_ENTRY_COLUMNS = "tenant, seq, kind, execution_id, at_us, payload, prev_hash, entry_hash"
-_EXEC_COLUMNS = (
-    "tenant, admit_seq, status, admitted_at, finished_at, backend, script_sha256, "
-    "manifest_sha256, instance, prev_hash, record_hash, session_id"
-)
 
 
 def _now_us() -> int:
@@ -156,7 +150,7 @@ class SqlAuditStore:
         """Writes ``entry`` (made by `_next_entry` from the head locked in ``tx``) and moves
         the tenant's chain head to it."""
         tx.execute(
-            f"INSERT INTO entries ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.tenant,
                 entry.seq,
@@ -174,47 +168,49 @@ class SqlAuditStore:
         )
 
     def admit(self, admission: Admission) -> None:
-        admitted_at = admission.admitted_at or time.time()
-        data = admission_to_json(admission, admitted_at)
-        data["instance"] = self.instance
-        payload = canonical(data)
+        data, payload = self._admission_payload(admission)
         with self._db.write() as tx:
             # The tenant's chain head is locked first (FOR UPDATE on PostgreSQL; SQLite's write
             # transaction is already exclusive), so two servers admitting the same key
             # serialise here and the second one sees the first one's row.
-            entry = _next_entry(
-                self._lock_head(tx, admission.tenant),
-                admission.tenant,
-                "admitted",
-                admission.execution_id,
-                payload,
+            self._admit_in(tx, admission, data, payload, self._lock_head(tx, admission.tenant))
+
+    def _admission_payload(self, admission: Admission) -> tuple[dict[str, Any], str]:
+        data = admission_to_json(admission, admission.admitted_at or time.time())
+        data["instance"] = self.instance
+        return data, canonical(data)
+
+    def _admit_in(
+        self,
+        tx: Tx,
+        admission: Admission,
+        data: dict[str, Any],
+        payload: str,
+        head: tuple[int, str],
+    ) -> Entry:
+        """The admission's entry and index rows, written in ``tx`` after ``head`` (locked)."""
+        entry = _next_entry(head, admission.tenant, "admitted", admission.execution_id, payload)
+        derived = derive(
+            admission.tenant, entry.seq, data, entry.prev_hash, "admitted", entry.entry_hash, None
+        )
+        # The index row first: its primary key is what refuses an id admitted before (one
+        # statement for the check and the write; the raise rolls the transaction back).
+        if not self._write_row(tx, admission.execution_id, derived.row, insert=True):
+            raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
+        # Likewise the key's primary key refuses a key taken before; only then is its
+        # holder read, to name it.
+        if admission.idempotency_key and not tx.execute(
+            "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING execution_id",
+            (admission.tenant, admission.idempotency_key, admission.execution_id),
+        ):
+            taken = tx.execute(
+                "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
+                (admission.tenant, admission.idempotency_key),
             )
-            derived = derive(
-                admission.tenant,
-                entry.seq,
-                data,
-                entry.prev_hash,
-                "admitted",
-                entry.entry_hash,
-                None,
-            )
-            # The index row first: its primary key is what refuses an id admitted before (one
-            # statement for the check and the write; the raise rolls the transaction back).
-            if not self._write_row(tx, admission.execution_id, derived.row, insert=True):
-                raise InvalidArgument(f"execution {admission.execution_id} was already admitted")
-            # Likewise the key's primary key refuses a key taken before; only then is its
-            # holder read, to name it.
-            if admission.idempotency_key and not tx.execute(
-                "INSERT INTO idempotency_keys (tenant, idem_key, execution_id) VALUES (?, ?, ?) "
-                "ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING execution_id",
-                (admission.tenant, admission.idempotency_key, admission.execution_id),
-            ):
-                taken = tx.execute(
-                    "SELECT execution_id FROM idempotency_keys WHERE tenant = ? AND idem_key = ?",
-                    (admission.tenant, admission.idempotency_key),
-                )
-                raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
-            self._write_entry(tx, entry)
+            raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
+        self._write_entry(tx, entry)
+        return entry
 
     def by_key(self, tenant: str, key: str) -> str | None:
         rows = self._db.read_one(
@@ -227,7 +223,6 @@ class SqlAuditStore:
         data = result_to_json(result)
         data["execution_id"] = execution_id
         payload = canonical(data)
-        status, finished_at, calls, violations = ended(data)
         with self._db.write() as tx:
             # The record's tenant and status and the tenant's chain head in one statement, the
             # head locked (on PostgreSQL ``FOR UPDATE OF`` the head alone, as `_lock_head` does).
@@ -253,22 +248,38 @@ class SqlAuditStore:
                 )
             if was not in ("running", "interrupted"):
                 raise InvalidArgument(f"execution {execution_id} was already completed")
-            entry = _next_entry(head, tenant, "completed", execution_id, payload)
-            self._write_entry(tx, entry)
-            # The index as `_reindex` would derive it, without reading the admission entry
-            # back: a completion sets the row's status, finish time and last hash, and its
-            # calls and violations; the admission fields and the holder (`instance`, which only
-            # the admission and take-overs name) stay what the row's last reindex wrote.
-            admit_seq = tx.execute(
-                "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
-                "WHERE execution_id = ? RETURNING admit_seq",
-                (status, finished_at, entry.entry_hash, execution_id),
-            )[0][0]
-            # Calls and violations rows exist only after a completion, and a record completes
-            # again only when that completion's status was `interrupted` (a session's end).
-            self._write_lists(
-                tx, tenant, (execution_id, int(admit_seq)), calls, violations, was != "running"
-            )
+            self._complete_in(tx, (tenant, execution_id), head, data, payload, was)
+
+    def _complete_in(
+        self,
+        tx: Tx,
+        record: tuple[str, str],
+        head: tuple[int, str],
+        data: dict[str, Any],
+        payload: str,
+        was: str,
+    ) -> Entry:
+        """The completion's entry and index rows for ``record`` (tenant, execution id), whose
+        status ``was`` running or interrupted, written in ``tx`` after ``head`` (locked)."""
+        tenant, execution_id = record
+        status, finished_at, calls, violations = ended(data)
+        entry = _next_entry(head, tenant, "completed", execution_id, payload)
+        self._write_entry(tx, entry)
+        # The index as `_reindex` would derive it, without reading the admission entry
+        # back: a completion sets the row's status, finish time and last hash, and its
+        # calls and violations; the admission fields and the holder (`instance`, which only
+        # the admission and take-overs name) stay what the row's last reindex wrote.
+        admit_seq = tx.execute(
+            "UPDATE executions SET status = ?, finished_at = ?, record_hash = ? "
+            "WHERE execution_id = ? RETURNING admit_seq",
+            (status, finished_at, entry.entry_hash, execution_id),
+        )[0][0]
+        # Calls and violations rows exist only after a completion, and a record completes
+        # again only when that completion's status was `interrupted` (a session's end).
+        self._write_lists(
+            tx, tenant, (execution_id, int(admit_seq)), calls, violations, was != "running"
+        )
+        return entry
 
     def _tenant_of(self, tx: Tx, execution_id: str) -> str:
         rows = tx.execute("SELECT tenant FROM executions WHERE execution_id = ?", (execution_id,))
@@ -357,7 +368,7 @@ class SqlAuditStore:
         if insert:
             return bool(
                 tx.execute(
-                    f"INSERT INTO executions (execution_id, {_EXEC_COLUMNS}) "
+                    f"INSERT INTO executions (execution_id, {EXEC_COLUMNS}) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (execution_id) DO NOTHING RETURNING execution_id",
                     (execution_id, *values),
@@ -574,29 +585,19 @@ class SqlAuditStore:
 
     # -- verification and retention ----------------------------------------------------------
 
-    def verify(self, tenant: str | None = None) -> VerifyReport:
+    def verify(
+        self, tenant: str | None = None, since: tuple[int, str] | None = None
+    ) -> VerifyReport:
+        """Verifies the tenant's chain (every tenant's when None). ``since``: (n, the hash of
+        entry n) from a signed checkpoint the caller verified, to start after it instead of
+        at the first entry (`sandbox.audit._checking`); only with a tenant."""
+        if since is not None and tenant is None:
+            raise InvalidArgument("verify since a checkpoint: name the checkpoint's tenant")
         tenants = [tenant] if tenant is not None else self.tenants()
         total, problems = 0, []
         for name in tenants:
             with self._db.read() as tx:
-                state = _chain_state(tx, name)
-                entries = (
-                    Entry(
-                        str(r[0]),
-                        int(r[1]),
-                        str(r[2]),
-                        str(r[3]),
-                        int(r[4]),
-                        str(r[5]),
-                        str(r[6]),
-                        str(r[7]),
-                    )
-                    for r in tx.stream(
-                        f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE tenant = ? ORDER BY seq",
-                        (name,),
-                    )
-                )
-                count, found = verify_tenant(name, entries, state)
+                count, found = verify_in(tx, name, since)
             total += count
             problems += found
         return VerifyReport(tenant=tenant, records=total, problems=problems)
@@ -684,6 +685,22 @@ class SqlAuditStore:
                 )
             ]
 
+    # -- incremental checkpoints (`sandbox.audit.publisher`) -----------------------------------
+
+    def heads(self) -> dict[str, int]:
+        """Every tenant's last sequence number, in one read."""
+        return _frontiers.heads(self._db)
+
+    def hashes_after(self, tenant: str, seq: int) -> builtins.list[tuple[int, str]]:
+        """`chain_hashes` after entry ``seq`` only: what was appended since a checkpoint."""
+        return _frontiers.hashes_after(self._db, tenant, seq)
+
+    def frontier_at(self, tenant: str, size: int) -> Frontier | None:
+        return _frontiers.frontier_at(self._db, tenant, size)
+
+    def save_frontier(self, tenant: str, frontier: Frontier) -> None:
+        _frontiers.save_frontier(self._db, tenant, frontier)
+
     def close(self) -> None:
         self._db.close()
 
@@ -726,52 +743,3 @@ def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
         script_sha256=str(data["script_sha256"]),
         interrupted_reason=interrupted_reason,
     )
-
-
-def _chain_state(tx: Tx, tenant: str) -> ChainState:
-    head = tx.execute("SELECT seq, head_hash FROM chain_heads WHERE tenant = ?", (tenant,))
-    checkpoint = tx.execute("SELECT seq, entry_hash FROM checkpoints WHERE tenant = ?", (tenant,))
-    state = ChainState(
-        head=(int(head[0][0]), str(head[0][1])) if head else None,
-        checkpoint=(int(checkpoint[0][0]), str(checkpoint[0][1])) if checkpoint else None,
-    )
-    for row in tx.stream(
-        f"SELECT execution_id, {_EXEC_COLUMNS} FROM executions WHERE tenant = ?", (tenant,)
-    ):
-        state.rows[str(row[0])] = ExecRow(
-            str(row[1]),
-            int(row[2]),
-            str(row[3]),
-            float(row[4]),
-            None if row[5] is None else float(row[5]),
-            str(row[6]),
-            str(row[7]),
-            str(row[8]),
-            str(row[9]),
-            str(row[10]),
-            str(row[11]),
-            None if row[12] is None else str(row[12]),
-        )
-    calls: dict[str, list[CallRow]] = state.calls
-    for execution_id, idx, seq, tool, status, admit_seq in tx.stream(
-        "SELECT execution_id, idx, seq, tool, status, admit_seq FROM calls WHERE tenant = ?",
-        (tenant,),
-    ):
-        calls.setdefault(str(execution_id), []).append((int(idx), int(seq), str(tool), str(status)))
-        _file(state, str(execution_id), admit_seq)
-    violations: dict[str, list[ViolationRow]] = state.violations
-    for execution_id, idx, name, action, admit_seq in tx.stream(
-        "SELECT execution_id, idx, limit_name, action, admit_seq FROM violations WHERE tenant = ?",
-        (tenant,),
-    ):
-        violations.setdefault(str(execution_id), []).append((int(idx), str(name), str(action)))
-        _file(state, str(execution_id), admit_seq)
-    return state
-
-
-def _file(state: ChainState, execution_id: str, admit_seq: object) -> None:
-    """Notes a calls or violations row filed under another admission than its execution's
-    (its ``admit_seq`` is what lists by tool and violation page by: an edit could hide it)."""
-    row = state.rows.get(execution_id)
-    if row is not None and admit_seq != row.admit_seq:
-        state.misfiled.add(execution_id)

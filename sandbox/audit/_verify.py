@@ -72,14 +72,20 @@ _ADMISSION_KEYS = (
 
 
 def verify_tenant(
-    tenant: str, entries: Iterable[Entry], state: ChainState
+    tenant: str,
+    entries: Iterable[Entry],
+    state: ChainState,
+    since: tuple[int, str] | None = None,
 ) -> tuple[int, list[str]]:
-    """Returns (records seen, problems); each problem names the record and what is wrong."""
+    """Returns (records seen, problems); each problem names the record and what is wrong.
+
+    ``since``: the entries start after entry n, whose hash is given (proven by a signed
+    checkpoint); entries of executions admitted before it are checked as entries only, and
+    ``state`` holds the index rows of the executions admitted after it."""
     problems: list[str] = []
     execs: dict[str, _Exec] = {}
-    expect_seq, prev = (
-        (state.checkpoint[0] + 1, state.checkpoint[1]) if state.checkpoint else (1, "")
-    )
+    start = since or state.checkpoint or (0, "")
+    expect_seq, prev = start[0] + 1, start[1]
     last: Entry | None = None
     last_pruned: dict[str, Any] | None = None
     for entry in entries:
@@ -105,10 +111,10 @@ def verify_tenant(
         if not isinstance(payload, dict):
             problems.append(f"{where}: payload is not an object: edited")
             continue
-        _track(tenant, entry, payload, where, execs, problems)
+        _track(tenant, entry, payload, where, execs, problems, since is not None)
         if entry.kind == "pruned":
             last_pruned = payload
-    _check_end(tenant, last, state, last_pruned, problems)
+    _check_end(tenant, last, state, start, last_pruned, problems)
     _check_index(execs, tenant, state, problems)
     return len(execs), problems
 
@@ -120,6 +126,7 @@ def _track(
     where: str,
     execs: dict[str, _Exec],
     problems: list[str],
+    partial: bool,
 ) -> None:
     if entry.kind == "pruned":
         return
@@ -139,6 +146,8 @@ def _track(
         execs[entry.execution_id].last_hash = entry.entry_hash
         return
     record = execs.get(entry.execution_id)
+    if record is None and partial:
+        return  # admitted before the checkpoint verification started from
     if record is None:
         problems.append(f"{where}: has no admission before it: deleted or reordered")
         return
@@ -162,10 +171,10 @@ def _check_end(
     tenant: str,
     last: Entry | None,
     state: ChainState,
+    start: tuple[int, str],
     last_pruned: Mapping[str, Any] | None,
     problems: list[str],
 ) -> None:
-    start = state.checkpoint or (0, "")
     end = (last.seq, last.entry_hash) if last else start
     if state.head is None:
         if last is not None:
@@ -179,7 +188,7 @@ def _check_end(
             )
         else:
             problems.append(f"tenant {tenant}: the chain head does not match {after}: edited")
-    if state.checkpoint is not None:
+    if state.checkpoint is not None and state.checkpoint[0] >= start[0]:
         expected = {"through_seq": state.checkpoint[0], "through_hash": state.checkpoint[1]}
         if last_pruned is None or any(last_pruned.get(k) != v for k, v in expected.items()):
             problems.append(
