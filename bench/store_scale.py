@@ -207,7 +207,7 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
         "list: an old session": AuditQuery(session_id="s-0007", limit=50),
     }
     for label, query in queries.items():
-        times[label] = _timed(rounds, lambda n, q=query: store.list(BIG, q))
+        times[label] = _timed(rounds, _lister(store, query))
     times["list: the small tenant"] = _timed(rounds, lambda n: store.list(SMALL, AuditQuery()))
 
     def cells(_: int) -> None:
@@ -244,6 +244,10 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
     engine.times[size] = times
     count = engine.filled + SMALL_SIZE + (engine.next_id - 10**8)
     engine.bytes_per[size] = engine.size_of() / count
+
+
+def _lister(store: SqlAuditStore, query: AuditQuery) -> Callable[[int], Any]:
+    return lambda _: store.list(BIG, query)
 
 
 @contextlib.contextmanager
