@@ -157,3 +157,39 @@ def test_no_function_on_the_wing_passes_the_longest(path: Path) -> None:
         and node.end_lineno - node.lineno + 1 >= LONGEST_FUNCTION
     ]
     assert long == []
+
+
+# -- the audit store by role --------------------------------------------------------------------
+
+AUDIT = SANDBOX / "audit"
+LONGEST_AUDIT_MODULE = 400  # lines: a module of the store is one role
+
+
+@pytest.mark.parametrize("path", sorted(AUDIT.glob("*.py")), ids=lambda p: p.name)
+def test_no_module_of_the_audit_store_passes_the_longest(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= LONGEST_AUDIT_MODULE, f"{path.name}: {lines} lines"
+
+
+def _store_probes() -> list[str]:
+    """Every ``getattr(...store..., "name", ...)`` outside the store: a caller that asks the
+    store what it can do instead of using its interface (`sandbox.audit.base`)."""
+    found = []
+    for path in sorted(SANDBOX.rglob("*.py")):
+        if "_proto" in path.parts or path.parent == AUDIT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and node.args
+                and "store" in ast.unparse(node.args[0])
+            ):
+                where = path.relative_to(ROOT)
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_probes_the_audit_store_with_getattr() -> None:
+    assert _store_probes() == []

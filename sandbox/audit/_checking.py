@@ -13,6 +13,7 @@ entries (hash, link, order) but their index rows only by a full verification.
 
 from __future__ import annotations
 
+from sandbox.audit import _sessions
 from sandbox.audit._codec import Entry
 from sandbox.audit._db import Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow
@@ -83,11 +84,22 @@ def _chain_state(tx: Tx, tenant: str, since: tuple[int, str] | None) -> ChainSta
         )
     if since is None:
         _lists(tx, state, "tenant = ?", [tenant])
+        for row in tx.stream(_sessions.SELECT_TENANT, (tenant,)):
+            found = _sessions.read_row([row])
+            if found is not None:
+                state.sessions[found.session_id] = found
         return state
     ids = sorted(state.rows)
     for start in range(0, len(ids), _BATCH):
         chunk = ids[start : start + _BATCH]
-        _lists(tx, state, f"execution_id IN ({', '.join('?' for _ in chunk)})", chunk)
+        marks = ", ".join("?" for _ in chunk)
+        _lists(tx, state, f"execution_id IN ({marks})", chunk)
+        for row in tx.execute(
+            f"{_sessions.SELECT_TENANT} AND session_id IN ({marks})", [tenant, *chunk]
+        ):
+            found = _sessions.read_row([row])
+            if found is not None:
+                state.sessions[found.session_id] = found
     return state
 
 

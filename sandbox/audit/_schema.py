@@ -15,7 +15,7 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
 admitted under one; ``merkle_frontiers`` the right edge of each tenant's Merkle tree at
-each signed checkpoint's size.
+each signed checkpoint's size; ``sessions`` each session as a typed row.
 
 A step is SQL statements, or a function of the open transaction where a step must compute
 what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
@@ -209,6 +209,55 @@ _V8: tuple[Step, ...] = (
     )""",
 )
 
+
+def _fill_session_rows(tx: Tx) -> None:
+    """One ``sessions`` row per session record already in the chain (`sandbox.audit._sessions`
+    derives the row the same way when the entries are written)."""
+    from sandbox.audit import _sessions
+
+    sessions: dict[tuple[str, str], dict[str, object]] = {}
+    for tenant, payload, instance in tx.stream(
+        "SELECT e.tenant, e.payload, x.instance FROM entries e "
+        "JOIN executions x ON x.execution_id = e.execution_id "
+        "WHERE e.kind = 'admitted' AND e.payload LIKE ?",
+        ('%"ptc.kind":"session"%',),
+    ):
+        data = json.loads(payload)
+        sessions[(str(tenant), str(data["execution_id"]))] = {"data": data, "holder": instance}
+    for (tenant, session_id), found in sessions.items():
+        data = found["data"]
+        assert isinstance(data, dict)
+        _sessions.insert_row(tx, tenant, data, str(found["holder"]))
+        done = tx.execute(
+            "SELECT payload FROM entries WHERE tenant = ? AND execution_id = ? "
+            "AND kind = 'completed' ORDER BY seq DESC LIMIT 1",
+            (tenant, session_id),
+        )
+        if done:
+            _sessions.record_end(tx, tenant, session_id, json.loads(done[0][0]))
+
+
+# Version 9 (sessions as typed rows): a session's settings, state, holder and end in columns of
+# their own, written with the session record's entries, instead of labels parsed back by key.
+_V9: tuple[Step, ...] = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        end_reason TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        ended_at DOUBLE PRECISION,
+        idle_timeout_ms BIGINT NOT NULL,
+        max_lifetime_ms BIGINT NOT NULL,
+        max_executions BIGINT NOT NULL,
+        PRIMARY KEY (tenant, session_id)
+    )""",
+    _fill_session_rows,
+)
+
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
@@ -219,6 +268,7 @@ MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (6, _V6),
     (7, _V7),
     (8, _V8),
+    (9, _V9),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

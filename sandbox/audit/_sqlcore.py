@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.audit import _fleet, _frontiers
+from sandbox.audit import _fleet, _frontiers, _sessions
 from sandbox.audit._checking import ENTRY_COLUMNS, EXEC_COLUMNS, verify_in
 from sandbox.audit._codec import (
     Entry,
@@ -43,6 +43,7 @@ from sandbox.audit.base import (
     Holder,
     KeyTaken,
     Member,
+    SessionRecord,
     VerifyReport,
 )
 from sandbox.audit.frontier import Frontier
@@ -209,6 +210,7 @@ class SqlAuditStore:
                 (admission.tenant, admission.idempotency_key),
             )
             raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
+        _sessions.insert_row(tx, admission.tenant, data, self.instance)
         self._write_entry(tx, entry)
         return entry
 
@@ -279,6 +281,8 @@ class SqlAuditStore:
         self._write_lists(
             tx, tenant, (execution_id, int(admit_seq)), calls, violations, was != "running"
         )
+        if data.get("session_id") == execution_id:  # a session's own record: its end
+            _sessions.record_end(tx, tenant, execution_id, data)
         return entry
 
     def _tenant_of(self, tx: Tx, execution_id: str) -> str:
@@ -521,6 +525,10 @@ class SqlAuditStore:
             )
             if not moved:
                 return None
+            tx.execute(
+                "UPDATE sessions SET holder = ? WHERE tenant = ? AND session_id = ?",
+                (self.instance, tenant, execution_id),
+            )
             payload = canonical({"instance": self.instance, "from": holder, "at_us": now})
             entry = self._append(tx, tenant, "taken_over", execution_id, payload, head)
             self._reindex(tx, tenant, execution_id, entry, None)
@@ -655,6 +663,10 @@ class SqlAuditStore:
                 marks = ", ".join("?" for _ in chunk)
                 for table in ("executions", "calls", "violations", "idempotency_keys"):
                     tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
+                tx.execute(
+                    f"DELETE FROM sessions WHERE tenant = ? AND session_id IN ({marks})",
+                    (tenant, *chunk),
+                )
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
@@ -684,6 +696,10 @@ class SqlAuditStore:
                     (tenant, tenant),
                 )
             ]
+
+    def session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The tenant's session row (`sandbox.audit._sessions`), or None."""
+        return _sessions.read_row(self._db.read_one(_sessions.SELECT_ROW, (tenant, session_id)))
 
     # -- incremental checkpoints (`sandbox.audit.publisher`) -----------------------------------
 

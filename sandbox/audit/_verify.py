@@ -21,6 +21,8 @@ from typing import Any
 
 from sandbox.audit._codec import Entry
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
+from sandbox.audit._sessions import derive_row, end_of
+from sandbox.audit.base import SessionRecord
 
 __all__ = ["ChainState", "verify_tenant"]
 
@@ -47,10 +49,19 @@ class ChainState:
     violations: dict[str, list[ViolationRow]] = field(default_factory=dict)
     # Executions with a calls or violations row whose ``admit_seq`` is not the execution's.
     misfiled: set[str] = field(default_factory=set)
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)  # rows by session id
 
 
 def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a result payload the index depends on (keeps memory small)."""
+    summary = _index_summary(result)
+    if result.get("session_id") and result.get("session_id") == result.get("execution_id"):
+        # A session's own record: how it ended, which its ``sessions`` row holds.
+        summary["session_end"] = (*end_of(result), float(result["finished_at"]))
+    return summary
+
+
+def _index_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "status": result["status"],
         "finished_at": result["finished_at"],
@@ -68,6 +79,8 @@ _ADMISSION_KEYS = (
     "manifest_sha256",
     "instance",
     "labels",
+    "runtime",
+    "execution_id",
 )
 
 
@@ -230,6 +243,7 @@ def _check_index(
             problems.append(f"{where}: calls index differs from the chain: edited")
         if sorted(state.violations.get(execution_id, [])) != sorted(derived.violations):
             problems.append(f"{where}: violations index differs from the chain: edited")
+        _check_session(tenant, execution_id, record, state, problems)
         if execution_id in state.misfiled:
             problems.append(
                 f"{where}: calls or violations index filed under another admission: edited"
@@ -238,4 +252,34 @@ def _check_index(
         problems.append(
             f"record {execution_id}: in the executions index but not in the chain: inserted, "
             "or its entries were deleted"
+        )
+    for session_id in state.sessions:
+        problems.append(
+            f"session {session_id}: in the sessions index but not in the chain: inserted, or "
+            "its entries were deleted"
+        )
+
+
+def _check_session(
+    tenant: str, execution_id: str, record: _Exec, state: ChainState, problems: list[str]
+) -> None:
+    """The ``sessions`` row of a session record against what its entries derive."""
+    end = record.result.get("session_end") if record.result else None
+    expected = derive_row(tenant, record.admission, record.holder, end)
+    row = state.sessions.pop(execution_id, None)
+    if expected is None and row is None:
+        return
+    where = f"session {execution_id}"
+    if row is None:
+        problems.append(f"{where}: missing from the sessions index: deleted")
+    elif expected is None:
+        problems.append(f"{where}: in the sessions index but not a session in the chain: edited")
+    elif row != expected:
+        fields = [
+            name
+            for name in SessionRecord.__dataclass_fields__
+            if getattr(row, name) != getattr(expected, name)
+        ]
+        problems.append(
+            f"{where}: sessions index differs from the chain in {', '.join(fields)}: edited"
         )

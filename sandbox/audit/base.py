@@ -28,6 +28,8 @@ __all__ = [
     "KeyTaken",
     "Member",
     "SessionHolding",
+    "SessionRecord",
+    "SessionRows",
     "VerifyReport",
 ]
 
@@ -120,6 +122,28 @@ class Holder(Member):
 
 
 @dataclass(frozen=True)
+class SessionRecord:
+    """A session as the store's ``sessions`` row holds it (`sandbox.audit._sessions`)."""
+
+    tenant: str
+    session_id: str
+    state: str  # active | closed | expired | lost
+    end_reason: str  # why it ended ("" while active)
+    holder: str  # the instance that admitted it or last took it over
+    backend: str
+    runtime: str
+    created_at: float
+    ended_at: float | None
+    idle_timeout_ms: int
+    max_lifetime_ms: int
+    max_executions: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "active"
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     tenant: str | None
     records: int
@@ -189,3 +213,12 @@ class SessionHolding(Protocol):
     def take_over(self, tenant: str, execution_id: str) -> str | None:
         """Makes this server the holder of an open session record whose holder let go of it
         or died; returns the previous holder, or None when it cannot be taken."""
+
+
+@runtime_checkable
+class SessionRows(Protocol):
+    """A store that keeps each session as a typed row (the SQL stores), so that any server
+    says what became of a session, also one that ended elsewhere or before a restart."""
+
+    def session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The tenant's session row, or None (unknown, another tenant's, or pruned)."""

@@ -40,6 +40,8 @@ from sandbox.audit.base import (
     Holder,
     Member,
     SessionHolding,
+    SessionRecord,
+    SessionRows,
     VerifyReport,
 )
 from sandbox.errors import PtcError, StoreUnavailable
@@ -225,6 +227,12 @@ class AuditWrites:
     def take_over(self, tenant: str, execution_id: str) -> str | None:
         assert isinstance(self.store, SessionHolding)
         return self.store.take_over(tenant, execution_id)
+
+    def session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The store's typed session row; None from a store without them (the in-memory one)."""
+        if isinstance(self.store, SessionRows):
+            return self.store.session(tenant, session_id)
+        return None
 
     def close(self) -> None:
         self.store.close()

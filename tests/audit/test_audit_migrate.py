@@ -128,6 +128,12 @@ def test_a_version_6_store_migrates_in_place(v6_target: str) -> None:
         assert cell.admission.labels["ptc.session_id"] == "s-0a1b"
         taken = store.get("t1", "s-2c3d")
         assert taken is not None and taken.status == "running"
+        rows = {sid: store.session("t1", sid) for sid in ("s-0a1b", "s-2c3d")}
+        assert {sid: (r.state, r.holder) for sid, r in rows.items() if r} == {
+            "s-0a1b": ("active", "srv-a"),  # interrupted by srv-a's restart, not ended
+            "s-2c3d": ("active", "srv-b"),  # handed over by srv-a, taken over by srv-b
+        }
+        assert store.session("t1", "s-0a1b-cell0") is None
         holder = store.holder("t1", "s-2c3d")
         assert holder is None  # srv-b's lease row was never written (no heartbeat)
         # New writes after the migration: a cell of an old session, listed with the old ones.
