@@ -155,6 +155,31 @@ class VerifyReport:
 
 
 class AuditStore(Protocol):
+    """What the server writes through and reads, with what it may ask of a store's kind as
+    typed members (`quick_reads`, `holds_sessions`) rather than by probing for attributes."""
+
+    @property
+    def instance(self) -> str:
+        """This server's name in the store (and the fleet)."""
+
+    @property
+    def quick_reads(self) -> bool:
+        """Whether a short read (`by_key`) may run on the event loop: a local file or memory."""
+
+    @property
+    def holds_sessions(self) -> bool:
+        """Whether open session records can move between servers (`SessionHolding`)."""
+
+    def write_probe(self, pad_bytes: int = 0) -> None:
+        """A write like an append's, recording nothing: raises `StoreUnavailable` while the
+        store refuses writes."""
+
+    def schema_version(self) -> int:
+        """The applied schema version: a cheap read that says the store answers."""
+
+    def find(self, execution_id: str) -> AuditRecord | None:
+        """A record by id whatever its tenant (the operator's view)."""
+
     def admit(self, admission: Admission) -> None:
         """Durably records an admitted execution (status `running`); with an idempotency key,
         in the same transaction maps (tenant, key) to it, or raises `KeyTaken` and admits

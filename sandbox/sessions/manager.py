@@ -118,7 +118,7 @@ class SessionManager:
         (`SessionHolding`), each is handed over (its record stays open, marked handed over,
         and its next call on any server rebuilds it: `sandbox.sessions.rebuild`); otherwise
         each ends `closed` with ``reason``, as `close_all`."""
-        if not getattr(self.store, "holds_sessions", False):
+        if self.store is None or not self.store.holds_sessions:
             await self.close_all(reason)
             return
         self._closing = True
@@ -300,7 +300,7 @@ class SessionManager:
             how = record.result.error.message
         else:
             how = record.status
-        if record.status == "interrupted" and getattr(self.store, "holds_sessions", False):
+        if record.status == "interrupted" and self.store is not None and self.store.holds_sessions:
             # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
             how += "; its next execution rebuilds it from its record"
         return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
