@@ -69,7 +69,9 @@ def _admission(tenant: str, i: int, session: str | None = None) -> Admission:
     if session is not None:
         labels["ptc.session_id"] = session
     elif i % 10 == 0:
-        labels["ptc.session_id"] = f"s-{(i // 10) % 4096:04x}"
+        # Every tenth execution is a cell of an old session of 20 cells (200 executions
+        # apart): a session's size stays the same whatever the history's.
+        labels["ptc.session_id"] = f"s-{i // 200:06x}"
     return Admission(
         execution_id=f"{tenant}-{i:09d}",
         tenant=tenant,
@@ -204,7 +206,7 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
         "list: a tool most call": AuditQuery(tool="search", limit=50),
         "list: a tool few call": AuditQuery(tool="fetch", limit=50),
         "list: violation": AuditQuery(violation="memory", limit=50),
-        "list: an old session": AuditQuery(session_id="s-0007", limit=50),
+        "list: an old session": AuditQuery(session_id="s-000007", limit=50),
     }
     for label, query in queries.items():
         times[label] = _timed(rounds, _lister(store, query))
