@@ -1,19 +1,26 @@
 # One command per task; CI calls these verbatim.
 PY ?= .venv/bin/python
 
-.PHONY: gen gen-check lint test bench demo setup
+.PHONY: gen gen-check map lint test bench demo setup
 
-gen:            ## regenerate sandbox/_proto from proto/
+gen:            ## regenerate sandbox/_proto and clients/typescript/src/gen from proto/
 	$(PY) scripts/gen_protos.py
+	cd clients/typescript && npm run --silent gen
 
 gen-check: gen  ## fail when the generated code differs from what is committed
 	git diff --exit-code -- sandbox/_proto || (echo "sandbox/_proto is stale: run make gen" >&2; exit 1)
 	test -z "$$(git status --porcelain -- sandbox/_proto)" || (echo "sandbox/_proto has untracked files: run make gen" >&2; exit 1)
+	git diff --exit-code -- clients/typescript/src/gen || (echo "clients/typescript/src/gen is stale: run make gen" >&2; exit 1)
+	test -z "$$(git status --porcelain -- clients/typescript/src/gen)" || (echo "clients/typescript/src/gen has untracked files: run make gen" >&2; exit 1)
+
+map:            ## write docs/architecture.md's floors from the import graph (tests/test_layers.py)
+	$(PY) -m tests.test_layers
 
 lint:
 	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts setup.py
 	$(PY) -m ruff check sandbox stubs_gen tests bench scripts setup.py
 	$(PY) -m mypy
+	cd clients/typescript && npm run --silent typecheck && npm run --silent lint
 
 setup:          ## venv and system packages for running
 	./scripts/setup.sh
@@ -45,3 +52,4 @@ bench:          ## every benchmark; figures and ratios measured in the same run
 	$(PY) -m bench.output
 	$(PY) -m bench.tracing
 	$(PY) -m bench.boundary
+	cd clients/typescript && npm run --silent bench

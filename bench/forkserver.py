@@ -20,7 +20,7 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
    and, at concurrency 4, what ``ptc serve`` adds to the engine part by part, with the same
    server's audit in memory as one more way (`bench.serve_budget`: gRPC alone, the SQLite audit,
    the rest of serving, and the best ratio those parts leave ``ptc serve``);
-5. reference lines, no longer targets: the bare fork+unshare (a pre-imported parent forks a child
+5. reference lines, not targets: the bare fork+unshare (a pre-imported parent forks a child
    that unshares mount, uts, ipc and network namespaces and prints: no cgroup, no pid
    namespace, no mounts, no bootstrap, so less work than a sandbox), a bare ``bwrap
    --unshare-all python3 -I -S -c 'print(1)'`` per execution; optionally the code before the
@@ -34,7 +34,7 @@ process backend). In interleaved blocks, so that a noisy neighbour hits every wa
 Then, once: warm ``print(1)`` p50 beside ``python3 -I -S -c pass``; an idle pooled sandbox's
 private memory (USS of its processes: one with pidfds, two with a reaper) and cgroup charge;
 what replacing the zygote costs.
-Targets (issue 23): the engine >= 0.85x the floor at concurrency 4 and 32; ``ptc serve`` >= 0.70x
+Targets: the engine >= 0.85x the floor at concurrency 4 and 32; ``ptc serve`` >= 0.70x
 the floor; idle USS <= 2 MiB; print(1) p50 <= 0.3x python3 -I -S -c pass.
 """
 

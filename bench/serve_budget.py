@@ -14,7 +14,7 @@ execution this splits a served execution at concurrency 4 into:
 
 and prints, per block then as medians, the ceiling ``floor / (engine + gRPC alone + SQLite
 audit)``: the most ``ptc serve``'s rate could reach against the floor were the rest of serving
-free. When that ceiling is under the 0.70x target (issue 23), no work on the server's own code
+free. When that ceiling is under the 0.70x target, no work on the server's own code
 can reach the target; only a cheaper engine, a cheaper gRPC or a cheaper audit can.
 
 The engine here is the benchmark's, on this process's loop (asyncio's unless ``--loop

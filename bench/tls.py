@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bench.grpc import spawn, stop
 from bench.harness import AsyncCase, Report, bench_parser, interleave, percentile
 from sandbox.client import AsyncClient
-from sandbox.client._tls import channel_credentials
+from sandbox.client.tls import channel_credentials
 from tests.server.tls_support import issue, make_ca
 
 MODES = ("plaintext", "TLS", "mTLS")

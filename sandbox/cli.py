@@ -13,11 +13,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
 import contextlib
+import errno
 import sys
 from collections.abc import Sequence
 
 from sandbox.commands import COMMANDS
-from sandbox.errors import InvalidArgument, PtcError
+from sandbox.errors import InvalidArgument, PtcError, ResourceExhausted
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +51,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code  # the table in sandbox/errors.py
     except KeyboardInterrupt:
         return 130
+    except (RuntimeError, OSError, BaseExceptionGroup) as exc:
+        why = host_refusal(exc)
+        if why is None:
+            raise
+        print(f"ptc {args.command}: {ResourceExhausted.label}: {why}", file=sys.stderr)
+        return ResourceExhausted.exit_code
     return code
+
+
+def host_refusal(exc: BaseException) -> str | None:
+    """What the host refused when ``exc`` is the host running out of threads or processes for
+    this command itself (its RLIMIT_NPROC, a pids cgroup, or memory for a thread's stack), else
+    None. Such a failure can surface from any thread pool or subprocess start (asyncio's default
+    executor, the fork server's start); it is the host's state, not a bug, so it ends the command
+    with one line and the resource-exhausted exit code, never a traceback."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (why := host_refusal(inner)) is not None:
+                return why
+        return None
+    if isinstance(exc, RuntimeError) and str(exc).startswith("can't start new thread"):
+        return (
+            "the host could not start a thread for this command (can't start new thread): its"
+            " process and thread limit (RLIMIT_NPROC, a pids cgroup) or its memory is used up"
+        )
+    if isinstance(exc, OSError) and exc.errno == errno.EAGAIN and not str(exc.filename or ""):
+        return (
+            f"the host could not start a process for this command ({exc.strerror}): its process"
+            " and thread limit (RLIMIT_NPROC, a pids cgroup) or its memory is used up"
+        )
+    return None
 
 
 def _discard_output() -> None:

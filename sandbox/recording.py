@@ -99,10 +99,16 @@ class Recorder:
         on_started: Callable[[StartedInfo], None] | None = None,
         cancel: asyncio.Event | None = None,
         session: SessionSandbox | None = None,
+        on_admitted: Callable[[], None] | None = None,
     ) -> ExecutionResult:
         """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
-        says whether the host is shutting down: a run it cancelled is then `interrupted`."""
+        says whether the host is shutting down: a run it cancelled is then `interrupted`.
+        ``on_admitted`` is called once the admission is durable, before the engine runs: an
+        error raised before it is a refusal (nothing was admitted, nothing ran), one raised
+        after it is the run's (a session's cell uses the difference: `SessionManager.finish`)."""
         self.admit(prepared, tenant=tenant)
+        if on_admitted is not None:
+            on_admitted()
         metrics.execution_started(prepared.backend)
         try:
             result = await engine.run(

@@ -5,6 +5,8 @@
 #                               (unix socket only, no TCP), create the database, and write
 #                               `export PTC_TEST_POSTGRES_URL=...` to $DIR/env (also printed)
 #   scripts/postgres.sh stop    stop that cluster and delete $DIR
+#   scripts/postgres.sh halt    stop that cluster's server and keep $DIR: `start` brings it back
+#                               with its data (a test that makes the store unavailable)
 #
 # DIR is $PTC_PG_DIR or /tmp/ptc-postgres. Idempotent: `start` on a running cluster only
 # reprints the URL. Runs the server as the `postgres` user (initdb refuses root).
@@ -62,8 +64,15 @@ stop() {
   $SUDO rm -rf "$DIR"
 }
 
+halt() {
+  local bin
+  bin="$(pg_bin)"
+  as_postgres "$bin/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  halt) halt ;;
+  *) echo "usage: $0 start|stop|halt" >&2; exit 2 ;;
 esac

@@ -24,6 +24,9 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ $dev -eq 1 ] && ! command -v prometheus >/dev/null && need+=(prometheus)
 # The fleet tests put nginx (deploy/nginx/ptc.conf) in front of their servers (tests/fleet/).
 [ $dev -eq 1 ] && [ ! -x /usr/sbin/nginx ] && need+=(nginx-light)
+# The TypeScript SDK (clients/typescript) is built, linted and tested with Node and npm.
+[ $dev -eq 1 ] && ! command -v node >/dev/null && need+=(nodejs)
+[ $dev -eq 1 ] && ! command -v npm >/dev/null && need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
@@ -51,4 +54,22 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q -e .
   fi
   touch "$stamp"
+fi
+
+if [ $dev -eq 1 ]; then
+  # The TypeScript package states its minimum in package.json (engines.node); older is refused
+  # here with the version found rather than failing later in a build or a test.
+  node_major=$(node -p 'process.versions.node.split(".")[0]')
+  if [ "$node_major" -lt 20 ]; then
+    echo "setup: clients/typescript needs Node >= 20, found $(node --version) at $(command -v node);" \
+      "install a newer nodejs (e.g. from NodeSource) and run this again" >&2
+    exit 1
+  fi
+  # Installed again when the lockfile changes, like the venv above.
+  ts=clients/typescript
+  ts_stamp=$ts/node_modules/.ptc-installed-$(cat $ts/package-lock.json | sha256sum | cut -c1-16)
+  if [ ! -f "$ts_stamp" ]; then
+    (cd $ts && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$ts_stamp"
+  fi
 fi

@@ -6,6 +6,7 @@
 #   - BFCL's checker in its own venv (.venv-acceptance)   scripts/setup_acceptance.sh
 #   - a private dockerd and the runtime image, offline     scripts/ci_docker.sh up|down
 #   - a private PostgreSQL cluster                         scripts/postgres.sh start|stop
+#   - then the TypeScript SDK's node tests                 clients/typescript: npm test
 #
 # Extra arguments go to pytest (e.g. `make test ARGS="-k broker"`).
 set -euo pipefail
@@ -35,4 +36,11 @@ export PTC_REQUIRE_GVISOR=1
 # The same for the PostgreSQL tests (tests/postgres_support.py): started above, never skipped here.
 export PTC_REQUIRE_POSTGRES=1
 
-.venv/bin/python -m pytest "$@"
+# Both suites run whatever the other's outcome, and the command fails if either failed.
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+
+# The TypeScript SDK's tests (clients/typescript: built, then `node --test`), against real
+# `ptc serve` processes they start themselves from .venv/bin.
+(cd clients/typescript && PATH="$PWD/../../.venv/bin:$PATH" npm test) || status=$?
+exit $status

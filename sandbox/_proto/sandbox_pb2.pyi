@@ -459,7 +459,7 @@ class GetExecutionRequest(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ...) -> None: ...
 
 class ExecutionRecord(_message.Message):
-    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of", "runtime", "idempotency_key")
+    __slots__ = ("result", "tenant", "script", "script_sha256", "manifest_sha256", "prev_hash", "record_hash", "labels", "replay_of", "runtime", "idempotency_key", "interrupted_reason")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +478,7 @@ class ExecutionRecord(_message.Message):
     REPLAY_OF_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_REASON_FIELD_NUMBER: _ClassVar[int]
     result: ExecutionResult
     tenant: str
     script: str
@@ -489,7 +490,8 @@ class ExecutionRecord(_message.Message):
     replay_of: str
     runtime: str
     idempotency_key: str
-    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    interrupted_reason: str
+    def __init__(self, result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., tenant: _Optional[str] = ..., script: _Optional[str] = ..., script_sha256: _Optional[str] = ..., manifest_sha256: _Optional[str] = ..., prev_hash: _Optional[str] = ..., record_hash: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., replay_of: _Optional[str] = ..., runtime: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., interrupted_reason: _Optional[str] = ...) -> None: ...
 
 class ListExecutionsRequest(_message.Message):
     __slots__ = ("since", "until", "status", "running", "tool", "violation", "page_size", "page_token", "session_id")

@@ -2,12 +2,15 @@
 
 `open_store` picks the engine from its argument: a ``postgresql://`` (or ``postgres://``) URL
 opens the shared PostgreSQL store, anything else (a path, or ``sqlite:///path``) the SQLite file.
+`result_to_json` is a result in the form its record keeps (each stream cut to
+`OUTPUT_CAP_BYTES`), which a replay is compared in.
 """
 
 from __future__ import annotations
 
 import os
 
+from sandbox.audit._codec import OUTPUT_CAP_BYTES, result_to_json
 from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.audit.base import (
     Admission,
@@ -19,6 +22,7 @@ from sandbox.audit.base import (
 )
 
 __all__ = [
+    "OUTPUT_CAP_BYTES",
     "Admission",
     "AuditQuery",
     "AuditRecord",
@@ -28,6 +32,7 @@ __all__ = [
     "VerifyReport",
     "is_postgres_url",
     "open_store",
+    "result_to_json",
 ]
 
 

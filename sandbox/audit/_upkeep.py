@@ -15,6 +15,7 @@ from sandbox.audit import _frontiers
 from sandbox.audit._chain import BATCH, Chain
 from sandbox.audit._checking import verify_in
 from sandbox.audit._codec import canonical
+from sandbox.audit._db import Tx
 from sandbox.audit.base import VerifyReport
 from sandbox.audit.frontier import Frontier
 from sandbox.errors import InvalidArgument
@@ -89,16 +90,7 @@ class Upkeep(Chain):
                 (tenant, cut[0]),
             )
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
-            ids = sorted(pruned)
-            for start in range(0, len(ids), BATCH):
-                chunk = ids[start : start + BATCH]
-                marks = ", ".join("?" for _ in chunk)
-                for table in ("executions", "calls", "violations", "idempotency_keys"):
-                    tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
-                tx.execute(
-                    f"DELETE FROM sessions WHERE tenant = ? AND session_id IN ({marks})",
-                    (tenant, *chunk),
-                )
+            _drop_rows(tx, tenant, sorted(pruned))
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
@@ -142,3 +134,16 @@ class Upkeep(Chain):
 
     def save_frontier(self, tenant: str, frontier: Frontier) -> None:
         _frontiers.save_frontier(self._db, tenant, frontier)
+
+
+def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str]) -> None:
+    """Deletes the index, key and session rows of pruned records (their entries are gone)."""
+    for start in range(0, len(ids), BATCH):
+        chunk = ids[start : start + BATCH]
+        marks = ", ".join("?" for _ in chunk)
+        for table in ("executions", "calls", "violations", "idempotency_keys"):
+            tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
+        tx.execute(
+            f"DELETE FROM sessions WHERE tenant = ? AND session_id IN ({marks})",
+            (tenant, *chunk),
+        )

@@ -56,6 +56,10 @@ class Capabilities:
     cgroup_pids: bool = False
     # A cgroup counts and caps the sandbox's memory.
     cgroup_memory: bool = False
+    # Without those cgroups, the host sums the sandbox's processes itself (CPU time and
+    # resident memory from /proc, `sandbox.backends.process.host_meter`) and stops the sandbox
+    # when a sum passes its limit: whole-sandbox limits, sampled.
+    host_accounting: bool = False
     # The script's kernel delivers to it the signals it sends itself even where it is its pid
     # namespace's init (gVisor's does; Linux drops an init's default-action signals). Where it
     # does, a SIGXFSZ death is the kernel's word only when a full tmpfs corroborates it.
@@ -106,6 +110,13 @@ class ResourceUsage:
     memory_limit_hits: int = 0  # charges that hit the memory limit (v1 failcnt, v2 events max)
     pids_limit_hits: int = 0  # process or thread creations refused (pids.events max)
     peak_pids: int | None = None  # cgroup v2 pids.peak, where the kernel has it
+    # The host's own sums over the sandbox's processes (no cgroup: `Capabilities.host_accounting`):
+    # cpu_time_s and peak_memory_bytes are then its figures, memory_bytes its latest sum.
+    host_accounted: bool = False
+    memory_bytes: int = 0
+    # OOM kills the kernel counted in the cgroup enclosing the server (a pod, a container) while
+    # the sandbox lived, where it has no memory cgroup of its own (`enclosing_oom`).
+    enclosing_oom_kills: int = 0
     tmpfs: tuple[TmpfsUsage, ...] = ()
 
 

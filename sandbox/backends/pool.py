@@ -14,6 +14,9 @@ speculative: they start only where a room is free and no execution waits for one
 that found none (`AtCapacity`) is tried again when a room is given back. An acquire that finds
 no idle sandbox starts one for demand, which waits its turn for a room; while it waits, idle
 sandboxes (of this pool or another) give their rooms up (`evict_idle`, ``room_wanted``).
+
+How long each start took goes to the observers given to `observe_starts` (the metrics, once
+they are on): the pool reports up without importing what reads it.
 """
 
 from __future__ import annotations
@@ -27,14 +30,25 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from sandbox.backends.capacity import AtCapacity
-from sandbox.telemetry import metrics
 
-__all__ = ["WarmPool"]
+__all__ = ["StartObserver", "WarmPool", "observe_starts"]
 
 H = TypeVar("H")
 REFILL_DELAY_S = 0.05
 SHRINK_AFTER_S = 10.0
 log = logging.getLogger(__name__)
+
+StartObserver = Callable[[object, float], None]
+"""``observer(pool, seconds)``: a warm pool started one sandbox, in that many seconds."""
+
+_start_observers: list[StartObserver] = []
+
+
+def observe_starts(observer: StartObserver) -> None:
+    """Calls ``observer`` after every sandbox any warm pool of this process starts (once per
+    observer, however often it is given)."""
+    if observer not in _start_observers:
+        _start_observers.append(observer)
 
 
 class WarmPool(Generic[H]):
@@ -142,7 +156,8 @@ class WarmPool(Generic[H]):
         async with self._start_slots:
             started = time.monotonic()
             handle = await self._factory(demand)
-            metrics.sandbox_started(self, time.monotonic() - started)
+            for observer in _start_observers:
+                observer(self, time.monotonic() - started)
             self.started_total += 1
             return handle
 

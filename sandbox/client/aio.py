@@ -31,7 +31,6 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client._retry import Deadline, RetryPolicy, new_key, retryable, unknown_outcome
-from sandbox.client._tls import PemLike, channel_credentials
 from sandbox.client.records import (
     ExecutionPage,
     ExecutionQuery,
@@ -43,6 +42,7 @@ from sandbox.client.records import (
     session_from_proto,
 )
 from sandbox.client.sessions import AsyncSession
+from sandbox.client.tls import PemLike, channel_credentials
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.errors import PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound

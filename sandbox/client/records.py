@@ -64,6 +64,9 @@ class ExecutionRecord:
     replay_of: str = ""  # the execution this one replays, when it is a replay
     runtime: str = ""  # the runtime it ran in; empty for the standard library
     idempotency_key: str = ""  # the request's key (the SDK sets one per call); empty: none
+    # Why it is `interrupted` with no result: its server stopped responding (named, with when
+    # it was last seen), or it handed its session over. Empty otherwise.
+    interrupted_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ def record_from_proto(message: pb.ExecutionRecord) -> ExecutionRecord:
         replay_of=message.replay_of,
         runtime=message.runtime,
         idempotency_key=message.idempotency_key,
+        interrupted_reason=message.interrupted_reason,
     )
 
 

@@ -16,7 +16,6 @@ from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
 
 from sandbox.client._retry import RetryPolicy
-from sandbox.client._tls import PemLike, read_pems
 from sandbox.client.aio import (
     AsyncClient,
     Execution,
@@ -28,6 +27,7 @@ from sandbox.client.aio import (
 )
 from sandbox.client.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.client.sessions import SyncSession
+from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.replay.report import ReplayReport

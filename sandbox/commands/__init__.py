@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Protocol
 
+__all__ = ["COMMANDS", "Command"]
+
 
 class Command(Protocol):
     def register(self, subparsers: argparse._SubParsersAction[Any]) -> None: ...

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from sandbox.audit import AuditQuery, SqlAuditStore, is_postgres_url, open_store
+from sandbox.audit.base import AuditRecord
 from sandbox.audit.export import export_jsonl, iter_records, record_to_json
 from sandbox.audit.retention import apply_retention
 from sandbox.commands._audit_checkpoints import (
@@ -134,7 +135,7 @@ def _list(args: argparse.Namespace) -> int:
                     return 0
                 shown += 1
                 if args.json:
-                    summary = record_to_json(record)
+                    summary = _as_json(record)
                     summary.pop("script")
                     summary.pop("manifest_json")
                     print(json.dumps(summary, ensure_ascii=False))
@@ -146,9 +147,10 @@ def _list(args: argparse.Namespace) -> int:
                 violations = (
                     ",".join(v.limit for v in record.result.violations) if record.result else ""
                 )
+                why = f"  ({record.interrupted_reason})" if record.interrupted_reason else ""
                 print(
                     f"{record.admission.execution_id}  {tenant}  {record.status:<14} {admitted}"
-                    f"  calls={calls}  violations={violations or '-'}"
+                    f"  calls={calls}  violations={violations or '-'}{why}"
                 )
     finally:
         store.close()
@@ -167,8 +169,14 @@ def _show(args: argparse.Namespace) -> int:
     if record is None:
         print(f"ptc audit show: no record {args.execution_id}", file=sys.stderr)
         return 1
-    print(json.dumps(record_to_json(record), indent=2, ensure_ascii=False))
+    print(json.dumps(_as_json(record), indent=2, ensure_ascii=False))
     return 0
+
+
+def _as_json(record: AuditRecord) -> dict[str, Any]:
+    """The record as `list --json` and `show` print it: the export's fields, and why it is
+    `interrupted` when no result says so ("" otherwise), as the chain's entry wrote it."""
+    return {**record_to_json(record), "interrupted_reason": record.interrupted_reason or ""}
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sandbox.client._tls import channel_credentials
+from sandbox.client.tls import channel_credentials
 from sandbox.commands._client_tls import add_tls_options, tls_options
 from sandbox.errors import Unavailable
 from sandbox.server.fleet import READINESS_SERVICE

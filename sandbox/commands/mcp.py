@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
+from sandbox.commands._manifest_file import read_manifest
 from sandbox.commands.run import parse_expect
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
@@ -99,10 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
     tools: list[Any] = []
     if args.tools:
-        try:
-            tools = load_tools_file(Path(args.tools).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InvalidArgument(f"--tools {args.tools}: {exc}") from exc
+        tools = load_tools_file(read_manifest(args.tools))
     options = McpOptions(
         transport=args.transport,
         host=args.host,

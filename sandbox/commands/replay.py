@@ -22,7 +22,7 @@ from typing import Any
 
 from sandbox.backends.factory import command_backend
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
-from sandbox.commands.run import _read
+from sandbox.commands._manifest_file import read_manifest
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.limits import Limits, parse_limit_args
@@ -113,7 +113,7 @@ def _remote(args: argparse.Namespace, manifest: str | None, limits: Limits) -> R
 
 
 def run(args: argparse.Namespace) -> int:
-    manifest = _read(args.tools, "manifest") if args.tools else None
+    manifest = read_manifest(args.tools) if args.tools else None
     limits = parse_limit_args(args.limit)
     if args.server:
         report = _remote(args, manifest, limits)

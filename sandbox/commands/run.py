@@ -42,6 +42,7 @@ from sandbox.backends.base import Backend
 from sandbox.backends.factory import command_backend
 from sandbox.capture import OutputCallback
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
+from sandbox.commands._manifest_file import read_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
@@ -210,8 +211,8 @@ async def _execute(
 @contextlib.contextmanager
 def _ctrl_c_cancels(cancel: asyncio.Event, status: StatusLine | None) -> Iterator[None]:
     """A Ctrl-C cancels the run, which then ends as `cancelled` with the output it wrote so far
-    (printed, exit 5), where it used to end the command with nothing (exit 130). A second
-    Ctrl-C quits at once (Python's own KeyboardInterrupt: exit 130)."""
+    (printed, exit 5), so that the user keeps what the script printed. A second Ctrl-C quits at
+    once (Python's own KeyboardInterrupt: exit 130)."""
     loop = asyncio.get_running_loop()
 
     def interrupted() -> None:
@@ -365,7 +366,7 @@ class _Live:
 def run(args: argparse.Namespace) -> int:
     check_options(args)
     script = _read(args.script, "script")
-    manifest = _read(args.tools, "manifest") if args.tools else "[]"
+    manifest = read_manifest(args.tools) if args.tools else "[]"
     # None where not given: a session keeps its own backend, a server its tenant's policy.
     options = RunOptions(
         limits=parse_limit_args(args.limit),

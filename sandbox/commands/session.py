@@ -90,9 +90,9 @@ def _print(info: SessionInfo) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
-    from sandbox.commands.run import _read
+    from sandbox.commands._manifest_file import read_manifest
 
-    manifest = _read(args.tools, "manifest") if args.tools else "[]"
+    manifest = read_manifest(args.tools) if args.tools else "[]"
     with _client(args) as client:
         session = client.session(
             manifest,

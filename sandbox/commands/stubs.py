@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any
 
+from sandbox.commands._manifest_file import read_manifest
 from stubs_gen import ManifestError, load_manifest, render_compact, render_module
 
 __all__ = ["register", "run"]
@@ -37,20 +38,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=run)
 
 
-def _read(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
 def run(args: argparse.Namespace) -> int:
     """The ``stubs`` handler; returns the exit code."""
-    try:
-        source = _read(args.manifest)
-    except OSError as exc:
-        print(f"ptc stubs: cannot read {args.manifest}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    source = read_manifest(args.manifest, "MANIFEST")
     origin = "standard input" if args.manifest == "-" else args.manifest
     try:
         manifest = load_manifest(source, origin=origin)

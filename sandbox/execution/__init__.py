@@ -4,5 +4,8 @@
 one drive loop for a single-use sandbox and a session's cell), `evidence` (the rules that turn
 what was observed into violations, as pure functions), `assemble` (the result: status
 precedence, error classification), `broker` (tool-call policy and dispatch) and `outputs` (the
-files a script leaves). `sandbox.engine` is the façade over it.
+files a script leaves). `sandbox.engine` is the façade over it. The package re-exports nothing:
+its modules are imported by name.
 """
+
+__all__: list[str] = []

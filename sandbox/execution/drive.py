@@ -39,6 +39,7 @@ from sandbox.capture import CappedOutput, OutputCallback
 from sandbox.execution import evidence
 from sandbox.execution.broker import Broker
 from sandbox.execution.outputs import OutputCollector
+from sandbox.limits import SPEC_BY_NAME
 from sandbox.protocol import (
     GuestCall,
     GuestEnd,
@@ -82,8 +83,8 @@ _BLOCK_BUFFERED_OUTPUT: ContextVar[bool] = ContextVar("ptc_block_buffered_output
 @contextlib.contextmanager
 def block_buffered_output() -> Iterator[None]:
     """For bench/output.py only: jobs sent in this context leave the guest's stdout
-    block-buffered, as it was before the guest made it line-buffered (the benchmark's
-    baseline). A kill then takes what the buffer holds, so nothing else may use it."""
+    block-buffered instead of line-buffered (the benchmark's baseline). A kill then takes what
+    the buffer holds, so nothing else may use it."""
     token = _BLOCK_BUFFERED_OUTPUT.set(True)
     try:
         yield
@@ -242,8 +243,16 @@ class Drive:
         if self.cell is not None:
             if await self._interrupt(reason):
                 return
-            self.lost = self.lost or f"{reason}: the sandbox was killed"
+            self.lost = self.lost or f"{self._named(reason)}: the sandbox was killed"
         await self.handle.kill()
+
+    def _named(self, reason: str) -> str:
+        """``reason`` with its limit's value when it is a limit (``wall_time (its limit of
+        2 s)``): a session lost to it says which limit, at what value, ended it."""
+        spec = SPEC_BY_NAME.get(reason)
+        if spec is None:
+            return reason
+        return f"{reason} (its limit of {spec.describe(getattr(self.job.limits, spec.field))})"
 
     async def _interrupt(self, reason: str) -> bool:
         """Whether the cell stopped within the grace of an `interrupt` frame."""
@@ -256,20 +265,33 @@ class Drive:
             return True
         self.interrupted = False
         self.lost = self.lost or (
-            f"{reason}: the execution did not stop within {INTERRUPT_GRACE_S:g} s of its "
-            "interrupt and the sandbox was killed"
+            f"{self._named(reason)}: the execution did not stop within "
+            f"{INTERRUPT_GRACE_S:g} s of its interrupt and the sandbox was killed"
         )
         return False
 
     async def watch_cpu(self) -> None:
-        if not self.handle.capabilities.cgroup_cpu:
+        if not self._watched():
             return
         while True:
             await asyncio.sleep(CPU_POLL_S)
-            reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+            reason = self._spent(self.handle.usage())
             if reason is not None:
                 await self.kill(reason)
                 return
+
+    def _watched(self) -> bool:
+        """Whether the host polls the sandbox's whole usage: a cgroup's CPU counter, or its
+        own sums over the sandbox's processes where no cgroup counts them."""
+        capabilities = self.handle.capabilities
+        return capabilities.cgroup_cpu or capabilities.host_accounting
+
+    def _spent(self, used: ResourceUsage) -> str | None:
+        """The limit the sandbox's usage has reached, if any: CPU time (the cgroup's or the
+        host's sum) or, where the host sums it, memory (a cgroup enforces its own)."""
+        reason = self._cpu_spent(used.cpu_time_s)
+        over = used.host_accounted and used.memory_bytes > self.job.limits.memory_bytes
+        return "memory" if reason is None and over else reason
 
     def _cpu_spent(self, used_s: float) -> str | None:
         """The CPU limit the sandbox's usage has reached, if any."""
@@ -295,8 +317,8 @@ class Drive:
         if self.cancel is not None and self.cancel.is_set():
             self.cancelled = True
             reason = "cancelled"
-        elif self.handle.capabilities.cgroup_cpu:
-            reason = self._cpu_spent(self.handle.usage().cpu_time_s)
+        elif self._watched():
+            reason = self._spent(self.handle.usage())
         if reason is None:
             self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
         else:
@@ -389,7 +411,7 @@ class Drive:
             # A single-use run: the channel's end is a callback, its CPU limit and a cancel are
             # watched by one timer, and nothing watches a cancel that nobody can set.
             handle.channel.closed.add_done_callback(self._on_channel_error)
-            if handle.capabilities.cgroup_cpu or self.cancel is not None:
+            if self._watched() or self.cancel is not None:
                 self._cpu_timer = asyncio.get_running_loop().call_later(CPU_POLL_S, self._check_cpu)
         else:
             self.cell.on_sent()
@@ -546,7 +568,10 @@ class Drive:
         if alive:
             self.lost = None
         elif resources.oom_killed:
-            self.lost = "memory: the sandbox ran out of memory and was killed"
+            limit = SPEC_BY_NAME["memory"].describe(self.job.limits.memory_bytes)
+            self.lost = (
+                f"memory: the sandbox ran out of memory (its limit of {limit}) and was killed"
+            )
         else:
             self.lost = self.lost or f"exited: the sandbox ended with exit code {exit_code}"
         found = evidence.violations(self._observations(exit_code, wall, share))

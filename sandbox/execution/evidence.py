@@ -12,14 +12,19 @@ or None when there is none; it is never the limit copied.
 limit           what shows it, and ``observed``                      evidence
 ==============  ===================================================  =========================
 wall_time       the host's deadline; the host's clock                host
-cpu_time        cgroup CPU usage (watchdog) or SIGXCPU with the      kernel
-                usage past the limit; the usage (None unread)
-memory          OOM kill, or a reported MemoryError while failcnt    kernel (guest with no
-                rose; the cgroup's peak (None for guest)             memory cgroup)
+cpu_time        cgroup CPU usage (watchdog) or SIGXCPU with the      kernel (host: the
+                usage past the limit; the usage (None unread); the   host's sum, no cgroup)
+                host's sum over the sandbox's processes
+memory          OOM kill, or a reported MemoryError while failcnt    kernel (host: the
+                rose; the cgroup's peak (None for guest); the        host's sum; guest
+                host's highest sum of the sandbox's processes; a     with no memory
+                thread start the guest saw refused for want of       cgroup)
+                address space under RLIMIT_AS
 processes       pids.events max; pids.peak where the kernel has it   kernel (guest where only
-                (None for guest): a refused thread start, or an      RLIMIT_NPROC counts:
-                EAGAIN out of an announced process start under the   degraded process
-                job's RLIMIT_NPROC                                   backend, gVisor)
+                (None for guest): a refused thread start (not one    RLIMIT_NPROC counts:
+                RLIMIT_AS refused), or an EAGAIN out of an           degraded process
+                announced process start under the job's              backend, gVisor)
+                RLIMIT_NPROC
 file_size       SIGXFSZ (with a full tmpfs where the kernel delivers kernel, host (guest where
                 a script its own signals), or a full /tmp or         the host cannot measure)
                 /dev/shm with a reported EFBIG/ENOSPC; the fullest
@@ -152,7 +157,12 @@ def _killed_by_host(seen: Observations) -> list[Violation]:
 
 
 def _resource_violations(seen: Observations) -> list[Violation]:
-    """OOM kill, CPU time and processes: the kernel's counters."""
+    """Memory, CPU time and processes: the kernel's counters and the host's sums."""
+    return [*_memory_violations(seen), *_cpu_violations(seen), *_process_violations(seen)]
+
+
+def _memory_violations(seen: Observations) -> list[Violation]:
+    """The sandbox's own OOM kill, the enclosing cgroup's, and the host's sum past the limit."""
     limits, used = seen.limits, seen.resources
     out: list[Violation] = []
     if used.oom_killed:
@@ -167,17 +177,70 @@ def _resource_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
-    if seen.killed_for == "cpu_time" or _cpu_signal(seen):
+    if _enclosing_oom_kill(seen):
+        out.append(
+            Violation(
+                "memory",
+                limits.memory_bytes,
+                used.peak_memory_bytes if used.host_accounted else None,
+                "bytes",
+                "killed",
+                "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
+                f" pod or container) ran out of memory ({used.enclosing_oom_kills} OOM kills there"
+                " while the sandbox lived)",
+                evidence=Evidence.KERNEL,
+            )
+        )
+    if seen.killed_for == "memory" and used.host_accounted:
+        out.append(
+            Violation(
+                "memory",
+                limits.memory_bytes,
+                used.peak_memory_bytes,
+                "bytes",
+                "killed",
+                "the host's sum of the resident memory of the sandbox's processes passed the"
+                " limit and the sandbox was killed",
+                evidence=Evidence.HOST,
+            )
+        )
+    return out
+
+
+def _cpu_violations(seen: Observations) -> list[Violation]:
+    """CPU time: the host's sum past the limit, or the kernel's signal."""
+    limits, used = seen.limits, seen.resources
+    out: list[Violation] = []
+    if seen.killed_for == "cpu_time" and used.host_accounted:
         out.append(
             Violation(
                 "cpu_time",
                 limits.cpu_time_ms / 1000,
-                round(used.cpu_time_s, 3) if used.accounted else None,
+                round(used.cpu_time_s, 3),
+                "s",
+                "killed",
+                "the host's sum of the CPU time of the sandbox's processes passed the limit",
+                evidence=Evidence.HOST,
+            )
+        )
+    elif seen.killed_for == "cpu_time" or _cpu_signal(seen):
+        out.append(
+            Violation(
+                "cpu_time",
+                limits.cpu_time_ms / 1000,
+                round(used.cpu_time_s, 3) if used.accounted or used.host_accounted else None,
                 "s",
                 "killed",
                 evidence=Evidence.KERNEL,
             )
         )
+    return out
+
+
+def _process_violations(seen: Observations) -> list[Violation]:
+    """Processes: the creations the kernel refused at the limit."""
+    limits, used = seen.limits, seen.resources
+    out: list[Violation] = []
     if used.pids_limit_hit or used.pids_limit_hits:
         refused = used.pids_limit_hits
         out.append(
@@ -196,6 +259,20 @@ def _resource_violations(seen: Observations) -> list[Violation]:
 
 def _signalled(exit_code: int, signum: int) -> bool:
     return exit_code in (-signum, 128 + signum)
+
+
+def _enclosing_oom_kill(seen: Observations) -> bool:
+    """The sandbox died of a SIGKILL the host did not send while the cgroup enclosing the server
+    counted OOM kills (no memory cgroup of its own). Nothing inside can SIGKILL a pid namespace's
+    init, and the host names every kill it makes (``killed_for``): the kernel's OOM killer did.
+    A kill of one of the sandbox's other processes, which the script survives, is not seen."""
+    used = seen.resources
+    return (
+        used.enclosing_oom_kills > 0
+        and not used.oom_killed
+        and seen.killed_for is None
+        and _signalled(seen.exit_code, signal.SIGKILL)
+    )
 
 
 def _cpu_signal(seen: Observations) -> bool:
@@ -266,6 +343,20 @@ def claimed_violation(seen: Observations) -> Violation | None:
     if errno_name in ("EFBIG", "ENOSPC"):
         return _claimed_file_size(seen, report, str(errno_name))
     what = _refused_start(report)
+    if what == "thread" and report.get("refused_by") == "RLIMIT_AS":
+        if seen.resources.accounted:
+            return None  # a memory cgroup counts the sandbox: its own figures decide
+        # The address-space rlimit had no room left for one more thread's stack: memory, not
+        # the process count (the guest probed the address space right after the refusal).
+        return _guest(
+            seen,
+            report,
+            "memory",
+            seen.limits.memory_bytes,
+            "bytes",
+            "the script reported a thread start refused: its stack no longer fit under the"
+            " address-space rlimit (RLIMIT_AS)",
+        )
     if what is not None and not seen.pids_counted:
         # RLIMIT_NPROC (no pids cgroup here, or gVisor's kernel counting the script's tasks)
         # refused it: no host counter saw it.

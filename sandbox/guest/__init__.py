@@ -10,7 +10,7 @@ package's install built it.
 from pathlib import Path
 
 GUEST_DIR = Path(__file__).resolve().parent
-GUEST_FILES = ("bootstrap.py", "_ptc_runtime.py", "_files.py")
+GUEST_FILES = ("bootstrap.py", "_ptc_runtime.py", "_files.py", "_threads.py")
 # The process backend's fork server and the confinement it applies to each child; a container
 # is confined by its engine and starts the bootstrap directly, so its image has only the above.
 ZYGOTE_FILES = ("zygote.py", "_confine.py", "_forkloop.py")

@@ -99,6 +99,14 @@ _RLIMITS = {
 
 
 def _apply_rlimits(limits: dict[str, int]) -> None:
+    if "as_bytes" in limits:
+        # Under an address-space limit a thread must cost what it uses, not the stack and
+        # malloc arena it reserves (`_threads`); imported here only, where it is needed.
+        import _threads  # type: ignore[import-not-found]
+
+        _threads.make_room(int(limits["as_bytes"]), int(limits.get("nproc", 1024)))
+        _threads.watch_thread_starts("nproc" in limits)
+        _PROCESS_STARTS["as_bytes"] = int(limits["as_bytes"])
     for name, value in limits.items():
         which = _RLIMITS[name]
         soft = hard = int(value)
@@ -188,7 +196,22 @@ def _error_report(exc: BaseException, line: int | None = None) -> dict[str, obje
         report["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
     if _process_start_refused(exc):
         report["refused_by"] = "RLIMIT_NPROC"
+    elif isinstance(exc, RuntimeError) and str(exc) == "can't start new thread":
+        refused_by = _thread_start_refused_by()
+        if refused_by:
+            report["refused_by"] = refused_by
     return report
+
+
+def _thread_start_refused_by() -> str | None:
+    """Which of the job's rlimits refused a thread start: under RLIMIT_AS, what `_threads` saw
+    when it failed (RLIMIT_AS when one more stack no longer fit the address space), else
+    RLIMIT_NPROC when the job set it; None where neither is the job's (a cgroup counts)."""
+    if "as_bytes" in _PROCESS_STARTS:
+        import _threads
+
+        return _threads.refused_by() or None
+    return "RLIMIT_NPROC" if "nproc" in _PROCESS_STARTS else None
 
 
 class _LazyTools:

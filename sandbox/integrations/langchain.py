@@ -77,6 +77,7 @@ def _with_status(output: Any) -> Any:
 
 
 def mark_errors(message: ToolMessage) -> ToolMessage:
-    """Kept for callers written against the first version: the tool now sets the status itself."""
+    """The message with its status set from its content, which the tool already does itself:
+    for callers that post-process the tool's messages with it."""
     result: ToolMessage = _with_status(message)
     return result

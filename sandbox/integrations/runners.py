@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from sandbox.audit.base import AuditStore
 from sandbox.client import Client
-from sandbox.client._tls import PemLike
+from sandbox.client.tls import PemLike
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
 from sandbox.errors import InvalidArgument, Unavailable
@@ -222,6 +222,15 @@ class EmbeddedRunner:
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
         return await self._loop.acall(self._execute(request))
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Runs ``coroutine`` on the runner's event loop, where its engine and sessions live,
+        from any thread but that loop's, and returns its result."""
+        return self._loop.call(coroutine)
+
+    async def acall(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """`call` for a caller on another event loop: awaits without blocking that loop."""
+        return await self._loop.acall(coroutine)
 
     def replay(
         self,

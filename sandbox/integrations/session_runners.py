@@ -99,7 +99,7 @@ class EmbeddedSessionRunner:
             max_lifetime_s=_or(options.max_lifetime, DEFAULT_LIFETIME_S),
             max_executions=options.max_executions or 0,
         )
-        self.session: Session = runner._loop.call(
+        self.session: Session = runner.call(
             self.manager.create(
                 runner.recorder.tenant,
                 manifest=engine.manifest("[]"),
@@ -127,27 +127,29 @@ class EmbeddedSessionRunner:
         limits, fixed = self.manager.session_limits(session, limits, asked)
         prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
-        result: ExecutionResult | None = None
-        try:
-            result = await runner.recorder.run(
+        # A cell the audit store refuses to admit leaves the session as it was (`run_cell`).
+        return await self.manager.run_cell(
+            session,
+            prepared.execution_id,
+            prepared.manifest,
+            lambda admitted: runner.recorder.run(
                 runner.engine,
                 prepared,
                 handlers={"client": _client_handler(local)},
                 session=session.sandbox,
-            )
-            return result
-        finally:
-            await self.manager.finish(session, prepared.execution_id, result, prepared.manifest)
+                on_admitted=admitted,
+            ),
+        )
 
     def run(self, request: RunRequest) -> ExecutionResult:
-        return self._runner._loop.call(self._execute(request))
+        return self._runner.call(self._execute(request))
 
     async def arun(self, request: RunRequest) -> ExecutionResult:
-        return await self._runner._loop.acall(self._execute(request))
+        return await self._runner.acall(self._execute(request))
 
     def close(self) -> None:
         with contextlib.suppress(NotFound, FailedPrecondition):
-            self._runner._loop.call(self.manager.close(self.session.tenant, self.session.id))
+            self._runner.call(self.manager.close(self.session.tenant, self.session.id))
 
     def __enter__(self) -> EmbeddedSessionRunner:
         return self

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.audit._codec import OUTPUT_CAP_BYTES, result_to_json
+from sandbox.audit import OUTPUT_CAP_BYTES, result_to_json
 from sandbox.replay.dispatch import RecordedCalls, cut_by_call_log
 from sandbox.replay.report import Difference
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, Violation

@@ -142,6 +142,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
         replay_of=admission.replay_of,
         runtime=admission.runtime,
         idempotency_key=admission.idempotency_key,
+        interrupted_reason=record.interrupted_reason or "",
     )
 
 

@@ -61,7 +61,7 @@ def quotas_scope(config: ServerConfig) -> str:
 
 
 def fleet_tenancy(config: ServerConfig, tenancy: Tenancy) -> Tenancy:
-    """``tenancy``, with its admission moved into PostgreSQL when the quotas are global."""
+    """``tenancy``, with its admission in PostgreSQL when the quotas are global."""
     if quotas_scope(config) != "global":
         if config.audit_db is None:
             why = "the in-memory audit store is not shared"

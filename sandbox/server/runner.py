@@ -169,16 +169,16 @@ class Runner:
         session = prepared.session
         if session is None:
             return await self._admitted(prepared, cancel, handlers, approver, on_output, on_started)
-        result: ExecutionResult | None = None
-        try:
-            result = await self._admitted(
-                prepared, cancel, handlers, approver, on_output, on_started
-            )
-            return result
-        finally:
-            await self.sessions.finish(
-                session, prepared.execution_id, result, prepared.execution.manifest
-            )
+        # Refused before its admission, the session is untouched; after it, the cell's own
+        # result or error decides (`SessionManager.run_cell`).
+        return await self.sessions.run_cell(
+            session,
+            prepared.execution_id,
+            prepared.execution.manifest,
+            lambda admitted: self._admitted(
+                prepared, cancel, handlers, approver, on_output, on_started, admitted
+            ),
+        )
 
     async def _admitted(
         self,
@@ -188,6 +188,7 @@ class Runner:
         approver: Approver | None,
         on_output: OutputCallback | None,
         on_started: Callable[[StartedInfo], None] | None,
+        on_admitted: Callable[[], None] | None = None,
     ) -> ExecutionResult:
         queued = time.monotonic()
         state = "queued"
@@ -211,6 +212,7 @@ class Runner:
                     on_started=on_started,
                     cancel=cancel,
                     session=prepared.session.sandbox if prepared.session is not None else None,
+                    on_admitted=on_admitted,
                 )
         finally:
             metrics.in_flight(state, -1)

@@ -48,12 +48,12 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
-from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox, limits_fields
+from sandbox.audit.base import AuditStore
+from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -62,14 +62,14 @@ from sandbox.errors import (
     PermissionDenied,
     ResourceExhausted,
     Unavailable,
-    quote,
 )
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
-from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
+from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.rebuild import RebuildBounds, rebuild
-from sandbox.sessions.session import Session, SessionSettings, SessionState
+from sandbox.sessions.record import admit_record, complete_record, gone_error
+from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
 from sandbox.telemetry import metrics
 from stubs_gen import Manifest
 
@@ -204,7 +204,7 @@ class SessionManager:
             runtime=runtime,
         )
         try:
-            self._admit(session)  # a store that refuses it: no session runs unrecorded
+            admit_record(self.store, session)  # a store that refuses it: no session runs unrecorded
         except BaseException:
             await handle.dispose()
             raise
@@ -275,7 +275,7 @@ class SessionManager:
         try:
             await session.sandbox.dispose()
         finally:
-            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+            complete_record(self.store, session, status, usage.cpu_time_s, usage.peak_memory_bytes)
 
     def _remember(self, session: Session) -> None:
         self._ended[session.id] = session
@@ -283,27 +283,7 @@ class SessionManager:
             self._ended.popitem(last=False)
 
     def _unknown(self, tenant: str, session_id: str) -> NotFound:
-        """NOT_FOUND for an id this server does not hold; where the audit store recorded the
-        session (an earlier server's, ended by its stop or restart), the message says how it
-        ended, so a client learns why its session is gone rather than that it never was."""
-        record = None
-        if self.store is not None:
-            with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
-                record = self.store.get(tenant, session_id)
-        if record is None or record.admission.labels.get("ptc.kind") != "session":
-            return NotFound(f"session_id: no session {quote(session_id)}")
-        if record.result is None and record.interrupted_reason:
-            how = f"{record.status}: {record.interrupted_reason}"
-        elif record.result is None:
-            how = f"{record.status}: the server that held it stopped before ending it"
-        elif record.result.error is not None:
-            how = record.result.error.message
-        else:
-            how = record.status
-        if record.status == "interrupted" and self.store is not None and self.store.holds_sessions:
-            # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
-            how += "; its next execution rebuilds it from its record"
-        return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")
+        return gone_error(self.store, tenant, session_id)
 
     def usable(self, tenant: str, session_id: str) -> Session:
         """The tenant's open session, or the error that says why it is not."""
@@ -388,14 +368,65 @@ class SessionManager:
             )
         session.running = execution_id
 
+    async def run_cell(
+        self,
+        session: Session,
+        execution_id: str,
+        manifest: Manifest | None,
+        run: Callable[[Callable[[], None]], Awaitable[ExecutionResult]],
+    ) -> ExecutionResult:
+        """Runs one cell of ``session`` (claimed for ``execution_id``) with ``run``, which calls
+        the function it is given once the cell's admission is durable (`Recorder.run`'s
+        ``on_admitted``). What the session then becomes depends on that point: a cell refused
+        before it (the tenant's rate, concurrency or queue, the audit store unavailable, a key
+        admitted elsewhere, a caller gone while queued) never touched the sandbox, and the
+        session is released as it was (`refused`); after it, the cell's result or error decides
+        (`finish`). Every path that runs cells (the server's, the embedded SDK's) comes here."""
+        admitted = False
+
+        def mark_admitted() -> None:
+            nonlocal admitted
+            admitted = True
+
+        try:
+            result = await run(mark_admitted)
+        except BaseException as exc:
+            if admitted:
+                await self.finish(session, execution_id, None, manifest, error=exc)
+            else:
+                await self.refused(session, execution_id)
+            raise
+        if admitted:
+            await self.finish(session, execution_id, result, manifest)
+        else:
+            await self.refused(session, execution_id)
+        return result
+
+    async def refused(self, session: Session, execution_id: str) -> None:
+        """Releases ``session`` after a cell that was refused before it was admitted (the
+        tenant's rate, concurrency or queue, the audit store unavailable, its caller gone while
+        it queued): nothing ran in the sandbox, so nothing of the session changes (its cells,
+        its idle clock) and its next cell continues with its state. The refusal is that call's
+        error alone. Only a limit of the session that fell while the cell waited (its lifetime,
+        `_sweep`) ends it, with that limit's reason."""
+        if session.running == execution_id:
+            session.running = None
+        if session.active and session._doom is not None:
+            await self._end(session, SessionState.EXPIRED, session._doom, ExecutionStatus.OK)
+
     async def finish(
         self,
         session: Session,
         execution_id: str,
         result: ExecutionResult | None,
         manifest: Manifest | None = None,
+        *,
+        error: BaseException | None = None,
     ) -> None:
-        """Releases ``session`` after its execution; ends it when its sandbox is gone."""
+        """Releases ``session`` after an admitted execution; ends it when its sandbox is gone
+        (``result.session_lost``, a session limit), or when the run raised ``error`` instead
+        of giving a result (the sandbox's state is then unknown, so it is not reused). The
+        reason names the cell and what ended it."""
         session.running = None
         session.executions.append(execution_id)
         session.last_used_at = time.time()
@@ -411,15 +442,20 @@ class SessionManager:
             lost = session._doom
             if result is not None:
                 result.session_lost = lost
+        cell = f"cell {len(session.executions)} (execution id {execution_id})"
         if lost or not session.sandbox.alive:
             reason = lost or "the sandbox ended"
             expired = reason.startswith(("lifetime", "idle"))
             state = SessionState.EXPIRED if expired else SessionState.LOST
-            await self._end(session, state, reason, ExecutionStatus.LIMIT_EXCEEDED)
+            await self._end(session, state, f"{cell}: {reason}", ExecutionStatus.LIMIT_EXCEEDED)
         elif result is None:
-            # The engine raised: the sandbox's state is unknown, so it is not reused.
+            why = error_text(error)
             await self._end(
-                session, SessionState.LOST, "failed: the service failed", ExecutionStatus.FAILED
+                session,
+                SessionState.LOST,
+                f"{cell}: failed after it was admitted, so the state of its sandbox is unknown: "
+                f"{why}",
+                ExecutionStatus.FAILED,
             )
         elif session.settings.max_executions and (
             len(session.executions) >= session.settings.max_executions
@@ -446,7 +482,7 @@ class SessionManager:
         try:
             await session.sandbox.dispose()
         finally:
-            self._complete(session, status, usage.cpu_time_s, usage.peak_memory_bytes)
+            complete_record(self.store, session, status, usage.cpu_time_s, usage.peak_memory_bytes)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -482,70 +518,18 @@ class SessionManager:
                 await self._end(session, SessionState.LOST, reason, ExecutionStatus.LIMIT_EXCEEDED)
             elif session.running is None and not session.sandbox.alive:
                 usage = session.sandbox.handle.usage()
-                why = "memory: the sandbox ran out of memory" if usage.oom_killed else "exited"
+                limit = SPEC_BY_FIELD["memory_bytes"].describe(settings.limits.memory_bytes)
+                why = (
+                    f"memory: the sandbox ran out of memory (its limit of {limit})"
+                    if usage.oom_killed
+                    else "exited"
+                )
                 await self._end(
                     session, SessionState.LOST, f"{why} while idle", ExecutionStatus.FAILED
                 )
             elif session.running is None and now - session._used_mono >= settings.idle_timeout_s:
                 reason = f"idle: no execution for {settings.idle_timeout_s:g} s"
                 await self._end(session, SessionState.EXPIRED, reason, ExecutionStatus.OK)
-
-    # -- audit ---------------------------------------------------------------------------------
-    def _admit(self, session: Session) -> None:
-        if self.store is None:
-            return
-        settings = session.settings
-        self.store.admit(
-            Admission(
-                execution_id=session.id,
-                tenant=session.tenant,
-                script="",
-                manifest_json=session.manifest_json,
-                manifest_sha256=session.manifest.sha256,
-                backend=session.backend,
-                policy="none",
-                effective_limits=limits_fields(settings.limits),
-                labels={
-                    **session.labels,
-                    "ptc.kind": "session",
-                    "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
-                    "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
-                    "ptc.max_executions": str(settings.max_executions),
-                },
-                admitted_at=session.created_at,
-                runtime=session.runtime or "",
-            )
-        )
-
-    def _complete(
-        self, session: Session, status: ExecutionStatus, cpu_s: float, peak_memory: int
-    ) -> None:
-        if self.store is None:
-            return
-        ended = session.ended_at or time.time()
-        result = ExecutionResult(
-            execution_id=session.id,
-            status=status,
-            exit_code=0,
-            backend=session.backend,
-            isolation=session.sandbox.isolation,
-            effective_limits=limits_fields(session.settings.limits),
-            error=ScriptError("SessionEnded", f"{session.state.value}: {session.reason}"[:2000]),
-            usage=Usage(
-                wall_time_s=ended - session.created_at,
-                cpu_time_s=cpu_s,
-                peak_memory_bytes=peak_memory,
-                tool_calls=session.tool_calls,
-            ),
-            started_at=session.created_at,
-            finished_at=ended,
-            session_id=session.id,
-            session_lost="" if session.state is SessionState.CLOSED else session.reason,
-        )
-        try:
-            self.store.complete(session.id, result)
-        except Exception:
-            log.exception("the audit record of session %s could not be completed", session.id)
 
 
 def check_allowed(allowed: bool, tenant: str) -> None:

@@ -44,14 +44,14 @@ from typing import Any, Protocol
 
 from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore
 from sandbox.engine import Engine, acquire_sandbox
-from sandbox.errors import FailedPrecondition, PtcError
+from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.sessions.session import Session, SessionSettings, SessionState
+from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
 from sandbox.telemetry import metrics
 
 
@@ -216,17 +216,7 @@ async def _claim_and_rebuild(
             await handle.dispose()
             raise
     except (PtcError, KeyError, TypeError, ValueError) as exc:
-        # Nothing ran: let go of it again, so that a later call (here or elsewhere) can retry.
-        why = exc.message if isinstance(exc, PtcError) else f"its record is malformed: {exc!r}"
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(
-                store.hand_over,
-                session_id,
-                f"the rebuild on {here} could not start: {why}",
-            )
-        raise FailedPrecondition(
-            f"session_lost: session {session_id!r} could not be rebuilt on {here} now: {why}"
-        ) from exc
+        raise await _not_started(store, session_id, here, exc) from exc
     wall_elapsed = max(0.0, time.time() - admission.admitted_at)
     session = Session(
         id=session_id,
@@ -252,9 +242,10 @@ async def _claim_and_rebuild(
         metrics.session_rebuilt("lost", time.monotonic() - started)
         log.warning("sessions: session %s lost: %s", session_id, reason)
         return session
-    except BaseException:
+    except BaseException as exc:
         session.running = None
-        manager.adopt_ended(session, SessionState.LOST, "could not be rebuilt: the service failed")
+        why = f"could not be rebuilt on {here}: {error_text(exc)}"
+        manager.adopt_ended(session, SessionState.LOST, why)
         await manager.end_adopted(session, ExecutionStatus.FAILED)
         raise
     session.running = None
@@ -275,6 +266,26 @@ async def _claim_and_rebuild(
         time.monotonic() - started,
     )
     return session
+
+
+async def _not_started(store: Any, session_id: str, here: str, exc: Exception) -> PtcError:
+    """What a rebuild that could not start raises. Nothing ran: the session is let go of again,
+    so that a later call (here or elsewhere) can retry. The store or the backend unable to serve
+    now is a refusal of that kind, like any cell's, never a session said lost when nothing of
+    it was; a record that cannot be read is FAILED_PRECONDITION."""
+    why = exc.message if isinstance(exc, PtcError) else f"its record is malformed: {exc!r}"
+    with contextlib.suppress(Exception):
+        await asyncio.to_thread(
+            store.hand_over, session_id, f"the rebuild on {here} could not start: {why}"
+        )
+    if isinstance(exc, (Unavailable, ResourceExhausted)):
+        return type(exc)(
+            f"session_id: session {session_id!r} could not be rebuilt on {here} now: {why}; "
+            "it is left as it was, and its next cell rebuilds it"
+        )
+    return FailedPrecondition(
+        f"session_lost: session {session_id!r} could not be rebuilt on {here} now: {why}"
+    )
 
 
 async def _replay(

@@ -6,17 +6,18 @@ Kept apart from `manager` so that `rebuild`, which makes sessions from their aud
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sandbox.errors import FailedPrecondition, NotFound
+from sandbox.errors import FailedPrecondition, NotFound, PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import ResolvedLimits
 from stubs_gen import Manifest
 
-__all__ = ["Session", "SessionSettings", "SessionState"]
+__all__ = ["Session", "SessionSettings", "SessionState", "error_text"]
 
 
 class SessionState(StrEnum):
@@ -68,3 +69,14 @@ class Session:
         if self.state is SessionState.LOST:
             return FailedPrecondition(message)
         return NotFound(message)
+
+
+def error_text(error: BaseException | None) -> str:
+    """What an error that ended a session (a cell's run, a rebuild) says in its reason: its
+    class and its message, never only that the service failed."""
+    if error is None:
+        return "the run gave no result"
+    if isinstance(error, asyncio.CancelledError):
+        return "it was cancelled before it gave a result"
+    message = error.message if isinstance(error, PtcError) else str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

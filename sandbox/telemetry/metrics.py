@@ -15,7 +15,7 @@ or a script.
     ptc_sandboxes{backend,state}                           gauge: idle (warm) and busy sandboxes
     ptc_sandbox_rooms{backend,state}                       gauge: max_sandboxes limit, held, waiting
     ptc_sandbox_rooms_evicted_total{backend}               counter: idle ones given up to demand
-    ptc_active_sessions                                    gauge: open sessions (issue 13)
+    ptc_active_sessions                                    gauge: open sessions
     ptc_audit_write_duration_seconds{operation}            histogram: admit / complete writes
     ptc_audit_write_failures_total{operation}              counter: writes the store refused
     ptc_audit_completions_pending                          gauge: completions kept, not yet written
@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandbox.backends.capacity import Capacity
+from sandbox.backends.pool import observe_starts
 
 if TYPE_CHECKING:
     from sandbox.audit.checkpoints import Checkpoint
@@ -279,6 +280,7 @@ def enable(backends: Mapping[str, Backend] | None = None) -> Metrics:
     those of the latest server that asked (one per process in `ptc serve`)."""
     if _state.metrics is None:
         _state.metrics = Metrics(backends)
+        observe_starts(sandbox_started)
     elif backends is not None:
         _state.metrics.watch(backends)
     return _state.metrics
@@ -400,6 +402,6 @@ def session_rebuilt(outcome: str, seconds: float) -> None:
 
 
 def active_sessions(count: int) -> None:
-    """Sets the number of open sessions (for issue 13's sessions to call as they change)."""
+    """Sets the number of open sessions (the session manager calls it as they change)."""
     if _state.metrics is not None:
         _state.metrics.active_sessions.set(count)

@@ -103,7 +103,9 @@ async def _traced(
         "ptc.backend": prepared.backend,
         "ptc.manifest_sha256": prepared.manifest.sha256,
     }
-    runtime = getattr(prepared.request, "runtime", None)  # issue 14's runtimes, where present
+    runtime = getattr(
+        prepared.request, "runtime", None
+    )  # a runtime's name, where the request has one
     if runtime:
         attributes["ptc.runtime"] = str(runtime)
     span = tracer.start_span("ptc.execution", attributes=attributes)

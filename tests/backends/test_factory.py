@@ -131,10 +131,14 @@ def test_a_command_line_run_keeps_one_process_sandbox_warm() -> None:
 
 def test_capabilities_each_backend_declares() -> None:
     cgroups = Capabilities(cgroup_cpu=True, cgroup_pids=True, cgroup_memory=True, runtimes=True)
-    # The process backend's sandboxes: all three cgroups where the host has them, none without.
+    # The process backend's sandboxes: all three cgroups where the host has them; without, the
+    # host's own sums (unless turned off), never both.
     assert process_capabilities(True) == cgroups
-    assert process_capabilities(False) == Capabilities(runtimes=True)
-    assert build_backend("process").capabilities == Capabilities(runtimes=True)  # not started
+    assert process_capabilities(True, host_accounting=True) == cgroups
+    hosted = Capabilities(host_accounting=True, runtimes=True)
+    assert process_capabilities(False) == hosted
+    assert process_capabilities(False, host_accounting=False) == Capabilities(runtimes=True)
+    assert build_backend("process").capabilities == hosted  # not started: no cgroups yet
     # runc: the container's cgroups; its CPU figure only where the host can read the cgroup.
     assert build_backend("docker").capabilities == cgroups
     assert container_capabilities("runc", cgroup_readable=False) == Capabilities(

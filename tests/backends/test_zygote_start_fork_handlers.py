@@ -6,8 +6,8 @@ gRPC's event engine restarts its poller thread in every fork(2) child through a
 poller's `epoll_wait` fails with EBADF and gRPC aborts the child (grpc/grpc#43055). A server
 whose zygote was started that way failed with "the fork server did not start: ...
 Epoll1Poller ... Bad file descriptor". Python's `subprocess` takes vfork(2), which runs no
-fork handlers, only when it changes no user or group in the child; as root the host used to
-pass `user=`/`group=`, which forces fork(2).
+fork handlers, only when it changes no user or group in the child, so the host passes no
+`user=`/`group=` (which would force fork(2)), even as root.
 
 Here the child process registers a fork handler that aborts every fork(2) child (harsher than
 gRPC's race, and certain), checks that it does, then starts the process backend, replaces its

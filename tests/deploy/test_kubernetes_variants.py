@@ -141,15 +141,22 @@ class Pod:
             )
             time.sleep(0.5)
 
-    def run(self, script: str) -> tuple[int, dict[str, Any]]:
-        found = subprocess.run(
-            [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={self.key}", self.name,
-             "ptc", "run", "--server", ADDRESS, "--json", "-"],
-            input=script, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert found.stdout, found.stderr + logs(self.name)
-        result: dict[str, Any] = json.loads(found.stdout)
+    def run(self, script: str, *limits: str) -> tuple[int, dict[str, Any]]:
+        found = self.start_run(script, *limits)
+        out, err = found.communicate(script, timeout=120)
+        assert out, err + logs(self.name)
+        result: dict[str, Any] = json.loads(out)
         return found.returncode, result
+
+    def start_run(self, script: str, *limits: str) -> subprocess.Popen[str]:
+        """`ptc run` in the container, started (several run side by side); the caller passes
+        ``script`` to ``communicate``."""
+        flags = [item for limit in limits for item in ("--limit", limit)]
+        return subprocess.Popen(
+            [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={self.key}", self.name,
+             "ptc", "run", "--server", ADDRESS, "--json", *flags, "-"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
 
     def working_set_bytes(self) -> int:
         """The container's memory as the kubelet counts it: usage minus inactive file pages."""
@@ -246,48 +253,123 @@ def test_without_allow_degraded_the_base_never_becomes_ready(pod: Pod) -> None:
     assert (pod.health(False), pod.health(True)) == ("NOT_SERVING", "NOT_SERVING")
 
 
-# 24 processes of 200 MiB each: every one within its 256 MiB RLIMIT_AS, 4.7 GiB together, past
-# the pod's 4 GiB. (Processes smaller than the server cannot pass the pod's limit here: the
-# degraded backend's RLIMIT_NPROC counts the processes of every sandbox together, about 58.)
-POD_OOM = """
+# Whole-sandbox scripts, run in the base's container: 8 threads and 4 subprocesses;
+# N processes each touching MIB MiB; N processes burning CPU; a neighbour printing meanwhile.
+THREADS_AND_SUBPROCESSES = """
+import subprocess, sys, threading
+go = threading.Event()
+threads = [threading.Thread(target=go.wait) for _ in range(8)]
+for t in threads:
+    t.start()
+children = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(4)]
+go.set()
+for t in threads:
+    t.join()
+print(len(threads), [c.wait() for c in children])
+"""
+HOLDERS = """
 import os, time
-children = []
-for _ in range(24):
+kids = []
+for _ in range(3):
     pid = os.fork()
     if pid == 0:
-        try:
-            block = b"x" * (200 * 1024 * 1024)
-            time.sleep(3)
-        finally:
-            os._exit(0)
-    children.append(pid)
-print(sorted({os.waitpid(pid, 0)[1] for pid in children}))
+        block = bytearray(200 * 1024 * 1024)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(10)
+        os._exit(0)
+    kids.append(pid)
+block = bytearray(200 * 1024 * 1024)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+for pid in kids:
+    os.waitpid(pid, 0)
+print("held")
 """
+BURNERS = """
+import os, time
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            pass
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("burnt")
+"""
+NEIGHBOUR = "import time\nfor i in range(8):\n    time.sleep(0.25)\n    print(i)"
+NEIGHBOUR_OUT = "".join(f"{i}\n" for i in range(8))
+# Sampling period and tick: what the host's CPU sum may pass its limit by (docs/limits.md).
+CPU_SLACK_S = 0.5
+
+
+def _beside_a_neighbour(pod: Pod, script: str, *limits: str) -> dict[str, Any]:
+    """Runs ``script`` while another execution prints; the other must end untouched."""
+    neighbour = pod.start_run(NEIGHBOUR)
+    assert neighbour.stdin is not None
+    neighbour.stdin.write(NEIGHBOUR)
+    neighbour.stdin.close()  # the script is read whole: it runs from here on
+    result = pod.run(script, *limits)[1]
+    assert neighbour.stdout is not None and neighbour.stderr is not None
+    with neighbour:
+        out = neighbour.stdout.read()
+        neighbour.stderr.read()
+    other = json.loads(out)
+    assert (other["status"], other["stdout"], other["violations"]) == ("ok", NEIGHBOUR_OUT, [])
+    return result
 
 
 @pytest.mark.parametrize("pod", ["base"], indirect=True)
-def test_in_the_degraded_base_a_pod_level_oom_takes_sandbox_processes_not_the_server(
+def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     pod: Pod,
 ) -> None:
-    """Without a memory cgroup per sandbox, a sandbox within its limits (each process under
-    RLIMIT_AS) can pass the pod's: the kernel's OOM killer then chooses within the pod, and
-    takes the sandbox's processes, not the server (README.md, "Memory"). Sandbox processes
-    volunteer (oom_score_adj 1000, checked in the test above and tests/sandbox/test_oom_score.py);
-    these are also larger than the server, so this test alone would pass without that."""
+    """The degraded base without a cgroup per sandbox: threads are not memory under
+    RLIMIT_AS, and the host's sums over each sandbox's processes hold memory and CPU time for
+    the sandbox as a whole, evidence `host`; a sandbox running beside the one stopped is
+    untouched, the server stays ready and is never OOM-killed."""
     started = pod.start()
     serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
     pod.wait_serving(True, serving + probe_budget_s(pod.spec["readinessProbe"]))
-    found = subprocess.run(
-        [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={pod.key}", pod.name,
-         "ptc", "run", "--server", ADDRESS, "--json", "--limit", "wall_time=120", "-"],
-        input=POD_OOM, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    result = json.loads(found.stdout)
-    # Some children were SIGKILLed (wait status 9) by the kernel, the rest exited 0; the script
-    # itself survived, so the execution is `ok` with no violation (README.md says so).
-    assert (result["status"], result["stdout"], result["violations"]) == ("ok", "[0, 9]\n", [])
+
+    returncode, result = pod.run(THREADS_AND_SUBPROCESSES)
+    assert (returncode, result["status"], result["stdout"]) == (0, "ok", "8 [0, 0, 0, 0]\n"), result
+    mechanisms = [item for item in result["isolation"] if item.startswith("limit:")]
+    assert mechanisms == [
+        "limit:memory=host+rlimit",
+        "limit:cpu_time=host+rlimit",
+        "limit:processes=rlimit",
+    ]
+    print(f"base: isolation {result['isolation']}")
+
+    result = _beside_a_neighbour(pod, HOLDERS, "wall_time=60")
+    assert (result["status"], result["stdout"]) == ("limit_exceeded", ""), result
+    (violation,) = result["violations"]
+    assert (violation["limit"], violation["action"], violation["evidence"]) == (
+        "memory",
+        "killed",
+        "host",
+    )
+    assert violation["limit_value"] == 256 * 1024**2
+    assert 256 * 1024**2 < violation["observed"] < 4 * 256 * 1024**2
+    print(f"base: 4 x 200 MiB stopped at {int(violation['observed']) >> 20} MiB")
+
+    before = time.monotonic()
+    result = _beside_a_neighbour(pod, BURNERS, "cpu_time=1", "wall_time=60")
+    assert result["status"] == "limit_exceeded", result
+    (violation,) = result["violations"]
+    assert (violation["limit"], violation["action"], violation["evidence"]) == (
+        "cpu_time",
+        "killed",
+        "host",
+    )
+    assert 1 <= violation["observed"] < 1 + CPU_SLACK_S, violation
+    assert time.monotonic() - before < 10
+    print(f"base: 4 CPU burners stopped at {violation['observed']} s of CPU")
+
     assert pod.health(True) == "SERVING"
     returncode, result = pod.run("print(6 * 7)\n")
     assert (returncode, result["stdout"]) == (0, "42\n"), result
     restarts = docker("inspect", "-f", "{{.RestartCount}}", pod.name).stdout.strip()
-    assert (pod.state("Running"), restarts) == ("true", "0")
+    assert (pod.state("Running"), pod.state("OOMKilled"), restarts) == ("true", "false", "0")

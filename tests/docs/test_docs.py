@@ -10,7 +10,10 @@ its `python` blocks sharing one namespace:
 | `python file="NAME"` | writes NAME (a sandbox script: `tools` and top-level `await`); compiles it |
 | `json`, `toml` (`file="NAME"` optional) | parses it; writes NAME when given |
 | `sh` | `bash -euo pipefail` in the working directory with the project's `.venv/bin` first on |
-|  | `PATH`; must exit 0. `cwd="checkout"` runs it in the checkout instead |
+|  | `PATH` and `PTC_CHECKOUT` naming the checkout; must exit 0. `cwd="checkout"` runs it in |
+|  | the checkout instead |
+| `ts` | left to the TypeScript suite, which runs each against a server of its own |
+|  | (`clients/typescript/test/docs.test.ts`) |
 | any of them with `skip="REASON"` | skips it, reported with the reason |
 | `text`, `proto`, `yaml`, `console` | prose in a box: not run |
 
@@ -49,6 +52,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 PROSE = {"text", "proto", "yaml", "console"}
+# Run by clients/typescript/test/docs.test.ts (Node, against a `ptc serve` of its own).
+NODE_RUN = {"ts"}
 BLOCK_TIMEOUT_S = 300
 
 _INFO = re.compile(r"(?P<language>[\w-]*)(?P<settings>[^\n]*)$\n", re.MULTILINE)
@@ -114,6 +119,7 @@ def _sandbox_script(text: str) -> None:
 def _run_sh(example: Example, block: Block, run: Run) -> None:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PTC_CHECKOUT"] = str(CHECKOUT)  # what the TypeScript install packs the package from
     cwd = CHECKOUT if block.settings.get("cwd") == "checkout" else run.workdir
     # Output goes to a file, not a pipe: a server the block leaves in the background keeps
     # its inherited descriptors open, and the block would never seem to end.
@@ -179,10 +185,10 @@ def _evaluate(example: Example, run: Run) -> None:
         _write(block, run, tomllib.loads)
     elif block.language == "sh":
         _run_sh(example, block, run)
-    elif block.language not in PROSE:
+    elif block.language not in PROSE | NODE_RUN:
         pytest.fail(
             f"{_where(example)}: a block in {block.language or 'no language'!r}: "
-            f"give it a language this test runs, or one of {sorted(PROSE)}"
+            f"give it a language this test runs, or one of {sorted(PROSE | NODE_RUN)}"
         )
 
 

@@ -21,7 +21,7 @@ from sandbox.result import (
 
 
 def _violation(*args: object) -> Violation:
-    # `evidence` is being added to violations (issue 12); host evidence for these cases.
+    # Host evidence for these cases, where `Violation` has the field.
     extra = {"evidence": "host"} if "evidence" in {f.name for f in fields(Violation)} else {}
     return Violation(*args, **extra)  # type: ignore[arg-type]
 

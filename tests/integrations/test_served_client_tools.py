@@ -2,8 +2,8 @@
 
 `ptc mcp --server` forwards every upstream MCP tool call from the server's sandbox back to the
 `ptc mcp` process over the stream, and smolagents' `SandboxExecutor` over a `ClientRunner` serves
-the agent's tools (and `final_answer`) from the agent's process. Both used to answer every such
-call with "a forwarded tool has no local function". Real things throughout: a `ptc serve`
+the agent's tools (and `final_answer`) from the agent's process: neither answers such a call
+with "a forwarded tool has no local function". Real things throughout: a `ptc serve`
 subprocess on an ephemeral loopback port, `ptc mcp` driven by the official MCP client over stdio,
 the test's upstream MCP server, and a real `CodeAgent`.
 """

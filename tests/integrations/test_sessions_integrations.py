@@ -65,7 +65,7 @@ def check_execute_tool_per_conversation(runner: ClientRunner | EmbeddedRunner) -
 
 def check_files_and_policy_reach_a_session_cell(runner: ClientRunner | EmbeddedRunner) -> None:
     """An execute tool's input files and script policy apply to its session's cells as to a
-    single-use run (the session runners used to drop the files)."""
+    single-use run: the session runners pass the files on."""
     with open_session(runner) as conversation:
         read = ExecuteTool(conversation, files={"notes.txt": b"kept"}).run(
             "print(open('notes.txt').read())"

@@ -2,7 +2,7 @@
 `ptc run`, a real `ptc serve --runtimes-dir` with and without a tenants file, the SDK):
 
 - a build into a directory the sandbox's uid cannot traverse is refused, naming it, with nothing
-  built (it used to succeed and fail only at the first execution); the directories a build
+  built (not a build that fails only at the first execution); the directories a build
   creates are traversable whatever the umask;
 - a runtime name is checked in one order on every path: a bad name is INVALID_ARGUMENT (naming
   the rule) before any tenant check, one that is not built NOT_FOUND, one a tenant may not use

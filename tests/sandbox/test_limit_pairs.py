@@ -2,7 +2,7 @@
 
 The pairs around every limit (just under passes, just over fails with the right violation) run
 on every backend: tests/conformance/test_conformance_limits.py; clamping to the ceilings, which
-needs no sandbox, runs on the fake backend: tests/sandbox/test_fake_backend.py.
+needs no sandbox, runs on the fake backend: tests/backends/test_fake_backend.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from sandbox.broker import RECORD_OVERHEAD_BYTES
+from sandbox.execution.broker import RECORD_OVERHEAD_BYTES
 
 if TYPE_CHECKING:
     from tests.conftest import EngineHarness

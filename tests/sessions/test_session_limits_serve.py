@@ -101,7 +101,10 @@ def test_the_total_cpu_budget_ends_the_session(srv: SessionServer) -> None:
     assert observed is not None and 1.5 <= observed < 2.5
     budget = "cpu_time: the session used its total CPU budget of 1.5 s"
     assert burns[2].session_lost == budget
-    assert str(lost.value) == f"session_lost: session '{session.id}' is lost: {budget}"
+    assert str(lost.value) == (
+        f"session_lost: session '{session.id}' is lost: cell 3 (execution id "
+        f"{burns[2].execution_id}): {budget}"
+    )
     srv.assert_healthy()
 
 
@@ -138,5 +141,8 @@ def test_the_lifetime_ends_the_session_under_a_running_cell(srv: SessionServer) 
     assert sleeper.violations == []
     assert sleeper.session_lost == reason
     assert took < 8
-    assert str(expired.value) == f"session_lost: session {session.id!r} is expired: {reason}"
+    assert str(expired.value) == (
+        f"session_lost: session {session.id!r} is expired: cell 1 (execution id "
+        f"{sleeper.execution_id}): {reason}"
+    )
     srv.assert_healthy()

@@ -145,8 +145,14 @@ def test_uninterruptible_cell_is_killed_and_the_session_lost(srv: SessionServer)
             session.execute("print(1)")
     assert stubborn.status == "limit_exceeded"
     assert tripped(stubborn) == [("wall_time", "killed")]
-    assert stubborn.session_lost.startswith("wall_time: the execution did not stop within 1 s")
-    assert str(lost.value).startswith(f"session_lost: session '{session.id}' is lost: wall_time")
+    assert stubborn.session_lost == (
+        "wall_time (its limit of 1 s): the execution did not stop within 1 s of its interrupt "
+        "and the sandbox was killed"
+    )
+    assert str(lost.value) == (
+        f"session_lost: session '{session.id}' is lost: cell 1 (execution id "
+        f"{stubborn.execution_id}): {stubborn.session_lost}"
+    )
     srv.assert_healthy()
 
 
@@ -161,12 +167,12 @@ def test_out_of_memory_ends_the_session_with_the_reason(srv: SessionServer) -> N
         info = session.get()
     assert oom.status == "limit_exceeded"
     assert ("memory", "killed") in tripped(oom)
-    assert oom.session_lost == "memory: the sandbox ran out of memory and was killed"
-    assert str(lost.value) == (
-        f"session_lost: session '{session.id}' is lost: "
-        "memory: the sandbox ran out of memory and was killed"
+    assert oom.session_lost == (
+        "memory: the sandbox ran out of memory (its limit of 134217728 bytes) and was killed"
     )
-    assert (info.state, info.end_reason) == ("lost", oom.session_lost)
+    reason = f"cell 2 (execution id {oom.execution_id}): {oom.session_lost}"
+    assert str(lost.value) == f"session_lost: session '{session.id}' is lost: {reason}"
+    assert (info.state, info.end_reason) == ("lost", reason)
     srv.assert_healthy()
 
 
@@ -184,10 +190,9 @@ def test_a_cell_that_leaves_through_os_exit_reports_its_own_exit_code(srv: Sessi
     assert gone.error is not None and gone.error.type == "NoReport"
     assert gone.error.message.startswith("the script exited with code 7 without")
     assert gone.session_lost == "exited: the sandbox ended with exit code 7"
-    assert str(lost.value) == (
-        f"session_lost: session '{session.id}' is lost: exited: the sandbox ended with exit code 7"
-    )
-    assert (info.state, info.end_reason) == ("lost", gone.session_lost)
+    reason = f"cell 2 (execution id {gone.execution_id}): {gone.session_lost}"
+    assert str(lost.value) == f"session_lost: session '{session.id}' is lost: {reason}"
+    assert (info.state, info.end_reason) == ("lost", reason)
     srv.assert_healthy()
 
 
@@ -380,7 +385,10 @@ def test_a_protocol_violation_loses_the_session(srv: SessionServer) -> None:
     assert broken.status == "limit_exceeded"
     assert tripped(broken) == [("protocol", "killed")]
     assert broken.session_lost.startswith("protocol: frame is not UTF-8 JSON")
-    assert str(lost.value).startswith(f"session_lost: session '{session.id}' is lost: protocol:")
+    assert str(lost.value) == (
+        f"session_lost: session '{session.id}' is lost: cell 1 (execution id "
+        f"{broken.execution_id}): {broken.session_lost}"
+    )
     srv.assert_healthy()
 
 

@@ -1,5 +1,5 @@
 """Without a tenants file a server's one tenant may use every backend the server offers
-(`ptc serve --gvisor` used to offer gVisor to nobody: PERMISSION_DENIED, exit 10), as a
+(`ptc serve --gvisor` offers gVisor to it, not PERMISSION_DENIED), as a
 tenants file's tenant with no `backends` key may; the server runs no backend it was not started
 with, so allowing all of them grants nothing more. The served path is
 tests/server/test_serve_gvisor.py (it needs Docker with runsc)."""

@@ -26,6 +26,7 @@ from sandbox.backends.pool import WarmPool
 from sandbox.backends.process import pidfd
 from sandbox.backends.process.bwrap import probe_bwrap
 from sandbox.backends.process.cgroups import CgroupManager
+from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.releaser import Releaser
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.runtimes import RuntimeEnvs
@@ -74,6 +75,14 @@ class ProcessBackendConfig:
     # the private tmp) gets a sandbox started on demand.
     pool_limits: ResolvedLimits = DEFAULTS
     allow_degraded: bool = False
+    # False: use no cgroups even where they are writable, as the degraded mode does where they
+    # are not (rlimits and the host's own accounting); needs allow_degraded. For the tests and
+    # benchmarks of that mode on a host that has cgroups.
+    cgroups: bool = True
+    # Without cgroups: the host sums each sandbox's processes from /proc and stops it at its
+    # memory or CPU limit (`host_meter`); False leaves per-process rlimits alone (the
+    # benchmark's baseline, `bench.host_accounting`).
+    host_accounting: bool = True
     # The zygote is replaced after this many forks or seconds (children share its address
     # layout and hash seed; see SECURITY.md).
     zygote_max_forks: int = 2000
@@ -109,21 +118,14 @@ class ProcessBackend:
         self.zygote: ZygoteSupervisor | None = None
         self.capacity = Capacity(self.config.max_sandboxes)
         self.runtimes: RuntimeEnvs | None = None
+        # Without cgroups: the OOM kills of the cgroup the server runs in (`enclosing_oom`).
+        self._enclosing_oom: EnclosingOomCounter | None = None
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
         if reason is not None:
             raise Unavailable(f"process backend unavailable: {reason}")
-        self.cgroups = CgroupManager.detect()
-        if self.cgroups is None:
-            why = CgroupManager.unavailable_reason() or "unknown reason"
-            if not self.config.allow_degraded:
-                raise Unavailable(
-                    "process backend refuses to run without cgroup limits "
-                    f"({why}); configure allow_degraded to run with rlimits only"
-                )
-        else:
-            self.cgroups.cleanup_stale()
+        await self._take_cgroups()
         why_no_seccomp = await asyncio.to_thread(seccomp_unavailable_reason)
         if why_no_seccomp is not None and not self.config.allow_degraded:
             raise Unavailable(
@@ -168,6 +170,25 @@ class ProcessBackend:
             self.config.pool_max_idle,
         )
         self._pool.start()
+
+    async def _take_cgroups(self) -> None:
+        """A cgroup per sandbox where the host delegates them; without, only when degraded mode
+        is allowed, and then the OOM kills of the cgroup the server runs in are watched."""
+        self.cgroups = CgroupManager.detect() if self.config.cgroups else None
+        if self.cgroups is not None:
+            self.cgroups.cleanup_stale()
+            return
+        why = (
+            CgroupManager.unavailable_reason() or "unknown reason"
+            if self.config.cgroups
+            else "cgroups turned off in the backend's configuration"
+        )
+        if not self.config.allow_degraded:
+            raise Unavailable(
+                "process backend refuses to run without cgroup limits "
+                f"({why}); configure allow_degraded to run with rlimits only"
+            )
+        self._enclosing_oom = await asyncio.to_thread(EnclosingOomCounter.find)
 
     def _new_pool(
         self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int
@@ -249,6 +270,8 @@ class ProcessBackend:
             uid=self.config.uid,
             limits=limits,
             seccomp=self._seccomp,
+            host_accounting=self.config.host_accounting,
+            oom_counter=self._enclosing_oom,
         )
         name = f"sb{next(self._names)}"
         sandbox = await spawn_sandbox(
@@ -291,7 +314,7 @@ class ProcessBackend:
     def capabilities(self) -> Capabilities:
         """Its sandboxes' (`process_capabilities`): cgroups where the host has them, which a
         started backend knows (before `start`: none)."""
-        return process_capabilities(self.cgroups is not None)
+        return process_capabilities(self.cgroups is not None, self.config.host_accounting)
 
     def check_runtime(self, name: str) -> Runtime:
         """Raises a clear error when runtime ``name`` cannot run here (before any sandbox)."""

@@ -33,14 +33,17 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sandbox import epoll_readers
-from sandbox.backends.base import Capabilities, ResourceUsage
+from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
 from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
+from sandbox.backends.process.capabilities import limit_mechanisms, process_capabilities
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
+from sandbox.backends.process.host_meter import ProcessTreeMeter
 from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.capture import OutputStream
@@ -66,6 +69,12 @@ class SpawnSettings:
     limits: ResolvedLimits = DEFAULTS
     ready_timeout_s: float = 15.0
     seccomp: bool = True  # the zygote installs the filter in each child; off only degraded
+    # Without a cgroup: the host sums the sandbox's processes (`host_meter`) and stops it at
+    # its memory or CPU limit.
+    host_accounting: bool = True
+    # Without a cgroup: the OOM kills of the server's own (enclosing) cgroup, read at the
+    # sandbox's start and after its end.
+    oom_counter: EnclosingOomCounter | None = None
 
 
 @dataclass
@@ -87,18 +96,6 @@ def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
     return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
 
 
-def process_capabilities(cgroup: bool) -> Capabilities:
-    """A process sandbox's: its own cgroup, where the host has cgroups, counts and caps it all;
-    Linux drops the signals an init sends itself, so a SIGXFSZ death there is the kernel's."""
-    return Capabilities(
-        cgroup_cpu=cgroup,
-        cgroup_pids=cgroup,
-        cgroup_memory=cgroup,
-        own_signals_delivered=False,
-        runtimes=True,
-    )
-
-
 class ProcessSandbox:
     """A started, ready sandbox; see `sandbox.backends.base.SandboxHandle`."""
 
@@ -109,8 +106,12 @@ class ProcessSandbox:
         stdout: OutputStream,
         stderr: OutputStream,
         tmp_bytes: int,
+        host_accounting: bool = True,
+        oom_counter: EnclosingOomCounter | None = None,
     ) -> None:
         self._started = started
+        self._oom_counter = oom_counter if started.cgroup is None else None
+        self._oom_kills_at_start = self._oom_counter.read() if self._oom_counter else 0
         self.pid = started.pid
         self.cgroup = started.cgroup
         self.isolation = started.isolation
@@ -122,7 +123,9 @@ class ProcessSandbox:
         self.on_disposed: Callable[[], None] | None = None  # the backend's count of the living
         self.applied = started.applied
         # Linux: the host measures the sandbox's tmpfs, which corroborates a SIGXFSZ first.
-        self.capabilities = process_capabilities(self.cgroup is not None)
+        self.capabilities = process_capabilities(self.cgroup is not None, host_accounting)
+        self.meter = ProcessTreeMeter(started.pid) if self.capabilities.host_accounting else None
+        self._host_peak_bytes = 0
         self._disposed = False
         self._fds_closed = False
         self._last_usage = ResourceUsage()
@@ -218,6 +221,24 @@ class ProcessSandbox:
         self._usage_read = True
         if self.cgroup is None:
             self._last_usage = ResourceUsage(tmpfs=self.tmpfs.sample())
+            if self.meter is not None:
+                # The private /tmp and /dev/shm are memory too (tmpfs pages: a memory cgroup
+                # charges them), which no process's resident anonymous memory shows.
+                tmpfs = self._last_usage.tmpfs
+                now = self.meter.sample()
+                memory = now.memory_bytes + sum(t.used_bytes for t in tmpfs)
+                self._host_peak_bytes = max(self._host_peak_bytes, memory)
+                self._last_usage = ResourceUsage(
+                    cpu_time_s=now.cpu_time_s,
+                    peak_memory_bytes=self._host_peak_bytes,
+                    host_accounted=True,
+                    memory_bytes=memory,
+                    tmpfs=tmpfs,
+                )
+            if self._final_usage and self._oom_counter is not None:
+                # After the exit only: the kernel counts a kill before its victim dies.
+                kills = self._oom_counter.read() - self._oom_kills_at_start
+                self._last_usage = replace(self._last_usage, enclosing_oom_kills=max(0, kills))
             return self._last_usage
         with contextlib.suppress(OSError):
             usage = self.cgroup.usage()
@@ -356,17 +377,13 @@ async def _start(
         out_w = err_w = status_w = -1
         guest_sock.close()
         pidfd = os.pidfd_open(pid)
-        isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
-        if settings.seccomp:
-            isolation.append("seccomp")
         applied = None
         if cgroups is not None:
             cgroup = cgroups.create(name)
             applied = cgroup_limits(settings.limits)
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
-            isolation += cgroups.layers()
-        isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
+        isolation = _isolation(settings, cgroups)
         host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
@@ -407,6 +424,19 @@ async def _start(
                 with contextlib.suppress(OSError):
                     os.close(fd)
         guest_sock.close()
+
+
+def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
+    """What isolates the sandbox and what enforces each of its limits, as its result lists them."""
+    isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
+    if settings.seccomp:
+        isolation.append("seccomp")
+    if cgroups is not None:
+        isolation += cgroups.layers()
+    elif settings.host_accounting:
+        isolation.append("host:accounting")
+    isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
+    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting)
 
 
 async def _abandon(started: _Started, opened: list[OutputStream]) -> None:
@@ -454,7 +484,15 @@ async def spawn_sandbox(
         opened.append(OutputStream.from_fd(started.stdout_fd))
         opened.append(OutputStream.from_fd(started.stderr_fd))
         stdout, stderr = opened
-        sandbox = ProcessSandbox(started, channel, stdout, stderr, settings.tmp_bytes)
+        sandbox = ProcessSandbox(
+            started,
+            channel,
+            stdout,
+            stderr,
+            settings.tmp_bytes,
+            settings.host_accounting,
+            settings.oom_counter,
+        )
         sandbox.reaper = reaper
         await sandbox.channel.ready(settings.ready_timeout_s)
         # The reaper made the sandbox's mounts before it forked pid 1, which said ready.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands.test_cli_run import cli_leftovers
 from tests.ptc_serve import PYTHON, ROOT, ptc_serve
-from tests.sandbox.test_cli_run import cli_leftovers
 
 pytestmark = pytest.mark.requires_bwrap
 

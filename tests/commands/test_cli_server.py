@@ -177,7 +177,7 @@ def test_import_client_loads_no_server_side_module() -> None:
         "sandbox.engine",
         "sandbox.backends",
         "sandbox.audit",
-        "sandbox.broker",
+        "sandbox.execution",
         "sandbox.recording",
         "sandbox.tenants",
         "docker",

@@ -1,5 +1,5 @@
 """`ptc run`'s summary names the script's line only when it is known: a script killed by a
-limit has none (it used to end in "(line 0)"), a raised exception and a rejected script do."""
+limit has none (no "(line 0)"), a raised exception and a rejected script do."""
 
 from __future__ import annotations
 

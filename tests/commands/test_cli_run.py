@@ -199,7 +199,7 @@ def test_exit_code_reflects_status(
         (["/nonexistent/script.py"], "ptc run: script /nonexistent/script.py:"),
         (["-", "--limit", "wall_time=abc"], "ptc run: limit wall_time: 'abc' is not a number"),
         (["-", "--limit", "bogus=1"], "ptc run: --limit 'bogus=1': expected NAME=VALUE"),
-        (["-", "--tools", "/nonexistent/tools.json"], "ptc run: manifest /nonexistent/tools.json:"),
+        (["-", "--tools", "/nonexistent/tools.json"], "ptc run: --tools /nonexistent/tools.json:"),
     ],
     ids=["missing-script", "bad-limit-value", "unknown-limit", "missing-manifest"],
 )

@@ -98,7 +98,7 @@ def test_the_call_budget_is_the_brokers() -> None:
     assert [(c.seq, c.status) for c in result.calls] == [(1, "ok"), (2, "refused")]
 
 
-# Moved from tests/sandbox/test_limit_pairs.py: clamping is the engine's, before any sandbox.
+# Clamping is the engine's, before any sandbox: tested on the fake backend, nothing run.
 def test_limits_above_the_ceiling_are_clamped_and_reported() -> None:
     result, _ = run("print(1)", limits={"wall_time": 100_000})
     assert result.status == "ok"

@@ -1,0 +1,235 @@
+/**
+ * The one error hierarchy of the TypeScript SDK: what a failed *call* raises.
+ *
+ * A script that fails or breaks a limit is a result (`ExecutionResult.status`), never one of
+ * these; these are failures of a request or of the service, as in the Python SDK
+ * (`sandbox/errors.py`). A caller switches on `PtcError.code` and never parses a message:
+ *
+ *     PtcError (code: PtcErrorCode, grpcCode: number)
+ *     ├── SessionLostError        code "session_lost"; `reason`, `sessionId`
+ *     └── RateLimitedError        code "rate_limited"; `retryAfterMs` (the server's hint)
+ *
+ * The cases the server only tells apart by status and message (its Python interceptor sends
+ * the class's status and a message that starts with the field at fault) are recognised here,
+ * in one place, so that the rest of the SDK and its users see codes: "session_lost" (a
+ * FAILED_PRECONDITION or NOT_FOUND whose message starts with `session_lost:`),
+ * "idempotency_key_reused" (FAILED_PRECONDITION naming `idempotency_key` and "already used"),
+ * "draining" (UNAVAILABLE or FAILED_PRECONDITION from a server that is stopping),
+ * "rate_limited" (RESOURCE_EXHAUSTED, with the `retry-after` trailer in seconds).
+ */
+
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/** What a caller switches on. Every gRPC status has one, plus the SDK's own cases. */
+export type PtcErrorCode =
+  | "deadline_exceeded" // the call's `deadlineMs` passed (not a script's wall_time limit)
+  | "aborted_by_signal" // the caller's AbortSignal fired
+  | "cancelled" // the server or a peer cancelled the call
+  | "session_lost" // the session ended (lost, closed or expired); see `reason`
+  | "idempotency_key_reused" // the key was used before for another script or manifest
+  | "rate_limited" // quota, rate or queue full; see `retryAfterMs`
+  | "unauthenticated" // missing or unknown API key
+  | "permission_denied" // the tenant may not do this
+  | "draining" // the server is shutting down: retry on another instance
+  | "invalid_argument" // bad script, manifest, limits or field: the message names it
+  | "failed_precondition" // the request is valid but what it names cannot serve it
+  | "not_found" // no such execution or session for this tenant
+  | "unavailable" // no server answered, or it refused for now
+  | "transport_unavailable" // no transport in this runtime: pass `transport`
+  | "protocol" // the server's answer is not the gRPC protocol (garbage, cut frames)
+  | "internal"; // a failure of the service itself (or an unknown status)
+
+/** gRPC status codes, numbered as on the wire (`grpc-status`). */
+export const GrpcCode = {
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
+} as const;
+
+export interface PtcErrorOptions {
+  grpcCode?: number;
+  cause?: unknown;
+}
+
+/** Base of every error the SDK raises on purpose. `message` is the server's, unchanged. */
+export class PtcError extends Error {
+  readonly code: PtcErrorCode;
+  /** The gRPC status the server (or the transport) ended the call with; 2 (UNKNOWN) for the
+   * SDK's own cases that had no status. */
+  readonly grpcCode: number;
+  /** Set when retries ran out with the outcome unknown: ask again with this key. */
+  idempotencyKey: string | undefined;
+  /** How many attempts were made, when the call retried. */
+  attempts: number | undefined;
+
+  constructor(code: PtcErrorCode, message: string, options: PtcErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "PtcError";
+    this.code = code;
+    this.grpcCode = options.grpcCode ?? GrpcCode.UNKNOWN;
+  }
+}
+
+/** The session named by the call has ended; `reason` is the server's why (e.g. "memory: ..."). */
+export class SessionLostError extends PtcError {
+  readonly reason: string;
+  readonly sessionId: string;
+
+  constructor(message: string, sessionId: string, reason: string, options: PtcErrorOptions = {}) {
+    super("session_lost", message, options);
+    this.name = "SessionLostError";
+    this.sessionId = sessionId;
+    this.reason = reason;
+  }
+}
+
+/** RESOURCE_EXHAUSTED: retry after `retryAfterMs` when the server gave a hint. */
+export class RateLimitedError extends PtcError {
+  readonly retryAfterMs: number | undefined;
+
+  constructor(message: string, retryAfterMs: number | undefined, options: PtcErrorOptions = {}) {
+    super("rate_limited", message, options);
+    this.name = "RateLimitedError";
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+const BY_STATUS: Record<number, PtcErrorCode> = {
+  [GrpcCode.CANCELLED]: "cancelled",
+  [GrpcCode.INVALID_ARGUMENT]: "invalid_argument",
+  [GrpcCode.DEADLINE_EXCEEDED]: "deadline_exceeded",
+  [GrpcCode.NOT_FOUND]: "not_found",
+  [GrpcCode.PERMISSION_DENIED]: "permission_denied",
+  [GrpcCode.FAILED_PRECONDITION]: "failed_precondition",
+  [GrpcCode.UNAVAILABLE]: "unavailable",
+  [GrpcCode.UNAUTHENTICATED]: "unauthenticated",
+  [GrpcCode.OUT_OF_RANGE]: "invalid_argument",
+};
+
+// `session_lost: session 's-…' is lost: memory: …` (sandbox/sessions/session.py gone_error),
+// or `session_lost: session 's-…' is ending: the server that holds it is shutting down`.
+const SESSION_LOST = /^session_lost: session '([^']*)' is (\w+): ?(.*)$/s;
+// sandbox/server/fleet.py DRAINING_MESSAGE and sandbox/sessions/manager.py's refusal.
+const DRAINING = [/^the server is shutting down/, /^sessions: the server is stopping/];
+
+/**
+ * The error of this hierarchy for a status the server sent: its code, message and trailers.
+ * `retryAfter` is the `retry-after` trailer (seconds as text), when sent.
+ */
+export function errorFromStatus(
+  grpcCode: number,
+  message: string,
+  retryAfter: string | null = null,
+  cause?: unknown,
+): PtcError {
+  const options = { grpcCode, cause };
+  if (grpcCode === GrpcCode.RESOURCE_EXHAUSTED) {
+    const seconds = retryAfter === null ? Number.NaN : Number(retryAfter);
+    const hint = Number.isFinite(seconds) && seconds >= 0 ? Math.round(seconds * 1000) : undefined;
+    return new RateLimitedError(message, hint, options);
+  }
+  if (grpcCode === GrpcCode.FAILED_PRECONDITION || grpcCode === GrpcCode.NOT_FOUND) {
+    const lost = SESSION_LOST.exec(message);
+    if (lost !== null) {
+      const [, sessionId = "", state = "", why = ""] = lost;
+      return new SessionLostError(
+        message,
+        sessionId,
+        state === "lost" ? why : `${state}: ${why}`,
+        options,
+      );
+    }
+  }
+  if (
+    grpcCode === GrpcCode.FAILED_PRECONDITION &&
+    /^idempotency_key: .* was already used/s.test(message)
+  ) {
+    return new PtcError("idempotency_key_reused", message, options);
+  }
+  if (
+    (grpcCode === GrpcCode.UNAVAILABLE || grpcCode === GrpcCode.FAILED_PRECONDITION) &&
+    DRAINING.some((pattern) => pattern.test(message))
+  ) {
+    return new PtcError("draining", message, options);
+  }
+  return new PtcError(BY_STATUS[grpcCode] ?? "internal", message, options);
+}
+
+// What connect-node says when the bytes it read are not the gRPC protocol: a response without
+// a gRPC content type or status, a frame it could not parse or that was cut.
+const PROTOCOL =
+  /unexpected content-type|invalid content-type|missing (?:trailer|grpc-status)|protocol error|premature end|incomplete|unexpected end|invalid grpc-status|HTTP status \d+|ERR_HTTP2_(?:ERROR|PROTOCOL_ERROR|INVALID|STREAM_ERROR|SESSION_ERROR)|protocol/i;
+
+/**
+ * Any failure of a call, as a `PtcError`: the caller's own signal first (`aborted_by_signal`),
+ * then a status the server sent, then what the transport saw.
+ */
+export function toPtcError(error: unknown, signal?: AbortSignal): PtcError {
+  if (error instanceof PtcError) return error;
+  if (signal?.aborted) {
+    return new PtcError(
+      "aborted_by_signal",
+      `the call was aborted by its AbortSignal: ${reasonText(signal.reason)}`,
+      {
+        grpcCode: GrpcCode.CANCELLED,
+        cause: error,
+      },
+    );
+  }
+  if (error instanceof ConnectError) {
+    const message = error.rawMessage;
+    if (error.code === Code.DeadlineExceeded) {
+      return new PtcError("deadline_exceeded", message || "the call's deadline passed", {
+        grpcCode: GrpcCode.DEADLINE_EXCEEDED,
+        cause: error,
+      });
+    }
+    // A status the server sent comes with its `grpc-status`; without one the failure is the
+    // connection's (refused, reset, a TLS handshake that failed: "unavailable", as grpcio says)
+    // or the bytes were not gRPC ("protocol").
+    if (!error.metadata.has("grpc-status")) {
+      const text = `${message} ${causeText(error)}`;
+      if (PROTOCOL.test(text)) {
+        return new PtcError("protocol", `the server's answer is not gRPC: ${message}`, {
+          grpcCode: error.code,
+          cause: error,
+        });
+      }
+      if (error.code === Code.Canceled || error.code === Code.Unavailable) {
+        return new PtcError("unavailable", `the connection failed: ${message}`, {
+          grpcCode: GrpcCode.UNAVAILABLE,
+          cause: error,
+        });
+      }
+    }
+    return errorFromStatus(error.code, message, error.metadata.get("retry-after"), error);
+  }
+  const text = error instanceof Error ? error.message : String(error);
+  return new PtcError("internal", text, { grpcCode: GrpcCode.UNKNOWN, cause: error });
+}
+
+function causeText(error: Error): string {
+  const cause = error.cause;
+  return cause instanceof Error
+    ? `${cause.message} ${(cause as { code?: unknown }).code ?? ""}`
+    : "";
+}
+
+function reasonText(reason: unknown): string {
+  if (reason instanceof Error) return reason.message;
+  return String(reason);
+}

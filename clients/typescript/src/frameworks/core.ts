@@ -1,0 +1,237 @@
+/**
+ * The execute tool, framework-neutral: one tool whose argument is a Python script, as the
+ * Python SDK's `ExecuteTool` (`sandbox/integrations/execute_tool.py`) is. The framework modules
+ * beside this one (`ai`, `mastra`, `langchain`, `openai-agents`) wrap it in each framework's own
+ * tool API, a few lines each.
+ *
+ * Its description carries the calling convention and the compact stub module the server
+ * generates for the tools (`GenerateStubs`, compact), so the model knows every typed function
+ * it may call without one JSON definition per tool. A run goes over the stream, so that tools
+ * written as TypeScript functions (`clientTool`) run in this process when the script calls
+ * them, beside the server's own tools, and the script's output arrives as it is printed. What
+ * the model reads back is the observation (`ptc-sandbox/observation`), the same text as the
+ * Python SDK's. A request the service refuses comes back as an error observation, so the model
+ * can correct itself; only the caller's own `AbortSignal` ends a run with an error.
+ */
+
+import type { ExecuteOptions, PtcClient, Tools } from "../client.js";
+import { GrpcCode, PtcError } from "../errors.js";
+import { type ObservationBudget, renderObservation, summaryFieldsOf } from "../observation.js";
+import type { OnApproval } from "../stream.js";
+import { isClientTool } from "../tools.js";
+import type { ExecutionResult, ExpectedCalls, InputFile, Limits } from "../types.js";
+
+/** The calling convention, word for word the Python SDK's. */
+export const CALLING_CONVENTION = `Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).
+The tools below are typed functions of the module \`tools\`: \`import tools\`, then call
+\`tools.NAME(arg=...)\` with keyword arguments. Use loops and branches, and for many independent
+calls fan out with \`await asyncio.gather(*(tools.aio.NAME(...) for ...))\` (top-level await
+works). A failing call raises \`tools.ToolError\` (subclasses: \`InvalidArguments\`, \`CallRefused\`,
+\`CallDenied\`); catch it where a failure is expected. Only what you print() comes back, with a
+one-line summary of each tool call, so print the reduced answer, not raw results.
+`;
+
+/** The tool's one argument. */
+export function codeParameter(): {
+  type: "object";
+  properties: { code: { type: "string"; description: string } };
+  required: ["code"];
+  additionalProperties: false;
+} {
+  return {
+    type: "object",
+    properties: { code: { type: "string", description: "The complete Python script to run." } },
+    required: ["code"],
+    additionalProperties: false,
+  };
+}
+
+/** The text of a call whose arguments carried no `code`. */
+export const BAD_ARGUMENTS = 'error: the tool takes one argument, {"code": "<a Python script>"}';
+
+export interface ExecuteToolOptions {
+  client: PtcClient;
+  /** Client tools (`clientTool`, run here) and server-side manifest entries, mixed freely. */
+  tools?: Tools;
+  /** The tool's name; "execute_python" by default, as in Python. */
+  name?: string;
+  /** Added to the description after the calling convention. */
+  instructions?: string;
+  limits?: Limits;
+  /** Checked on every run's call log (a violation when not met), unless a run gives its own. */
+  expectedCalls?: ExpectedCalls[];
+  /** Input files every run finds in its working directory. */
+  files?: InputFile[];
+  /** The deadline of each run's call, in milliseconds. */
+  deadlineMs?: number;
+  onApproval?: OnApproval;
+  budget?: Partial<ObservationBudget>;
+  /** Per tool, the result fields the observation shows; by default the manifest's declared
+   * `x-ptc.summary_fields`. */
+  summaryFields?: Record<string, readonly string[]>;
+}
+
+/** One run's outcome: the model's text and the full result behind it. */
+export interface Observation {
+  text: string;
+  /** Undefined when the service refused the request. */
+  result: ExecutionResult | undefined;
+  isError: boolean;
+}
+
+export interface RunOptions {
+  signal?: AbortSignal;
+  /** Replaces the tool's own expected calls for this run. */
+  expectedCalls?: ExpectedCalls[];
+  /** Added to the tool's own input files for this run. */
+  files?: InputFile[];
+}
+
+/** What a streamed run yields: the script's output as it arrives, then the observation. */
+export type RunEvent =
+  | { kind: "output"; stream: "stdout" | "stderr"; text: string }
+  | { kind: "done"; observation: Observation };
+
+/** The code of a tool call's arguments (JSON text or a parsed object), or undefined. */
+export function parseCode(args: unknown): string | undefined {
+  let value = args;
+  if (typeof value === "string") {
+    try {
+      value = JSON.parse(value) as unknown;
+    } catch {
+      return undefined;
+    }
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return undefined;
+  const code = (value as { code?: unknown }).code;
+  return typeof code === "string" ? code : undefined;
+}
+
+function manifestEntries(tools: Tools | undefined): unknown[] {
+  if (tools === undefined) return [];
+  if (typeof tools === "string") {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(tools);
+    } catch (error) {
+      throw new PtcError("invalid_argument", `tools: the manifest is not JSON (${String(error)})`, {
+        grpcCode: GrpcCode.INVALID_ARGUMENT,
+      });
+    }
+    return manifestEntries(parsed as Tools);
+  }
+  if (Array.isArray(tools)) return tools.map((t) => (isClientTool(t) ? t.entry : t));
+  const inner = (tools as { tools?: unknown }).tools;
+  return Array.isArray(inner) ? inner : [];
+}
+
+/** The execute tool over `tools`, run by `client`. Make it with `ExecuteTool.create`. */
+export class ExecuteTool {
+  private constructor(
+    readonly options: ExecuteToolOptions,
+    /** The compact stub module of the tools, as the model sees it. */
+    readonly stubs: string,
+    readonly summaryFields: Record<string, readonly string[]>,
+  ) {}
+
+  /** Asks the server for the tools' compact stubs (one call), and builds the tool. */
+  static async create(options: ExecuteToolOptions): Promise<ExecuteTool> {
+    const entries = manifestEntries(options.tools);
+    let stubs = "";
+    if (entries.length > 0) {
+      const generated = await options.client.generateStubs(options.tools ?? [], {
+        compact: true,
+        deadlineMs: options.deadlineMs,
+      });
+      stubs = generated.compact;
+    }
+    const fields = options.summaryFields ?? summaryFieldsOf(entries);
+    return new ExecuteTool(options, stubs, fields);
+  }
+
+  get name(): string {
+    return this.options.name ?? "execute_python";
+  }
+
+  /** The calling convention, the builder's instructions and the stubs, as in Python. */
+  get description(): string {
+    const instructions = (this.options.instructions ?? "").trim();
+    const extra = instructions ? `${instructions}\n` : "";
+    if (!this.stubs) return `${CALLING_CONVENTION}${extra}No tools are available to this script.\n`;
+    return `${CALLING_CONVENTION}${extra}\n\`\`\`python\n${this.stubs.trimEnd()}\n\`\`\`\n`;
+  }
+
+  /** The JSON Schema of the tool's arguments (a fresh object: callers may change it). */
+  get parameters(): ReturnType<typeof codeParameter> {
+    return codeParameter();
+  }
+
+  private request(run: RunOptions): ExecuteOptions & { onApproval?: OnApproval } {
+    const o = this.options;
+    return {
+      tools: o.tools,
+      limits: o.limits,
+      expectedCalls: run.expectedCalls ?? o.expectedCalls,
+      files: [...(o.files ?? []), ...(run.files ?? [])],
+      deadlineMs: o.deadlineMs,
+      signal: run.signal,
+      onApproval: o.onApproval,
+    };
+  }
+
+  /** The observation of `result` for the script `code`. */
+  observe(result: ExecutionResult, code: string): Observation {
+    const text = renderObservation(result, {
+      summaryFields: this.summaryFields,
+      budget: this.options.budget,
+      script: { text: code },
+    });
+    return { text, result, isError: result.status !== "ok" };
+  }
+
+  /**
+   * Runs `code`, yielding its output as it is printed and then the observation. A refusal of
+   * the service is an error observation; the caller's signal firing ends the run by throwing.
+   */
+  async *stream(code: string, run: RunOptions = {}): AsyncGenerator<RunEvent, Observation> {
+    const execution = this.options.client.stream(code, this.request(run));
+    let observation: Observation;
+    try {
+      for await (const event of execution) {
+        if (event.kind === "output") {
+          yield { kind: "output", stream: event.stream, text: event.text };
+        }
+      }
+      observation = this.observe(await execution.result, code);
+    } catch (error) {
+      if (!(error instanceof PtcError) || error.code === "aborted_by_signal") throw error;
+      observation = refused(error);
+    }
+    yield { kind: "done", observation };
+    return observation;
+  }
+
+  /** Runs `code` to its end: the observation. */
+  async run(code: string, run: RunOptions = {}): Promise<Observation> {
+    const events = this.stream(code, run);
+    for (;;) {
+      const next = await events.next();
+      if (next.done) return next.value;
+    }
+  }
+
+  /** Runs a tool call given its raw arguments (JSON text or a parsed object). */
+  async runArguments(args: unknown, run: RunOptions = {}): Promise<Observation> {
+    const code = parseCode(args);
+    if (code === undefined) return { text: BAD_ARGUMENTS, result: undefined, isError: true };
+    return this.run(code, run);
+  }
+}
+
+function refused(error: PtcError): Observation {
+  return {
+    text: `error: the sandbox service refused the request: ${error.message}`,
+    result: undefined,
+    isError: true,
+  };
+}

@@ -1,0 +1,50 @@
+/**
+ * `ptc-sandbox`: the TypeScript SDK of PTC Sandbox. The client, its typed results and errors,
+ * client-side tools. Imports no Node built-in: the Node transport is `ptc-sandbox/node`.
+ */
+
+export {
+  type CallOptions,
+  type ClientTlsOptions,
+  type ExecuteOptions,
+  type GenerateStubsOptions,
+  type ListExecutionsOptions,
+  PtcClient,
+  type PtcClientOptions,
+  type StreamOptions,
+  type Tools,
+} from "./client.js";
+export {
+  GrpcCode,
+  PtcError,
+  type PtcErrorCode,
+  RateLimitedError,
+  SessionLostError,
+} from "./errors.js";
+export {
+  DEFAULT_BUDGET,
+  type ObservationBudget,
+  type ObservationOptions,
+  type ObservedResult,
+  renderObservation,
+  type ScriptSource,
+} from "./observation.js";
+export type { RetryPolicy } from "./retry.js";
+export { type CellOptions, Session, type SessionOptions } from "./sessions.js";
+export {
+  type ApprovalAnswer,
+  type ApprovalRequest,
+  Execution,
+  type OnApproval,
+  type StreamEvent,
+} from "./stream.js";
+export {
+  type ClientTool,
+  type ClientToolOptions,
+  clientTool,
+  type JsonSchema,
+  type StandardSchemaLike,
+  type ToolContext,
+  type ToolManifest,
+} from "./tools.js";
+export type * from "./types.js";

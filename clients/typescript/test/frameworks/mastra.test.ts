@@ -1,0 +1,145 @@
+/**
+ * Mastra's own agent loop (`Agent.generate`) driven by the AI SDK's mock language model, calling
+ * `ptc-sandbox/mastra`'s execute tool against a real `ptc serve`: the model is given back the
+ * observation, exactly, and with `Agent.stream` the script's output chunks reach the stream as
+ * the tool's own output (its writer) while it runs.
+ */
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Agent } from "@mastra/core/agent";
+import { MockLanguageModelV2 } from "ai/test";
+import { executeTool } from "../../src/frameworks/mastra.js";
+import { PtcClient } from "../../src/index.js";
+import { type Serving, startServe } from "../support/serve.js";
+import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
+
+let serving: Serving;
+let client: PtcClient;
+
+before(async () => {
+  serving = await startServe("--allow-degraded");
+  client = new PtcClient({ address: serving.address });
+});
+
+after(async () => {
+  client.close();
+  const stopped = await serving.stop();
+  assert.equal(stopped.code, 0, stopped.stderr);
+});
+
+const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+
+/** The tool results the model was given in a prompt, as text. */
+function givenBack(prompt: readonly unknown[]): string[] {
+  const out: string[] = [];
+  for (const message of prompt as { role: string; content: unknown }[]) {
+    if (message.role !== "tool") continue;
+    for (const part of message.content as {
+      type: string;
+      output: { type: string; value: unknown };
+    }[]) {
+      if (part.type !== "tool-result") continue;
+      out.push(
+        typeof part.output.value === "string"
+          ? part.output.value
+          : JSON.stringify(part.output.value),
+      );
+    }
+  }
+  return out;
+}
+
+test("Agent.generate: the model reads the observation of a script calling a client tool", async () => {
+  const execute = await executeTool({ client, tools: [weatherTool()] });
+  // Mastra's generate asks the model for whole responses (doGenerate), one per step.
+  const model = new MockLanguageModelV2({
+    doGenerate: [
+      {
+        content: [
+          {
+            type: "tool-call",
+            toolCallId: "m1",
+            toolName: "execute_python",
+            input: JSON.stringify({ code: WEATHER_SCRIPT }),
+          },
+        ],
+        finishReason: "tool-calls",
+        usage,
+        warnings: [],
+      },
+      {
+        content: [{ type: "text", text: "It is 3 degrees." }],
+        finishReason: "stop",
+        usage,
+        warnings: [],
+      },
+    ],
+  });
+  const agent = new Agent({
+    name: "weather",
+    instructions: "Answer with the tools.",
+    model,
+    tools: { execute_python: execute },
+  });
+  const result = await agent.generate("Weather in Oslo and Ys?", { maxSteps: 3 });
+  assert.equal(result.text, "It is 3 degrees.");
+  assert.equal(model.doGenerateCalls.length, 2);
+  const offered = model.doGenerateCalls[0]?.tools?.[0];
+  assert.equal(offered?.name, "execute_python");
+  assert.equal(givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""), WEATHER_OBSERVATION);
+});
+
+test("Agent.stream: the script's output reaches the stream through the tool's writer", async () => {
+  const execute = await executeTool({ client });
+  const code = "import time\nprint('one', flush=True)\ntime.sleep(0.3)\nprint('two')\n";
+  const chunks = (parts: unknown[]) =>
+    new ReadableStream({
+      start(c) {
+        for (const part of parts) c.enqueue(part);
+        c.close();
+      },
+    });
+  const model = new MockLanguageModelV2({
+    doStream: [
+      {
+        stream: chunks([
+          {
+            type: "tool-call",
+            toolCallId: "s1",
+            toolName: "execute_python",
+            input: JSON.stringify({ code }),
+          },
+          { type: "finish", finishReason: "tool-calls", usage },
+        ]),
+      },
+      {
+        stream: chunks([
+          { type: "text-start", id: "t" },
+          { type: "text-delta", id: "t", delta: "two lines" },
+          { type: "text-end", id: "t" },
+          { type: "finish", finishReason: "stop", usage },
+        ]),
+      },
+    ],
+  });
+  const agent = new Agent({
+    name: "printer",
+    instructions: "Print.",
+    model,
+    tools: { execute_python: execute },
+  });
+  const stream = await agent.stream("Print two lines.", { maxSteps: 3 });
+  const written: string[] = [];
+  for await (const chunk of stream.fullStream) {
+    const c = chunk as { type: string; payload?: { output?: { type?: string; text?: string } } };
+    if (c.type === "tool-output" && c.payload?.output?.type === "ptc-output") {
+      written.push(c.payload.output.text ?? "");
+    }
+  }
+  assert.equal(written.join(""), "one\ntwo\n");
+  assert.equal(
+    givenBack(model.doStreamCalls[1]?.prompt ?? []).join(""),
+    "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\none\ntwo",
+  );
+});

@@ -1,0 +1,43 @@
+"""What a process sandbox can enforce and observe, and how each result says so.
+
+Its `Capabilities` (read by the evidence rules to decide whose word a refusal or a death is) and
+the `isolation` entries that name the mechanism of each whole-sandbox limit, both decided by
+whether the sandbox has a cgroup of its own and, without one, whether the host sums its
+processes (`host_meter`).
+"""
+
+from __future__ import annotations
+
+from sandbox.backends.base import Capabilities
+
+__all__ = ["limit_mechanisms", "process_capabilities"]
+
+
+def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabilities:
+    """A process sandbox's: its own cgroup, where the host has cgroups, counts and caps it all;
+    without one the host sums its processes (unless turned off); Linux drops the signals an init
+    sends itself, so a SIGXFSZ death there is the kernel's."""
+    return Capabilities(
+        cgroup_cpu=cgroup,
+        cgroup_pids=cgroup,
+        cgroup_memory=cgroup,
+        host_accounting=host_accounting and not cgroup,
+        own_signals_delivered=False,
+        runtimes=True,
+    )
+
+
+def limit_mechanisms(cgroup: bool, host_accounting: bool) -> list[str]:
+    """The `isolation` entries that name what enforces each whole-sandbox limit, so that a
+    client can refuse a result whose limits it does not accept: ``limit:NAME=MECHANISM``, the
+    mechanisms joined with ``+`` in the order they act (a cgroup; the host's sums over the
+    sandbox's processes, sampled; an rlimit, per process)."""
+    if cgroup:
+        memory = cpu = processes = "cgroup"
+        cpu = "cgroup+rlimit"  # RLIMIT_CPU a second looser, as a backstop
+    elif host_accounting:
+        memory = cpu = "host+rlimit"
+        processes = "rlimit"
+    else:
+        memory = cpu = processes = "rlimit"
+    return [f"limit:memory={memory}", f"limit:cpu_time={cpu}", f"limit:processes={processes}"]

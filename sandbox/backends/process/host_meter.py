@@ -1,0 +1,129 @@
+"""Host accounting: a sandbox's CPU time and memory summed over all its processes, from /proc.
+
+Where no cgroup of its own counts a sandbox (the degraded process backend: a read-only cgroup
+filesystem, as in the Kubernetes base), RLIMIT_CPU and RLIMIT_AS bound each process alone, and a
+script of N processes may use N times its limits. The host closes that gap by measuring the
+sandbox as a whole: its processes are the descendants of the process the host forked for it
+(the sandbox's pid 1, or the reaper above it), found through each task's
+`/proc/PID/task/TID/children`, and for each the host reads `/proc/PID/stat` and
+`/proc/PID/statm`, which need no ptrace access (a server without CAP_SYS_PTRACE, as in the
+Kubernetes base, reads them):
+
+- **CPU time**: utime + stime of every live process, plus cutime + cstime (what its reaped
+  children used), so a child that came and went between two samples is still counted once its
+  parent (or the sandbox's pid 1, which reaps orphans) has waited for it.
+- **memory**: each process's resident anonymous memory (statm's resident less its shared,
+  file-backed and shmem, pages: libraries and the page cache are shared and reclaimable); the
+  sandbox adds what its private `/tmp` and `/dev/shm` hold (`TmpfsProbe`), as a memory cgroup
+  would charge those pages. A page that a forked child still shares copy-on-write with its
+  parent counts once per process: the sum errs high, never low.
+
+The drive loop samples every `sandbox.execution.drive.CPU_POLL_S` (50 ms) and stops the sandbox
+when a sum passes its limit (docs/limits.md says what can slip between two samples).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["ProcessTreeMeter", "TreeSample"]
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# A sandbox holds at most `processes` (<= 1024) tasks; a walk that finds more than this is not
+# looking at one sandbox any more (a reused pid): it stops rather than read the host's /proc.
+_MAX_PROCESSES = 4096
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """One reading of a sandbox's processes."""
+
+    cpu_time_s: float  # user + system, live processes and their reaped children
+    memory_bytes: int  # resident anonymous memory, summed
+    processes: int  # processes found (threads are not counted here)
+
+
+class ProcessTreeMeter:
+    """Sums the processes below one host pid; keeps the highest memory seen and the last CPU."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.peak_memory_bytes = 0
+        self.cpu_time_s = 0.0
+        self.last = TreeSample(0.0, 0, 0)
+
+    def sample(self) -> TreeSample:
+        """Reads every process of the tree now. A process that exits mid-walk is skipped (its
+        CPU reaches its parent's cutime once reaped); once the root is gone the last figures
+        stand (CPU time never goes down)."""
+        cpu_ticks = 0
+        resident_pages = 0
+        found = 0
+        pending = [self.root_pid]
+        while pending and found < _MAX_PROCESSES:
+            pid = pending.pop()
+            read = _read_process(pid)
+            if read is None:
+                continue
+            ticks, pages, threads = read
+            cpu_ticks += ticks
+            resident_pages += pages
+            found += 1
+            pending.extend(_children(pid, threads))
+        if not found:
+            return self.last
+        cpu = max(self.cpu_time_s, cpu_ticks / _TICKS_PER_S)
+        sample = TreeSample(cpu, resident_pages * _PAGE_BYTES, found)
+        self.cpu_time_s = cpu
+        self.peak_memory_bytes = max(self.peak_memory_bytes, sample.memory_bytes)
+        self.last = sample
+        return sample
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file in one read (no buffered file object: a sample is on the event loop,
+    and `open()` costs several times the system calls' own time)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _children(pid: int, threads: int) -> list[int]:
+    """The children of every thread of ``pid`` (a process forked from a thread is listed under
+    that thread, not under the main one); one read for a single-threaded process."""
+    try:
+        tids = [str(pid)] if threads <= 1 else os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            out.extend(int(child) for child in _read(f"/proc/{pid}/task/{tid}/children").split())
+        except OSError:
+            continue
+    return out
+
+
+def _read_process(pid: int) -> tuple[int, int, int] | None:
+    """(CPU ticks with reaped children's, resident anonymous pages, threads) of one process,
+    or None when it is gone."""
+    try:
+        raw = _read(f"/proc/{pid}/stat")
+        pages = _read(f"/proc/{pid}/statm").split()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or ')': split after
+    # the last ')'. From there: state (3) ... utime (14), stime, cutime, cstime (17), ...
+    # num_threads (20).
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+        threads = int(fields[17])
+        resident, shared = int(pages[1]), int(pages[2])
+    except (IndexError, ValueError):
+        return None
+    return ticks, max(0, resident - shared), threads
