@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sandbox.audit.base import Holder, Member
 
 if TYPE_CHECKING:
-    from sandbox.audit._sqlcore import Db
+    from sandbox.audit._db import Db
 
 __all__ = ["fleet_secret", "holder", "members"]
 

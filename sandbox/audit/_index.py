@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallRow", "ExecRow", "ViolationRow", "derive", "ended"]
+from sandbox.audit._schema import SESSION_LABEL
+
+__all__ = ["CallRow", "ExecRow", "ViolationRow", "derive", "ended", "session_of"]
 
 CallRow = tuple[int, int, str, str]  # idx (position), seq, tool, status
 ViolationRow = tuple[int, str, str]  # idx, limit, action
@@ -34,6 +36,7 @@ class ExecRow:
     instance: str
     prev_hash: str
     record_hash: str
+    session_id: str | None = None  # the admission's ``ptc.session_id`` label: a session's cell
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,16 @@ def derive(
         instance=holder if holder is not None else str(admission.get("instance", "")),
         prev_hash=admit_prev_hash,
         record_hash=last_hash,
+        session_id=session_of(admission),
     )
     return Derived(row, calls, violations)
+
+
+def session_of(admission: Mapping[str, Any]) -> str | None:
+    """The session an admission's labels name (its ``ptc.session_id``), None for none."""
+    labels = admission.get("labels")
+    session = labels.get(SESSION_LABEL) if isinstance(labels, Mapping) else None
+    return session if isinstance(session, str) and session else None
 
 
 def ended(result: Mapping[str, Any]) -> tuple[str, float, list[CallRow], list[ViolationRow]]:

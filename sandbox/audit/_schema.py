@@ -14,12 +14,24 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``write_probes`` is scratch space where a server checks that the store takes writes again;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
-admitted under one.
+admitted under one; ``merkle_frontiers`` the right edge of each tenant's Merkle tree at
+each signed checkpoint's size; ``sessions`` each session as a typed row.
+
+A step is SQL statements, or a function of the open transaction where a step must compute
+what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+import json
+from collections.abc import Callable
+
+from sandbox.audit._db import Tx
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SESSION_LABEL", "Step"]
+
+Step = str | Callable[[Tx], None]
+SESSION_LABEL = "ptc.session_id"  # the label a session's cells carry (`sandbox.sessions`)
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS entries (
@@ -141,14 +153,122 @@ _V6 = (
     )""",
 )
 
-# Ordered steps: (version, statements). Append new steps; never edit an applied one.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+
+def _fill_sessions(tx: Tx) -> None:
+    """Sets ``executions.session_id`` from each admission's ``ptc.session_id`` label: one read
+    of the admissions, once, where a list by session used to search their text every time."""
+    found: list[tuple[str, str]] = []
+    for execution_id, payload in tx.stream(
+        "SELECT execution_id, payload FROM entries WHERE kind = 'admitted'"
+    ):
+        labels = json.loads(payload).get("labels")
+        session = labels.get(SESSION_LABEL) if isinstance(labels, dict) else None
+        if isinstance(session, str) and session:
+            found.append((session, str(execution_id)))
+    for start in range(0, len(found), 1000):
+        tx.executemany(
+            "UPDATE executions SET session_id = ? WHERE execution_id = ?",
+            found[start : start + 1000],
+        )
+
+
+# Version 7 (every list filter an index answers): a session's cells are found through a typed
+# column and an index, never a search of the admissions' JSON text; calls and violations rows
+# carry their execution's ``admit_seq``, so a list by tool or violation walks its own index in
+# page order (newest first) and stops at the page, instead of collecting every matching id.
+_V7: tuple[Step, ...] = (
+    "ALTER TABLE executions ADD COLUMN session_id TEXT",
+    "ALTER TABLE calls ADD COLUMN admit_seq BIGINT",
+    "ALTER TABLE violations ADD COLUMN admit_seq BIGINT",
+    _fill_sessions,
+    """UPDATE calls SET admit_seq = (
+        SELECT e.admit_seq FROM executions e WHERE e.execution_id = calls.execution_id)""",
+    """UPDATE violations SET admit_seq = (
+        SELECT e.admit_seq FROM executions e WHERE e.execution_id = violations.execution_id)""",
+    """CREATE INDEX IF NOT EXISTS executions_tenant_session
+        ON executions (tenant, session_id, admit_seq)""",
+    "DROP INDEX IF EXISTS calls_tenant_tool",
+    "CREATE INDEX IF NOT EXISTS calls_tenant_tool_seq ON calls (tenant, tool, admit_seq)",
+    "DROP INDEX IF EXISTS violations_tenant_limit",
+    """CREATE INDEX IF NOT EXISTS violations_tenant_limit_seq
+        ON violations (tenant, limit_name, admit_seq)""",
+)
+
+# Version 8 (a checkpoint costs what was appended since the last): the right edge of each
+# tenant's Merkle tree at every size a checkpoint was signed at (`sandbox.audit.frontier`), from
+# which the next checkpoint grows the tree and `verify --since-checkpoint` starts. A row is
+# trusted only when its root is a signed checkpoint's.
+_V8: tuple[Step, ...] = (
+    """CREATE TABLE IF NOT EXISTS merkle_frontiers (
+        tenant TEXT NOT NULL,
+        tree_size BIGINT NOT NULL,
+        nodes TEXT NOT NULL,
+        last_hash TEXT NOT NULL,
+        last_path TEXT NOT NULL,
+        PRIMARY KEY (tenant, tree_size)
+    )""",
+)
+
+
+def _fill_session_rows(tx: Tx) -> None:
+    """One ``sessions`` row per session record already in the chain (`sandbox.audit._sessions`
+    derives the row the same way when the entries are written)."""
+    from sandbox.audit import _sessions
+
+    sessions: dict[tuple[str, str], dict[str, object]] = {}
+    for tenant, payload, instance in tx.stream(
+        "SELECT e.tenant, e.payload, x.instance FROM entries e "
+        "JOIN executions x ON x.execution_id = e.execution_id "
+        "WHERE e.kind = 'admitted' AND e.payload LIKE ?",
+        ('%"ptc.kind":"session"%',),
+    ):
+        data = json.loads(payload)
+        sessions[(str(tenant), str(data["execution_id"]))] = {"data": data, "holder": instance}
+    for (tenant, session_id), found in sessions.items():
+        data = found["data"]
+        assert isinstance(data, dict)
+        _sessions.insert_row(tx, tenant, data, str(found["holder"]))
+        done = tx.execute(
+            "SELECT payload FROM entries WHERE tenant = ? AND execution_id = ? "
+            "AND kind = 'completed' ORDER BY seq DESC LIMIT 1",
+            (tenant, session_id),
+        )
+        if done:
+            _sessions.record_end(tx, tenant, session_id, json.loads(done[0][0]))
+
+
+# Version 9 (sessions as typed rows): a session's settings, state, holder and end in columns of
+# their own, written with the session record's entries, instead of labels parsed back by key.
+_V9: tuple[Step, ...] = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        end_reason TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        ended_at DOUBLE PRECISION,
+        idle_timeout_ms BIGINT NOT NULL,
+        max_lifetime_ms BIGINT NOT NULL,
+        max_executions BIGINT NOT NULL,
+        PRIMARY KEY (tenant, session_id)
+    )""",
+    _fill_session_rows,
+)
+
+# Ordered steps: (version, steps). Append new steps; never edit an applied one.
+MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
     (5, _V5),
     (6, _V6),
+    (7, _V7),
+    (8, _V8),
+    (9, _V9),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from sandbox.audit._codec import Entry
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
+from sandbox.audit._sessions import derive_row, end_of
+from sandbox.audit.base import SessionRecord
 
 __all__ = ["ChainState", "verify_tenant"]
 
@@ -45,10 +47,21 @@ class ChainState:
     rows: dict[str, ExecRow] = field(default_factory=dict)
     calls: dict[str, list[CallRow]] = field(default_factory=dict)
     violations: dict[str, list[ViolationRow]] = field(default_factory=dict)
+    # Executions with a calls or violations row whose ``admit_seq`` is not the execution's.
+    misfiled: set[str] = field(default_factory=set)
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)  # rows by session id
 
 
 def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a result payload the index depends on (keeps memory small)."""
+    summary = _index_summary(result)
+    if result.get("session_id") and result.get("session_id") == result.get("execution_id"):
+        # A session's own record: how it ended, which its ``sessions`` row holds.
+        summary["session_end"] = (*end_of(result), float(result["finished_at"]))
+    return summary
+
+
+def _index_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "status": result["status"],
         "finished_at": result["finished_at"],
@@ -59,18 +72,33 @@ def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_ADMISSION_KEYS = ("admitted_at", "backend", "script_sha256", "manifest_sha256", "instance")
+_ADMISSION_KEYS = (
+    "admitted_at",
+    "backend",
+    "script_sha256",
+    "manifest_sha256",
+    "instance",
+    "labels",
+    "runtime",
+    "execution_id",
+)
 
 
 def verify_tenant(
-    tenant: str, entries: Iterable[Entry], state: ChainState
+    tenant: str,
+    entries: Iterable[Entry],
+    state: ChainState,
+    since: tuple[int, str] | None = None,
 ) -> tuple[int, list[str]]:
-    """Returns (records seen, problems); each problem names the record and what is wrong."""
+    """Returns (records seen, problems); each problem names the record and what is wrong.
+
+    ``since``: the entries start after entry n, whose hash is given (proven by a signed
+    checkpoint); entries of executions admitted before it are checked as entries only, and
+    ``state`` holds the index rows of the executions admitted after it."""
     problems: list[str] = []
     execs: dict[str, _Exec] = {}
-    expect_seq, prev = (
-        (state.checkpoint[0] + 1, state.checkpoint[1]) if state.checkpoint else (1, "")
-    )
+    start = since or state.checkpoint or (0, "")
+    expect_seq, prev = start[0] + 1, start[1]
     last: Entry | None = None
     last_pruned: dict[str, Any] | None = None
     for entry in entries:
@@ -96,10 +124,10 @@ def verify_tenant(
         if not isinstance(payload, dict):
             problems.append(f"{where}: payload is not an object: edited")
             continue
-        _track(tenant, entry, payload, where, execs, problems)
+        _track(tenant, entry, payload, where, execs, problems, since is not None)
         if entry.kind == "pruned":
             last_pruned = payload
-    _check_end(tenant, last, state, last_pruned, problems)
+    _check_end(tenant, last, state, start, last_pruned, problems)
     _check_index(execs, tenant, state, problems)
     return len(execs), problems
 
@@ -111,6 +139,7 @@ def _track(
     where: str,
     execs: dict[str, _Exec],
     problems: list[str],
+    partial: bool,
 ) -> None:
     if entry.kind == "pruned":
         return
@@ -130,6 +159,8 @@ def _track(
         execs[entry.execution_id].last_hash = entry.entry_hash
         return
     record = execs.get(entry.execution_id)
+    if record is None and partial:
+        return  # admitted before the checkpoint verification started from
     if record is None:
         problems.append(f"{where}: has no admission before it: deleted or reordered")
         return
@@ -153,10 +184,10 @@ def _check_end(
     tenant: str,
     last: Entry | None,
     state: ChainState,
+    start: tuple[int, str],
     last_pruned: Mapping[str, Any] | None,
     problems: list[str],
 ) -> None:
-    start = state.checkpoint or (0, "")
     end = (last.seq, last.entry_hash) if last else start
     if state.head is None:
         if last is not None:
@@ -170,7 +201,7 @@ def _check_end(
             )
         else:
             problems.append(f"tenant {tenant}: the chain head does not match {after}: edited")
-    if state.checkpoint is not None:
+    if state.checkpoint is not None and state.checkpoint[0] >= start[0]:
         expected = {"through_seq": state.checkpoint[0], "through_hash": state.checkpoint[1]}
         if last_pruned is None or any(last_pruned.get(k) != v for k, v in expected.items()):
             problems.append(
@@ -212,8 +243,43 @@ def _check_index(
             problems.append(f"{where}: calls index differs from the chain: edited")
         if sorted(state.violations.get(execution_id, [])) != sorted(derived.violations):
             problems.append(f"{where}: violations index differs from the chain: edited")
+        _check_session(tenant, execution_id, record, state, problems)
+        if execution_id in state.misfiled:
+            problems.append(
+                f"{where}: calls or violations index filed under another admission: edited"
+            )
     for execution_id in rows:
         problems.append(
             f"record {execution_id}: in the executions index but not in the chain: inserted, "
             "or its entries were deleted"
+        )
+    for session_id in state.sessions:
+        problems.append(
+            f"session {session_id}: in the sessions index but not in the chain: inserted, or "
+            "its entries were deleted"
+        )
+
+
+def _check_session(
+    tenant: str, execution_id: str, record: _Exec, state: ChainState, problems: list[str]
+) -> None:
+    """The ``sessions`` row of a session record against what its entries derive."""
+    end = record.result.get("session_end") if record.result else None
+    expected = derive_row(tenant, record.admission, record.holder, end)
+    row = state.sessions.pop(execution_id, None)
+    if expected is None and row is None:
+        return
+    where = f"session {execution_id}"
+    if row is None:
+        problems.append(f"{where}: missing from the sessions index: deleted")
+    elif expected is None:
+        problems.append(f"{where}: in the sessions index but not a session in the chain: edited")
+    elif row != expected:
+        fields = [
+            name
+            for name in SessionRecord.__dataclass_fields__
+            if getattr(row, name) != getattr(expected, name)
+        ]
+        problems.append(
+            f"{where}: sessions index differs from the chain in {', '.join(fields)}: edited"
         )

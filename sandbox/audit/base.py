@@ -28,6 +28,8 @@ __all__ = [
     "KeyTaken",
     "Member",
     "SessionHolding",
+    "SessionRecord",
+    "SessionRows",
     "VerifyReport",
 ]
 
@@ -120,6 +122,28 @@ class Holder(Member):
 
 
 @dataclass(frozen=True)
+class SessionRecord:
+    """A session as the store's ``sessions`` row holds it (`sandbox.audit._sessions`)."""
+
+    tenant: str
+    session_id: str
+    state: str  # active | closed | expired | lost
+    end_reason: str  # why it ended ("" while active)
+    holder: str  # the instance that admitted it or last took it over
+    backend: str
+    runtime: str
+    created_at: float
+    ended_at: float | None
+    idle_timeout_ms: int
+    max_lifetime_ms: int
+    max_executions: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state != "active"
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     tenant: str | None
     records: int
@@ -131,6 +155,31 @@ class VerifyReport:
 
 
 class AuditStore(Protocol):
+    """What the server writes through and reads, with what it may ask of a store's kind as
+    typed members (`quick_reads`, `holds_sessions`) rather than by probing for attributes."""
+
+    @property
+    def instance(self) -> str:
+        """This server's name in the store (and the fleet)."""
+
+    @property
+    def quick_reads(self) -> bool:
+        """Whether a short read (`by_key`) may run on the event loop: a local file or memory."""
+
+    @property
+    def holds_sessions(self) -> bool:
+        """Whether open session records can move between servers (`SessionHolding`)."""
+
+    def write_probe(self, pad_bytes: int = 0) -> None:
+        """A write like an append's, recording nothing: raises `StoreUnavailable` while the
+        store refuses writes."""
+
+    def schema_version(self) -> int:
+        """The applied schema version: a cheap read that says the store answers."""
+
+    def find(self, execution_id: str) -> AuditRecord | None:
+        """A record by id whatever its tenant (the operator's view)."""
+
     def admit(self, admission: Admission) -> None:
         """Durably records an admitted execution (status `running`); with an idempotency key,
         in the same transaction maps (tenant, key) to it, or raises `KeyTaken` and admits
@@ -189,3 +238,12 @@ class SessionHolding(Protocol):
     def take_over(self, tenant: str, execution_id: str) -> str | None:
         """Makes this server the holder of an open session record whose holder let go of it
         or died; returns the previous holder, or None when it cannot be taken."""
+
+
+@runtime_checkable
+class SessionRows(Protocol):
+    """A store that keeps each session as a typed row (the SQL stores), so that any server
+    says what became of a session, also one that ended elsewhere or before a restart."""
+
+    def session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The tenant's session row, or None (unknown, another tenant's, or pruned)."""

@@ -50,6 +50,8 @@ __all__ = [
     "PUBLIC_KEYS_ENV",
     "Checkpoint",
     "TenantTree",
+    "check_signature",
+    "describe",
     "generate_key",
     "key_id",
     "load_private_key",
@@ -304,14 +306,16 @@ def tenant_tree(hashes: Iterable[tuple[int, str]], tenant: str) -> TenantTree:
     return TenantTree(tenant, leaves, gap)
 
 
-def verify_checkpoint(
-    checkpoint: Checkpoint, keys: Mapping[str, Ed25519PublicKey], tree: TenantTree
-) -> list[str]:
-    """Problems with one checkpoint against the store's current tree; empty when it holds."""
-    where = (
+def describe(checkpoint: Checkpoint) -> str:
+    return (
         f"checkpoint of tenant {checkpoint.tenant} at size {checkpoint.tree_size} "
         f"(key {checkpoint.key_id})"
     )
+
+
+def check_signature(checkpoint: Checkpoint, keys: Mapping[str, Ed25519PublicKey]) -> list[str]:
+    """Problems with the checkpoint's signature; empty when one of ``keys`` signed it."""
+    where = describe(checkpoint)
     key = keys.get(checkpoint.key_id)
     if key is None:
         known = ", ".join(sorted(keys))
@@ -320,6 +324,17 @@ def verify_checkpoint(
         key.verify(checkpoint.signature, checkpoint.signed_message())
     except InvalidSignature:
         return [f"{where}: the signature does not verify: forged or altered checkpoint"]
+    return []
+
+
+def verify_checkpoint(
+    checkpoint: Checkpoint, keys: Mapping[str, Ed25519PublicKey], tree: TenantTree
+) -> list[str]:
+    """Problems with one checkpoint against the store's current tree; empty when it holds."""
+    where = describe(checkpoint)
+    unsigned = check_signature(checkpoint, keys)
+    if unsigned:
+        return unsigned
     m, n = checkpoint.tree_size, tree.size
     if m > n:
         why = (

@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from sandbox.audit._sqlcore import SqlAuditStore, Tx
+from sandbox.audit._db import POSTGRES, Tx
+from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.errors import StoreUnavailable, Unavailable
 
 __all__ = ["PostgresAuditStore"]
@@ -51,8 +52,7 @@ class _Tx:
 
 
 class _PostgresDb:
-    for_update = " FOR UPDATE"
-    serial_writes = False
+    engine = POSTGRES
 
     def __init__(self, url: str, connect_timeout_s: int) -> None:
         try:

@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
-from sandbox.audit._sqlcore import SqlAuditStore, Tx
+from sandbox.audit._db import SQLITE, Tx
+from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.audit.wal_checkpointer import BACKSTOP_PAGES, WalCheckpointer
 from sandbox.errors import StoreUnavailable
 
@@ -50,8 +51,7 @@ class _Tx:
 
 
 class _SQLiteDb:
-    for_update = ""
-    serial_writes = True
+    engine = SQLITE
 
     def __init__(self, path: str, synchronous: Synchronous, busy_timeout_s: float) -> None:
         if path != ":memory:" and not os.path.exists(path):
@@ -138,11 +138,6 @@ def _store_refused(exc: sqlite3.Error) -> bool:
 
 class SQLiteAuditStore(SqlAuditStore):
     """The audit store in one SQLite file (created, migrated and set to WAL on open)."""
-
-    # A short read (`by_key`) may run on the event loop: a WAL reader never waits for a writer,
-    # and the server already writes this file on its loop. It costs ~0.02 ms there, where a hop
-    # to a worker thread and back cost ~0.14 ms of CPU (`sandbox.server.idempotency`).
-    quick_reads = True
 
     def __init__(
         self,

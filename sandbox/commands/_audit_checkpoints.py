@@ -4,6 +4,11 @@
     ptc audit checkpoint --db URL --key FILE --dir D  # signs one checkpoint per tenant now
     ptc audit verify --db URL --checkpoint D/acme.checkpoint.json --public-key FILE.pub
 
+``verify --since-checkpoint FILE`` verifies each tenant from the latest checkpoint of it in FILE
+instead of from its first entry: the checkpoint's signature, then the store's Merkle frontier at
+its size (`sandbox.audit.frontier`: its root must be the signed root, and it proves the hash of
+the checkpoint's last entry), then the chain after that entry, linked to it.
+
 ``verify --checkpoint FILE`` (repeatable; a file may hold one checkpoint or JSON lines, like the
 published ``checkpoints.jsonl``) checks each checkpoint's signature against the public keys
 (``--public-key``, repeatable, and ``$PTC_CHECKPOINT_PUBLIC_KEYS``), then a consistency proof from
@@ -17,10 +22,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.audit import SqlAuditStore
+from sandbox.audit import SqlAuditStore, VerifyReport
 from sandbox.audit.checkpoints import (
     KEY_ENV,
+    Checkpoint,
     TenantTree,
+    check_signature,
+    describe,
     generate_key,
     load_private_key,
     load_public_keys,
@@ -40,6 +48,13 @@ class CheckpointReport:
 
 
 def _checkpoint_args(verify: argparse.ArgumentParser, sub: argparse._SubParsersAction[Any]) -> None:
+    verify.add_argument(
+        "--since-checkpoint",
+        metavar="FILE",
+        help="start each tenant's verification after the latest signed checkpoint of it in FILE "
+        "(its signature and the store's tree frontier at its size checked first): costs what "
+        "was appended since",
+    )
     verify.add_argument(
         "--checkpoint",
         action="append",
@@ -91,6 +106,48 @@ def _verify_checkpoints(store: SqlAuditStore, args: argparse.Namespace) -> Check
                 f"{tree.size} (proof of {len(proof)} hashes)"
             )
     return report
+
+
+def _verify_since(
+    store: SqlAuditStore, args: argparse.Namespace
+) -> tuple[VerifyReport, CheckpointReport]:
+    """``verify --since-checkpoint FILE``: each tenant from the latest checkpoint of it in FILE
+    whose signature holds, the tenants without one from their first entry."""
+    checked = CheckpointReport()
+    keys = load_public_keys(args.public_key)
+    latest: dict[str, Checkpoint] = {}
+    for checkpoint in read_checkpoints(args.since_checkpoint):
+        unsigned = check_signature(checkpoint, keys)
+        checked.problems += unsigned
+        known = latest.get(checkpoint.tenant)
+        if not unsigned and (known is None or checkpoint.tree_size > known.tree_size):
+            latest[checkpoint.tenant] = checkpoint
+    total, problems = 0, list[str]()
+    for tenant in [args.tenant] if args.tenant else store.tenants():
+        since = None
+        anchor = latest.get(tenant)
+        if anchor is not None and anchor.tree_size > 0:
+            frontier = store.frontier_at(tenant, anchor.tree_size)
+            if (
+                frontier is None
+                or frontier.root() != anchor.root_hash
+                or not frontier.proves_last()
+            ):
+                checked.problems.append(
+                    f"{describe(anchor)}: the store holds no tree frontier at that size with "
+                    "the checkpoint's root (edited, or never written by a publisher); verify "
+                    "without --since-checkpoint"
+                )
+                continue
+            since = (anchor.tree_size, frontier.last_hash)
+            checked.lines.append(
+                f"since checkpoint: tenant {tenant} from entry {anchor.tree_size + 1} "
+                f"(key {anchor.key_id})"
+            )
+        report = store.verify(tenant, since)
+        total += report.records
+        problems += report.problems
+    return VerifyReport(tenant=args.tenant, records=total, problems=problems), checked
 
 
 def _keygen(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ These are operator commands with direct access to the store, so they see every t
 ``verify`` exits 1 and prints one line per problem, each naming the record, when a chain is
 broken; ``prune`` applies each tenant's ``audit_retention_days`` from a tenants file.
 ``verify --checkpoint FILE`` also proves the store still holds everything signed checkpoints
-cover; ``keygen`` and ``checkpoint`` make keys and checkpoints (`_audit_checkpoints`).
+cover, and ``verify --since-checkpoint FILE`` starts after a signed checkpoint instead of at the
+first entry; ``keygen`` and ``checkpoint`` make keys and checkpoints (`_audit_checkpoints`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from sandbox.audit import AuditQuery, SqlAuditStore, is_postgres_url, open_store
 from sandbox.audit.base import AuditRecord
 from sandbox.audit.export import export_jsonl, iter_records, record_to_json
 from sandbox.audit.retention import apply_retention
-from sandbox.commands._audit_checkpoints import _checkpoint_args, _verify_checkpoints
+from sandbox.commands._audit_checkpoints import (
+    _checkpoint_args,
+    _verify_checkpoints,
+    _verify_since,
+)
 from sandbox.errors import InvalidArgument
 
 __all__ = ["register"]
@@ -177,8 +182,11 @@ def _as_json(record: AuditRecord) -> dict[str, Any]:
 def _verify(args: argparse.Namespace) -> int:
     store = _open(args)
     try:
-        report = store.verify(args.tenant)
-        checked = _verify_checkpoints(store, args)
+        if args.since_checkpoint:
+            report, checked = _verify_since(store, args)
+        else:
+            report = store.verify(args.tenant)
+            checked = _verify_checkpoints(store, args)
     finally:
         store.close()
     for line in checked.lines:

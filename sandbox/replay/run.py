@@ -25,11 +25,7 @@ def find_record(store: AuditStore, execution_id: str, tenant: str | None) -> Aud
     operator's view); `NotFound` when there is none."""
     if not execution_id:
         raise NotFound("execution_id: is empty")
-    if tenant is not None:
-        record = store.get(tenant, execution_id)
-    else:
-        find = getattr(store, "find", None)
-        record = find(execution_id) if find is not None else None
+    record = store.get(tenant, execution_id) if tenant is not None else store.find(execution_id)
     if record is None:
         raise NotFound(f"execution_id: no execution {execution_id!r}")
     return record

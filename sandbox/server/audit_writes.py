@@ -29,7 +29,6 @@ import builtins
 import collections
 import logging
 import threading
-from collections.abc import Callable
 
 from sandbox.audit.base import (
     Admission,
@@ -40,6 +39,8 @@ from sandbox.audit.base import (
     Holder,
     Member,
     SessionHolding,
+    SessionRecord,
+    SessionRows,
     VerifyReport,
 )
 from sandbox.errors import PtcError, StoreUnavailable
@@ -155,10 +156,9 @@ class AuditWrites:
                 self._pending.pop(execution_id, None)
                 waiting = len(self._pending)
             metrics.audit_pending(waiting)
-        probe: Callable[[int], None] | None = getattr(self.store, "write_probe", None)
-        if probe is not None and self.failure is not None:
+        if self.failure is not None:
             try:
-                probe(PROBE_PAD_BYTES)
+                self.store.write_probe(PROBE_PAD_BYTES)
             except StoreUnavailable as exc:
                 self.failure = exc.message
                 return False
@@ -211,7 +211,7 @@ class AuditWrites:
     @property
     def quick_reads(self) -> bool:
         """Whether a short read of the store may run on the event loop (`SQLiteAuditStore`)."""
-        return bool(getattr(self.store, "quick_reads", False))
+        return self.store.quick_reads
 
     # A store that can move sessions between servers (`SessionHolding`): the SQL stores.
     @property
@@ -225,6 +225,25 @@ class AuditWrites:
     def take_over(self, tenant: str, execution_id: str) -> str | None:
         assert isinstance(self.store, SessionHolding)
         return self.store.take_over(tenant, execution_id)
+
+    def session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The store's typed session row; None from a store without them (the in-memory one)."""
+        if isinstance(self.store, SessionRows):
+            return self.store.session(tenant, session_id)
+        return None
+
+    @property
+    def instance(self) -> str:
+        return self.store.instance
+
+    def write_probe(self, pad_bytes: int = 0) -> None:
+        self.store.write_probe(pad_bytes)
+
+    def schema_version(self) -> int:
+        return self.store.schema_version()
+
+    def find(self, execution_id: str) -> AuditRecord | None:
+        return self.store.find(execution_id)
 
     def close(self) -> None:
         self.store.close()

@@ -150,9 +150,7 @@ class Readiness:
     async def _store_reachable(self) -> bool:
         """One ping at a time, in a thread (a database that hangs must not block the loop);
         an unanswered ping counts as unreachable until it answers."""
-        ping = getattr(self.store, "schema_version", None)
-        if ping is None:
-            return True  # the in-memory store
+        ping = self.store.schema_version
         self._ping = _one_at_a_time(self._ping, ping)
         try:
             # Not `asyncio.wait_for`: on Python 3.11 it swallows a cancellation that comes as

@@ -47,7 +47,7 @@ async def admitted(store: AuditStore, tenant: str, key: str) -> str | None:
     if not key:
         return None
     try:
-        if getattr(store, "quick_reads", False):  # a local file or memory: no thread hop
+        if store.quick_reads:  # a local file or memory: no thread hop
             return store.by_key(tenant, key)
         return await asyncio.to_thread(store.by_key, tenant, key)  # a database that may be slow
     except StoreUnavailable as exc:

@@ -96,7 +96,7 @@ class Runner:
         """The server's checks (tool modes, host handlers, the tenant's backends), then the
         engine's (`Engine.prepare`) with the tenant's effective limits."""
         if self.refusing is not None:
-            if session is not None and not getattr(self.store, "holds_sessions", False):
+            if session is not None and not self.store.holds_sessions:
                 # It ends with this server: no other server can take it.
                 raise FailedPrecondition(
                     f"session_lost: session {session.id!r} is ending: the server that holds it"

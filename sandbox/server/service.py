@@ -169,7 +169,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
                 holder, "GetSession", request, context
             )
             return info
-        return sessions.get_session(self.runner, tenant, request)
+        return await sessions.get_session(self.runner, tenant, request)
 
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context

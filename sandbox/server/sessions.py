@@ -8,9 +8,12 @@ tenant's ceilings and are clamped (or refused, under the tenant's ``refuse`` pol
 
 from __future__ import annotations
 
+import asyncio
+
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.audit.base import AuditQuery, AuditStore, SessionRows
 from sandbox.engine import check_runtime as engine_check_runtime
-from sandbox.errors import InvalidArgument, InvalidLimits, Unavailable
+from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
 from sandbox.limits import check_labels
 from sandbox.server.convert import limits_from_proto, limits_to_proto
 from sandbox.server.runner import Runner
@@ -27,6 +30,8 @@ __all__ = [
     "merged",
     "session_to_proto",
 ]
+
+MAX_LISTED_CELLS = 10_000  # an ended session's cells listed by GetSession, newest kept
 
 _STATES = {
     SessionState.ACTIVE: pb.SESSION_STATE_ACTIVE,
@@ -95,8 +100,58 @@ async def create_session(
     return session_to_proto(session)
 
 
-def get_session(runner: Runner, tenant: Tenant, request: pb.GetSessionRequest) -> pb.SessionInfo:
-    return session_to_proto(runner.sessions.get(tenant.id, request.session_id))
+async def get_session(
+    runner: Runner, tenant: Tenant, request: pb.GetSessionRequest
+) -> pb.SessionInfo:
+    """The session as this server holds it; a session that ended on another server, or before
+    this server restarted, as the store's session row says it ended (until retention prunes
+    it); otherwise the manager's NOT_FOUND, which says why the session is gone."""
+    try:
+        return session_to_proto(runner.sessions.get(tenant.id, request.session_id))
+    except NotFound:
+        store = runner.store
+        if not isinstance(store, SessionRows):
+            raise
+        ended = await asyncio.to_thread(_ended_session, store, store, tenant.id, request.session_id)
+        if ended is None:
+            raise
+        return ended
+
+
+def _ended_session(
+    store: AuditStore, rows: SessionRows, tenant: str, session_id: str
+) -> pb.SessionInfo | None:
+    row = rows.session(tenant, session_id)
+    if row is None or not row.ended:
+        return None  # open in the record: the manager's answer (rebuilt by its next cell)
+    info = pb.SessionInfo(
+        session_id=row.session_id,
+        state=_STATES[SessionState(row.state)],
+        end_reason=row.end_reason,
+        backend=BACKEND_ENUM.get(row.backend, pb.BACKEND_UNSPECIFIED),
+        idle_timeout_ms=row.idle_timeout_ms,
+        max_lifetime_ms=row.max_lifetime_ms,
+        max_executions=row.max_executions,
+        runtime=row.runtime,
+        created_at=timestamp(row.created_at),
+    )
+    if row.ended_at is not None:
+        info.ended_at.CopyFrom(timestamp(row.ended_at))
+        info.last_used_at.CopyFrom(timestamp(row.ended_at))
+    record = store.get(tenant, session_id)
+    if record is not None:
+        info.limits.CopyFrom(limits_to_proto(dict(record.admission.effective_limits)))
+        if record.result is not None:
+            info.isolation.extend(record.result.isolation)
+    cells: list[str] = []
+    token: str | None = None
+    while len(cells) < MAX_LISTED_CELLS:
+        page, token = store.list(tenant, AuditQuery(session_id=session_id, page_token=token))
+        cells += [r.admission.execution_id for r in page]
+        if token is None:
+            break
+    info.execution_ids.extend(reversed(cells[:MAX_LISTED_CELLS]))  # oldest first
+    return info
 
 
 def list_sessions(

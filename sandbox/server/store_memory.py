@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import secrets
+import socket
 import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -77,8 +78,10 @@ def _result_json(result: ExecutionResult | None) -> str:
 
 class MemoryAuditStore:
     quick_reads = True  # a dict look-up: no need for a worker thread (see `SQLiteAuditStore`)
+    holds_sessions = False  # this process's memory: no other server can take a session over
 
     def __init__(self) -> None:
+        self.instance = socket.gethostname()
         self._secret = secrets.token_urlsafe(32)
         self._entries: dict[str, _Entry] = {}
         self._heads: dict[str, str] = {}
@@ -214,6 +217,17 @@ class MemoryAuditStore:
                     problems.append(f"{name}: the result was altered")
                 heads[owner] = entry.link_hash
             return VerifyReport(tenant, count, problems)
+
+    def write_probe(self, pad_bytes: int = 0) -> None:
+        """Memory always takes writes."""
+
+    def schema_version(self) -> int:
+        return 0  # no schema: nothing to migrate
+
+    def find(self, execution_id: str) -> AuditRecord | None:
+        with self._lock:
+            entry = self._entries.get(execution_id)
+            return None if entry is None else self._record(entry)
 
     def close(self) -> None:
         return None

@@ -118,7 +118,7 @@ class SessionManager:
         (`SessionHolding`), each is handed over (its record stays open, marked handed over,
         and its next call on any server rebuilds it: `sandbox.sessions.rebuild`); otherwise
         each ends `closed` with ``reason``, as `close_all`."""
-        if not getattr(self.store, "holds_sessions", False):
+        if self.store is None or not self.store.holds_sessions:
             await self.close_all(reason)
             return
         self._closing = True

@@ -42,7 +42,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore, SessionHolding
+from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore
 from sandbox.engine import Engine, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
@@ -142,18 +142,6 @@ def _short(value: str | None) -> str:
     return repr(value if len(value) <= 200 else value[:197] + "...")
 
 
-def _instance(store: object) -> str:
-    """The name of this server in the fleet (the store's instance), for messages."""
-    inner = getattr(store, "store", store)  # `AuditWrites` wraps the SQL store
-    return str(getattr(inner, "instance", "this server"))
-
-
-def _holds_sessions(store: object) -> bool:
-    if getattr(store, "holds_sessions", False):
-        return True
-    return isinstance(store, SessionHolding)
-
-
 def _cells(store: object, tenant: str, session_id: str, most: int) -> list[AuditRecord]:
     """The session's cells, oldest first; stops reading past ``most`` (one more is enough to
     know the bound is exceeded)."""
@@ -185,7 +173,7 @@ async def rebuild(
     (concurrency, queue, rate), entered before the claim and held while the cells replay: a
     rebuild counts as one execution of the tenant's."""
     store = manager.store
-    if store is None or not _holds_sessions(store):
+    if store is None or not store.holds_sessions:
         return None
     record = await asyncio.to_thread(store.get, tenant, session_id)
     if record is None or record.admission.labels.get("ptc.kind") != "session":
@@ -204,7 +192,7 @@ async def _claim_and_rebuild(
     previous = await asyncio.to_thread(store.take_over, tenant, session_id)
     if previous is None:
         return None
-    here = _instance(store)
+    here = str(store.instance)
     started = time.monotonic()
     log.warning("sessions: rebuilding session %s (held by %s) on %s", session_id, previous, here)
     admission = record.admission

@@ -107,7 +107,7 @@ def gone_error(store: AuditStore | None, tenant: str, session_id: str) -> NotFou
         how = record.result.error.message
     else:
         how = record.status
-    if record.status == "interrupted" and getattr(store, "holds_sessions", False):
+    if record.status == "interrupted" and store is not None and store.holds_sessions:
         # Still open in the record: Execute rebuilds it (`sandbox.sessions.rebuild`).
         how += "; its next execution rebuilds it from its record"
     return NotFound(f"session_lost: session {quote(session_id)} is gone: {how}")

@@ -281,11 +281,19 @@ def test_publisher_writes_skips_and_refuses_a_truncated_store(
         "audit checkpoint: tenant acme: the store's tree (size 8) does not extend the "
         "checkpoint at size 6: entries were removed or rewritten; not signing"
     ) in caplog.text
+    # An entry deleted from what the last checkpoint covered is not re-read by a running
+    # publisher, which grows the tree from the checkpoint's frontier (what was appended since)...
     audit_db.raw("DELETE FROM entries WHERE tenant = 'globex' AND seq = 1")
     _fill(store, "globex", 1)
     with caplog.at_level(logging.INFO, logger="sandbox.audit.publisher"):
-        assert restarted.publish_once() == []
-    assert restarted.refused == 3  # acme again, and globex
+        assert [(c.tenant, c.tree_size) for c in restarted.publish_once()] == [("globex", 4)]
+    assert restarted.refused == 2  # acme again
+    # ...the chain's own verification finds it, and so does a publisher that builds the tree.
+    assert "tenant globex: entries 1..1 are missing before" in store.verify("globex").problems[0]
+    fresh = CheckpointPublisher(store, key, directory=tmp_path / "fresh", origin="ptc-2")
+    with caplog.at_level(logging.INFO, logger="sandbox.audit.publisher"):
+        assert [(c.tenant, c.tree_size) for c in fresh.publish_once()] == [("acme", 8)]
+    assert fresh.refused == 1
     assert (
         "audit checkpoint: tenant globex: entry 1 is missing from the chain: deleted; not signing"
     ) in caplog.text

@@ -143,3 +143,26 @@ def test_cli_verify_exits_nonzero_naming_the_record(audit_db: AuditDb) -> None:
     assert broken.returncode == 1
     assert f"record {ids[0]}" in broken.stderr
     assert "BROKEN" in broken.stdout
+
+
+def test_a_cell_moved_to_another_session_in_the_index_is_detected(audit_db: AuditDb) -> None:
+    """The ``session_id`` column is derived from the admission's label: an edit that moves a
+    record into (or out of) a session's list is an index row that differs from the chain."""
+    store, ids = _populate(audit_db)
+    audit_db.raw("UPDATE executions SET session_id = 's-0bad' WHERE execution_id = ?", (ids[1],))
+    problems = _problems(store)
+    assert f"record {ids[1]}: executions index differs from the chain in session_id: edited" in (
+        problems
+    )
+
+
+def test_a_calls_row_filed_under_another_admission_is_detected(audit_db: AuditDb) -> None:
+    """Lists by tool page by the calls rows' ``admit_seq``: changing it would hide a record
+    from a list by tool, so `verify` checks it against the execution's own."""
+    store, ids = _populate(audit_db)
+    audit_db.raw("UPDATE calls SET admit_seq = admit_seq + 1 WHERE execution_id = ?", (ids[3],))
+    audit_db.raw("UPDATE violations SET admit_seq = 0 WHERE execution_id = ?", (ids[3],))
+    problems = _problems(store)
+    assert problems == [
+        f"record {ids[3]}: calls or violations index filed under another admission: edited"
+    ]

@@ -1,0 +1,127 @@
+# ruff: noqa: S608  -- SQL here is assembled from constants and "?" marks; values are bound.
+"""What `verify` reads from the store: a tenant's entries and index rows, from the first entry
+or from a signed checkpoint's.
+
+From the first entry (or the prune checkpoint), every entry and index row of the tenant is read
+in one snapshot and checked (`sandbox.audit._verify`). From a signed checkpoint of size ``n``
+(``ptc audit verify --since-checkpoint``), whose entry ``n`` hash the caller has proven against
+the checkpoint's root (`sandbox.audit.frontier`), only entries after ``n`` are read, linked to
+that hash, and the index rows of the executions admitted after ``n``: the cost is what was
+appended since. Entries after ``n`` that end executions admitted before it are checked as
+entries (hash, link, order) but their index rows only by a full verification.
+"""
+
+from __future__ import annotations
+
+from sandbox.audit import _sessions
+from sandbox.audit._codec import Entry
+from sandbox.audit._db import Tx
+from sandbox.audit._index import CallRow, ExecRow, ViolationRow
+from sandbox.audit._verify import ChainState, verify_tenant
+
+__all__ = ["ENTRY_COLUMNS", "EXEC_COLUMNS", "verify_in"]
+
+ENTRY_COLUMNS = "tenant, seq, kind, execution_id, at_us, payload, prev_hash, entry_hash"
+EXEC_COLUMNS = (
+    "tenant, admit_seq, status, admitted_at, finished_at, backend, script_sha256, "
+    "manifest_sha256, instance, prev_hash, record_hash, session_id"
+)
+_BATCH = 500
+
+
+def verify_in(tx: Tx, tenant: str, since: tuple[int, str] | None) -> tuple[int, list[str]]:
+    """(records seen, problems) of the tenant's chain, read in ``tx`` (one snapshot).
+    ``since``: (n, hash of entry n) of a verified checkpoint to start after; None, or a prune
+    checkpoint at or after it, starts from the beginning of what the store holds."""
+    state = _chain_state(tx, tenant, since)
+    if since is not None and state.checkpoint is not None and state.checkpoint[0] >= since[0]:
+        since = None
+        state = _chain_state(tx, tenant, None)
+    after = since[0] if since is not None else 0
+    entries = (
+        Entry(
+            str(r[0]), int(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), str(r[6]), str(r[7])
+        )
+        for r in tx.stream(
+            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE tenant = ? AND seq > ? ORDER BY seq",
+            (tenant, after),
+        )
+    )
+    return verify_tenant(tenant, entries, state, since)
+
+
+def _chain_state(tx: Tx, tenant: str, since: tuple[int, str] | None) -> ChainState:
+    head = tx.execute("SELECT seq, head_hash FROM chain_heads WHERE tenant = ?", (tenant,))
+    checkpoint = tx.execute("SELECT seq, entry_hash FROM checkpoints WHERE tenant = ?", (tenant,))
+    state = ChainState(
+        head=(int(head[0][0]), str(head[0][1])) if head else None,
+        checkpoint=(int(checkpoint[0][0]), str(checkpoint[0][1])) if checkpoint else None,
+    )
+    where, params = (
+        ("tenant = ?", [tenant])
+        if since is None
+        else (
+            "tenant = ? AND admit_seq > ?",
+            [tenant, since[0]],
+        )
+    )
+    for row in tx.stream(
+        f"SELECT execution_id, {EXEC_COLUMNS} FROM executions WHERE {where}", params
+    ):
+        state.rows[str(row[0])] = ExecRow(
+            str(row[1]),
+            int(row[2]),
+            str(row[3]),
+            float(row[4]),
+            None if row[5] is None else float(row[5]),
+            str(row[6]),
+            str(row[7]),
+            str(row[8]),
+            str(row[9]),
+            str(row[10]),
+            str(row[11]),
+            None if row[12] is None else str(row[12]),
+        )
+    if since is None:
+        _lists(tx, state, "tenant = ?", [tenant])
+        for row in tx.stream(_sessions.SELECT_TENANT, (tenant,)):
+            found = _sessions.read_row([row])
+            if found is not None:
+                state.sessions[found.session_id] = found
+        return state
+    ids = sorted(state.rows)
+    for start in range(0, len(ids), _BATCH):
+        chunk = ids[start : start + _BATCH]
+        marks = ", ".join("?" for _ in chunk)
+        _lists(tx, state, f"execution_id IN ({marks})", chunk)
+        for row in tx.execute(
+            f"{_sessions.SELECT_TENANT} AND session_id IN ({marks})", [tenant, *chunk]
+        ):
+            found = _sessions.read_row([row])
+            if found is not None:
+                state.sessions[found.session_id] = found
+    return state
+
+
+def _lists(tx: Tx, state: ChainState, where: str, params: list[str]) -> None:
+    calls: dict[str, list[CallRow]] = state.calls
+    for execution_id, idx, seq, tool, status, admit_seq in tx.stream(
+        f"SELECT execution_id, idx, seq, tool, status, admit_seq FROM calls WHERE {where}", params
+    ):
+        calls.setdefault(str(execution_id), []).append((int(idx), int(seq), str(tool), str(status)))
+        _file(state, str(execution_id), admit_seq)
+    violations: dict[str, list[ViolationRow]] = state.violations
+    for execution_id, idx, name, action, admit_seq in tx.stream(
+        f"SELECT execution_id, idx, limit_name, action, admit_seq FROM violations WHERE {where}",
+        params,
+    ):
+        violations.setdefault(str(execution_id), []).append((int(idx), str(name), str(action)))
+        _file(state, str(execution_id), admit_seq)
+
+
+def _file(state: ChainState, execution_id: str, admit_seq: object) -> None:
+    """Notes a calls or violations row filed under another admission than its execution's
+    (its ``admit_seq`` is what lists by tool and violation page by: an edit could hide it)."""
+    row = state.rows.get(execution_id)
+    if row is not None and admit_seq != row.admit_seq:
+        state.misfiled.add(execution_id)
