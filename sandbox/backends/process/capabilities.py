@@ -27,11 +27,16 @@ def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabili
     )
 
 
-def limit_mechanisms(cgroup: bool, host_accounting: bool) -> list[str]:
+def limit_mechanisms(cgroup: bool, host_accounting: bool, own_uid: bool = True) -> list[str]:
     """The `isolation` entries that name what enforces each whole-sandbox limit, so that a
     client can refuse a result whose limits it does not accept: ``limit:NAME=MECHANISM``, the
     mechanisms joined with ``+`` in the order they act (a cgroup; the host's sums over the
-    sandbox's processes, sampled; an rlimit, per process)."""
+    sandbox's processes, sampled; an rlimit, per process).
+
+    The processes limit without a cgroup is RLIMIT_NPROC, which the kernel counts per uid: with
+    a uid of the sandbox's own (``own_uid``, `uid_range`) it counts that sandbox alone
+    (``rlimit``); where every sandbox shares one uid it counts all of them together, and one
+    sandbox's processes can use up another's (``rlimit-shared``)."""
     if cgroup:
         memory = cpu = processes = "cgroup"
         cpu = "cgroup+rlimit"  # RLIMIT_CPU a second looser, as a backstop
@@ -40,4 +45,6 @@ def limit_mechanisms(cgroup: bool, host_accounting: bool) -> list[str]:
         processes = "rlimit"
     else:
         memory = cpu = processes = "rlimit"
+    if not cgroup and not own_uid:
+        processes = "rlimit-shared"
     return [f"limit:memory={memory}", f"limit:cpu_time={cpu}", f"limit:processes={processes}"]

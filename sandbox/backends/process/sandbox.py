@@ -75,6 +75,8 @@ class SpawnSettings:
     # Without a cgroup: the OOM kills of the server's own (enclosing) cgroup, read at the
     # sandbox's start and after its end.
     oom_counter: EnclosingOomCounter | None = None
+    # The uid of this sandbox alone (`uid_range`), which its pid 1 takes; None: the zygote's.
+    sandbox_uid: int | None = None
 
 
 @dataclass
@@ -133,6 +135,9 @@ class ProcessSandbox:
         self._usage_read = False
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
+        # Whether the host read pid 1's exit status (then no process of it is left: its uid may
+        # go to another sandbox, `uid_range`), rather than concluding it died.
+        self.exit_seen = False
         loop = asyncio.get_running_loop()
         self._exit: asyncio.Future[int] = loop.create_future()
         # Resolved once disposed of and gone: pid 1 exited, descriptors closed, namespaces and
@@ -154,7 +159,8 @@ class ProcessSandbox:
             code = pidfds.exit_status(self._started.pidfd)
         except OSError as exc:  # the descriptor was closed under us: disposal
             log.warning("sandbox %d: its exit status could not be read: %s", self.pid, exc)
-            code = -signal.SIGKILL
+            self._exit.set_result(-signal.SIGKILL)
+            return
         if code is None:  # readable before the zygote has reaped it: a moment more
             if waited_s < EXIT_STATUS_WAIT_S:
                 delay = min(0.05, 0.001 + waited_s)
@@ -162,6 +168,8 @@ class ProcessSandbox:
                 return
             log.warning("sandbox %d exited but nobody reaped it: exit status unknown", self.pid)
             code = -signal.SIGKILL
+        else:
+            self.exit_seen = True
         self._exit.set_result(code)
 
     def _on_status(self) -> None:
@@ -176,6 +184,8 @@ class ProcessSandbox:
             return
         self._readers.unwatch(self._started.status_fd)
         if not self._exit.done():
+            # The reaper writes the status after its waitpid: pid 1 reaped, its namespace empty.
+            self.exit_seen = bytes(self._status).strip().lstrip(b"-").isdigit()
             self._exit.set_result(_exit_code(bytes(self._status)))
 
     @property
@@ -384,7 +394,9 @@ async def _start(
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
         isolation = _isolation(settings, cgroups)
-        host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
+        # The child may go on: it is inside its cgroup; and its pid 1 takes this uid.
+        uid = settings.sandbox_uid
+        host_sock.sendall(b"g" if uid is None else b"u%010d" % uid)
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
             if not pidfds.is_namespace_init(pid):
@@ -428,7 +440,10 @@ async def _start(
 
 def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
     """What isolates the sandbox and what enforces each of its limits, as its result lists them."""
-    isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
+    uid = settings.sandbox_uid
+    if uid is None:
+        uid = settings.uid if os.getuid() == 0 else os.getuid()
+    isolation = [*NAMESPACE_LAYERS, f"uid:{uid}"]
     if settings.seccomp:
         isolation.append("seccomp")
     if cgroups is not None:
@@ -436,7 +451,8 @@ def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[s
     elif settings.host_accounting:
         isolation.append("host:accounting")
     isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
-    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting)
+    own_uid = settings.sandbox_uid is not None
+    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting, own_uid)
 
 
 async def _abandon(started: _Started, opened: list[OutputStream]) -> None:

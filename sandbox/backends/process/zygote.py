@@ -31,6 +31,7 @@ from typing import Literal
 from sandbox import epoll_readers
 from sandbox.backends.process.bwrap import ZygoteOptions, as_user_prefix, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
+from sandbox.backends.process.uid_range import UidRange, map_zygote_namespace
 from sandbox.errors import Unavailable
 
 __all__ = ["Forked", "ZygoteSettings", "ZygoteSupervisor"]
@@ -59,6 +60,9 @@ class ZygoteSettings:
     exit_status: Literal["pidfd", "reaper"]
     runtime_tree: Path | None = None  # a runtime's tree to bind read-only (`sandbox.runtimes`)
     preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
+    # The uids mapped in the zygote's user namespace for its sandboxes, one each (`uid_range`);
+    # None: every sandbox runs as ``uid``.
+    sandbox_uids: UidRange | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = program_fd() if settings.seccomp else os.memfd_create("ptc-no-seccomp")
     proc: subprocess.Popen[bytes] | None = None
+    # With a uid range: bwrap's report of its user namespace, and the go-ahead once it is mapped.
+    info_r, info_w = os.pipe() if settings.sandbox_uids else (-1, -1)
+    block_r, block_w = os.pipe() if settings.sandbox_uids else (-1, -1)
     try:
         argv = zygote_argv(
             ZygoteOptions(
@@ -165,6 +172,8 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 program_fd=program,
                 runtime_tree=settings.runtime_tree,
                 preload=settings.preload,
+                userns_block_fd=block_r,
+                info_fd=info_w,
             )
         )
         # No user=/group= here: they make `subprocess` fork(2) instead of vfork(2) and so run
@@ -174,7 +183,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            pass_fds=(guest.fileno(), program),
+            pass_fds=tuple(fd for fd in (guest.fileno(), program, info_w, block_r) if fd >= 0),
             start_new_session=True,
             # The zygote's environment is what every sandbox inherits: never the server's.
             env=BWRAP_ENV,
@@ -184,6 +193,13 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         zygote = _Zygote(proc, host)
         host.settimeout(READY_TIMEOUT_S)
         try:
+            if settings.sandbox_uids is not None:
+                _close(info_w, block_r)
+                info_w = block_r = -1
+                map_zygote_namespace(
+                    info_r, block_w, settings.uid, settings.gid, settings.sandbox_uids,
+                    READY_TIMEOUT_S,
+                )  # fmt: skip
             ready = zygote.read_reply()
         except (OSError, ValueError) as exc:
             proc.kill()
@@ -213,6 +229,14 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     finally:
         guest.close()
         os.close(program)
+        _close(info_r, info_w, block_r, block_w)
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _resolve_once(future: asyncio.Future[None]) -> None:
