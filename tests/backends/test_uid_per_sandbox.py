@@ -1,0 +1,248 @@
+"""One uid per sandbox (issue 39): where the host is root with a range of uids to give, each
+sandbox's processes run as a uid of its own, so RLIMIT_NPROC counts that sandbox alone.
+
+The backend runs with cgroups turned off (`cgroups=False`), the degraded mode of a host whose
+cgroups are read-only, where RLIMIT_NPROC is the only bound on a sandbox's processes. The pair:
+the same fork bomb beside the same neighbour, with a uid per sandbox (the neighbour runs
+untouched) and with the range turned off (one uid for all: the neighbour's threads are refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from sandbox.backends.process.uid_range import UidPool, UidRange, uid_in_use
+from sandbox.engine import ExecutionRequest
+from sandbox.errors import Unavailable
+from sandbox.limits import parse_limit_args
+from sandbox.result import ExecutionResult
+from tests.backends.test_degraded_threads import THREADS_AND_SUBPROCESSES
+from tests.conftest import EngineHarness
+
+pytestmark = [
+    pytest.mark.requires_bwrap,
+    pytest.mark.skipif(os.geteuid() != 0, reason="a range of uids to give needs root"),
+]
+
+# Forks until the kernel refuses, then holds its processes for a while (the neighbour starts
+# meanwhile) before it lets the refusal end it. Its children exec sleep: 63 copies of the
+# interpreter would pass the memory limit first (the host sums their resident memory).
+HOLDING_BOMB = """
+import os, time
+count = 0
+try:
+    while True:
+        if os.fork() == 0:
+            os.execv("/usr/bin/sleep", ["sleep", "30"])
+        count += 1
+except BlockingIOError:
+    print(count, flush=True)
+    time.sleep(3)
+    raise
+"""
+# The neighbour starts once the bomb holds its processes.
+NEIGHBOUR = "import time\ntime.sleep(1)\n" + THREADS_AND_SUBPROCESSES.format(threads=8, children=4)
+NEIGHBOUR_OUT = "8 [0, 0, 0, 0]\n"
+
+
+def _request(script: str, **limits: object) -> ExecutionRequest:
+    return ExecutionRequest(
+        script=script, limits=parse_limit_args(f"{k}={v}" for k, v in limits.items())
+    )
+
+
+def _side_by_side(h: EngineHarness) -> tuple[ExecutionResult, ExecutionResult]:
+    async def both() -> tuple[ExecutionResult, ExecutionResult]:
+        bomb, other = await asyncio.gather(
+            h.engine.execute(_request(HOLDING_BOMB, processes=64, wall_time=20)),
+            h.engine.execute(_request(NEIGHBOUR, wall_time=20)),
+        )
+        return bomb, other
+
+    return h.call(both())
+
+
+@pytest.fixture
+def degraded() -> Iterator[EngineHarness]:
+    h = EngineHarness(pool_size=2, allow_degraded=True, cgroups=False)
+    yield h
+    h.close()
+    assert not psutil.Process().children(recursive=True), "sandbox processes survived close()"
+
+
+def test_a_fork_bomb_beside_threads_touches_only_itself(degraded: EngineHarness) -> None:
+    bomb, other = _side_by_side(degraded)
+    assert (other.status, other.stdout, other.violations) == ("ok", NEIGHBOUR_OUT, [])
+    assert bomb.status == "limit_exceeded", bomb.to_json()
+    assert [v.limit for v in bomb.violations] == ["processes"]
+    # Its own processes alone reached its limit: pid 1 and what it forked.
+    assert bomb.stdout == "63\n", bomb.to_json()
+    for result in (bomb, other):
+        assert "limit:processes=rlimit" in result.isolation
+    uids = [next(i for i in r.isolation if i.startswith("uid:")) for r in (bomb, other)]
+    assert uids[0] != uids[1]
+    assert all(int(u.split(":")[1]) in degraded.backend.uids.range for u in uids)  # type: ignore[union-attr]
+    assert degraded.leftovers() == []
+
+
+def test_with_one_uid_for_all_the_fork_bomb_starves_its_neighbour() -> None:
+    """The pair's other half: the range turned off, as where the server is not root."""
+    h = EngineHarness(pool_size=2, allow_degraded=True, cgroups=False, sandbox_uid_count=0)
+    try:
+        assert h.backend.uids is None
+        bomb, other = _side_by_side(h)
+        assert other.status != "ok" and other.stdout != NEIGHBOUR_OUT, other.to_json()
+        assert [v.limit for v in other.violations] == ["processes"], other.to_json()
+        assert [v.limit for v in bomb.violations] == ["processes"], bomb.to_json()
+        # Fewer than its own 63: the other sandboxes' processes counted against the same uid.
+        assert int(bomb.stdout) < 63, bomb.to_json()
+        for result in (bomb, other):
+            assert "limit:processes=rlimit-shared" in result.isolation
+            assert f"uid:{h.backend.config.uid}" in result.isolation
+    finally:
+        h.close()
+
+
+# Holds a thread and two children for a while, so that the test sees them from outside.
+LIVE = """
+import subprocess, sys, threading, time
+go = threading.Event()
+thread = threading.Thread(target=go.wait)
+thread.start()
+children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"]) for _ in range(2)]
+time.sleep(4)
+go.set()
+print(sum(c.wait() for c in children))
+"""
+
+
+def _ids(pid: int) -> tuple[set[int], str] | None:
+    """The real, effective and saved uids and gids of a process, and its pid namespace."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            lines = status.read().splitlines()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    ids = {
+        int(value)
+        for line in lines
+        if line.startswith(("Uid:", "Gid:"))
+        for value in line.split()[1:4]
+    }
+    return ids, namespace
+
+
+@pytest.mark.parametrize("exit_status", ["pidfd", "reaper"])
+def test_two_live_sandboxes_never_share_a_uid(exit_status: str) -> None:
+    h = EngineHarness(pool_size=2, allow_degraded=True, cgroups=False, exit_status=exit_status)
+    try:
+        uids = h.backend.uids
+        zygote = h.backend.zygote
+        assert uids is not None and zygote is not None and zygote.pids()
+
+        async def five() -> list[ExecutionResult]:
+            return list(await asyncio.gather(*(h.engine.execute(_request(LIVE)) for _ in range(5))))
+
+        running = asyncio.run_coroutine_threadsafe(five(), h.loop)
+        time.sleep(2.5)  # every script holds its thread and children now
+        own_namespace = os.readlink("/proc/self/ns/pid")
+        by_namespace: dict[str, set[int]] = defaultdict(set)
+        processes: dict[str, int] = defaultdict(int)
+        for child in psutil.Process(zygote.pids()[-1]).children(recursive=True):
+            seen = _ids(child.pid)
+            if seen is None or seen[1] == own_namespace:
+                continue  # gone, or a first child or reaper outside the sandbox
+            by_namespace[seen[1]] |= seen[0]
+            processes[seen[1]] += 1
+        results = running.result(60)
+        assert [(r.status, r.stdout) for r in results] == [("ok", "0\n")] * 5
+        busy = [ns for ns, count in processes.items() if count >= 3]  # pid 1 and two children
+        assert len(busy) == 5, dict(processes)
+        for namespace, ids in by_namespace.items():
+            assert len(ids) == 1, (namespace, ids)  # one uid (and gid) for all its processes
+            assert ids <= set(range(uids.range.first, uids.range.first + uids.range.count))
+        every = [next(iter(ids)) for ids in by_namespace.values()]
+        assert len(set(every)) == len(every), by_namespace
+        assert h.leftovers() == []
+    finally:
+        h.close()
+
+
+# Leaves processes behind in its pid namespace when it ends: children asleep, a zombie.
+LEAVES_PROCESSES = """
+import os, subprocess, sys, time
+for _ in range(3):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+if os.fork() == 0:
+    os._exit(0)
+print("left")
+"""
+
+
+def test_a_uid_returns_only_when_no_process_of_its_sandbox_is_left() -> None:
+    h = EngineHarness(pool_size=1, allow_degraded=True, cgroups=False, sandbox_uid_count=4)
+    try:
+        pool = h.backend.uids
+        assert pool is not None
+        returned: list[tuple[int, bool, bool]] = []
+        give_back = pool.give_back
+
+        def recording(uid: int, gone: bool) -> None:
+            # What /proc shows at the moment the host gives the uid back.
+            returned.append((uid, gone, uid_in_use(uid)))
+            give_back(uid, gone)
+
+        pool.give_back = recording  # type: ignore[method-assign]
+        # Four uids, six sandboxes in turn (and the pool's): each uid is reused.
+        for _ in range(6):
+            result = h.run(LEAVES_PROCESSES)
+            assert (result.status, result.stdout) == ("ok", "left\n"), result.to_json()
+        h.call(h.backend.drain())
+        assert len(returned) >= 6
+        assert [(gone, in_use) for _uid, gone, in_use in returned] == [(True, False)] * len(
+            returned
+        )
+        assert len({uid for uid, _, _ in returned}) == 4  # every uid of the range went round
+        assert pool.quarantined == frozenset()
+        assert h.leftovers() == []
+    finally:
+        h.close()
+
+
+UID = 61500  # outside the default range, which other tests' backends use
+
+
+def test_a_quarantined_uid_waits_for_its_last_process_zombies_included() -> None:
+    pool = UidPool(UidRange(UID, 1))
+    holder = subprocess.Popen(
+        ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "sleep", "30"]
+    )
+    try:
+        time.sleep(0.2)  # setpriv has exec'd sleep as UID
+        assert pool.take() == UID
+        pool.give_back(UID, gone=False)  # its end was not seen: quarantined
+        with pytest.raises(Unavailable, match="1 held until their processes are gone"):
+            pool.take()
+        os.kill(holder.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while psutil.Process(holder.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(Unavailable):  # a zombie still counts against RLIMIT_NPROC
+            pool.take()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert pool.take() == UID
+    with pytest.raises(ValueError, match="was not given out"):
+        pool.give_back(UID + 1, gone=True)
