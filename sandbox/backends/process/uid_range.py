@@ -13,12 +13,16 @@ must exist inside the zygote's user namespace, and each sandbox must switch to i
 bwrap still creates that namespace (`bwrap.zygote_argv`), but with ``--userns-block-fd``: it
 stops right after creating it and reports its child's pid on ``--info-fd``; the host, root in
 its own user namespace (root on a host, or in a pod that has a user namespace with a mapped
-range), writes a `uid_map` and `gid_map` of two lines, the zygote's own uid and the range, each
-mapped to itself, and lets bwrap go on (`map_zygote_namespace`). Writing a map of more than the
-writer's own uid needs CAP_SETUID and CAP_SETGID in the parent namespace: the host has them as
-root, an unprivileged server does not, and there `find_range` says why and every sandbox keeps
-the one uid (the result's isolation says ``limit:processes=rlimit-shared``). Not newuidmap: it
-serves unprivileged users through /etc/subuid, and as root the host writes the map itself.
+range), has a `uid_map` and `gid_map` of two lines written, the zygote's own uid and the range,
+each mapped to itself, and lets bwrap go on (`map_zygote_namespace`). Writing a map of more than
+the writer's own uid needs CAP_SETUID and CAP_SETGID in the parent namespace: the host has them
+as root, an unprivileged server does not, and there `find_range` says why and every sandbox
+keeps the one uid (the result's isolation says ``limit:processes=rlimit-shared``). The writer is
+a short helper that runs as the zygote's uid, the namespace's owner, with CAP_SETUID and
+CAP_SETGID alone (setpriv's ambient capabilities), as newuidmap would: the map files belong to
+that uid, and root opens them only with CAP_DAC_OVERRIDE, which the Kubernetes base does not
+grant (its root has SYS_ADMIN, SETUID, SETGID and KILL). Not newuidmap itself: it reads the
+ranges an account may map from /etc/subuid, which a container image does not have.
 The host picks the slot's uid and tells the child with its go-ahead on the channel (nothing
 untrusted runs in the sandbox yet); the sandbox's pid 1 switches to it while it still holds its
 capabilities in the zygote's namespace, after its mounts and before it drops every capability
@@ -40,6 +44,8 @@ import collections
 import json
 import os
 import select
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -61,6 +67,15 @@ __all__ = [
 DEFAULT_FIRST = 57344
 DEFAULT_COUNT = 4096
 INFO_MAX_BYTES = 4096
+# The helper that writes the maps: PID UID_MAP GID_MAP, each map in one write(2) (the kernel
+# takes no second one).
+_WRITE_MAPS = """
+import os, sys
+for kind, text in (("uid", sys.argv[2]), ("gid", sys.argv[3])):
+    fd = os.open(f"/proc/{sys.argv[1]}/{kind}_map", os.O_WRONLY | os.O_CLOEXEC)
+    os.write(fd, text.encode())
+    os.close(fd)
+"""
 
 
 @dataclass(frozen=True)
@@ -133,11 +148,19 @@ def find_range(first: int, count: int, zygote_uid: int, zygote_gid: int) -> UidR
 
 
 def map_zygote_namespace(
-    info_fd: int, block_fd: int, zygote_uid: int, zygote_gid: int, uids: UidRange, timeout_s: float
+    info_fd: int,
+    block_fd: int,
+    zygote_uid: int,
+    zygote_gid: int,
+    uids: UidRange,
+    python: str,
+    timeout_s: float,
 ) -> None:
     """Maps the zygote's own uid and gid and the range in the user namespace bwrap has just
     created (its child's pid read from ``info_fd``), then lets bwrap go on (``block_fd``).
-    Raises OSError or ValueError when it cannot."""
+    ``python`` runs the helper that writes the maps: the guest's interpreter, which the zygote's
+    uid can execute (the server's own may live where only root can read). Raises OSError or
+    ValueError when it cannot."""
     deadline = time.monotonic() + timeout_s
     report = b""
     while not report.rstrip().endswith(b"}"):
@@ -151,12 +174,27 @@ def map_zygote_namespace(
     pid = json.loads(report).get("child-pid")
     if not isinstance(pid, int) or pid <= 0:
         raise ValueError(f"bwrap reported no child pid: {report[:200]!r}")
-    for kind, own in (("uid", zygote_uid), ("gid", zygote_gid)):
-        target = os.open(f"/proc/{pid}/{kind}_map", os.O_WRONLY | os.O_CLOEXEC)
-        try:  # the whole map in one write(2): the kernel takes no second one
-            os.write(target, f"{own} {own} 1\n{uids.map_line()}".encode())
-        finally:
-            os.close(target)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise FileNotFoundError("setpriv (Debian package util-linux) is not installed")
+    writer = [
+        setpriv, f"--reuid={zygote_uid}", f"--regid={zygote_gid}", "--clear-groups",
+        "--inh-caps=-all,+setuid,+setgid", "--ambient-caps=-all,+setuid,+setgid", "--",
+        python, "-I", "-S", "-c", _WRITE_MAPS, str(pid),
+        f"{zygote_uid} {zygote_uid} 1\n{uids.map_line()}",
+        f"{zygote_gid} {zygote_gid} 1\n{uids.map_line()}",
+    ]  # fmt: skip
+    wrote = subprocess.run(
+        writer,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=max(1.0, deadline - time.monotonic()),
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    if wrote.returncode != 0:
+        said = wrote.stderr.decode(errors="replace").strip()[-500:]
+        raise OSError(f"the uid map of the zygote's user namespace was not written: {said}")
     os.write(block_fd, b"m")
 
 

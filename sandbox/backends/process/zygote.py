@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -198,10 +199,14 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 info_w = block_r = -1
                 map_zygote_namespace(
                     info_r, block_w, settings.uid, settings.gid, settings.sandbox_uids,
-                    READY_TIMEOUT_S,
+                    settings.python, READY_TIMEOUT_S,
                 )  # fmt: skip
             ready = zygote.read_reply()
         except (OSError, ValueError) as exc:
+            # Its whole process group: a bwrap child still blocked before its user namespace
+            # was mapped holds the stderr pipe open, and would hold the read below forever.
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.kill()
             proc.wait()
             err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
