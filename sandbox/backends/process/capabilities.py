@@ -8,9 +8,12 @@ processes (`host_meter`).
 
 from __future__ import annotations
 
-from sandbox.backends.base import Capabilities
+import os
 
-__all__ = ["limit_mechanisms", "process_capabilities"]
+from sandbox.backends.base import Capabilities
+from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
+
+__all__ = ["limit_mechanisms", "process_capabilities", "sandbox_isolation"]
 
 
 def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabilities:
@@ -25,6 +28,32 @@ def process_capabilities(cgroup: bool, host_accounting: bool = True) -> Capabili
         own_signals_delivered=False,
         runtimes=True,
     )
+
+
+def sandbox_isolation(
+    sandbox_uid: int | None,
+    zygote_uid: int,
+    seccomp: bool,
+    host_accounting: bool,
+    tmp_bytes: int,
+    cgroup_layers: list[str] | None,
+) -> list[str]:
+    """What isolates one sandbox and what enforces each of its limits, as its result lists them:
+    its uid is its own (``sandbox_uid``, `uid_range`) or the zygote's, which is the host's own
+    where the server is not root; ``cgroup_layers`` None: it has no cgroup."""
+    uid = sandbox_uid
+    if uid is None:
+        uid = zygote_uid if os.getuid() == 0 else os.getuid()
+    isolation = [*NAMESPACE_LAYERS, f"uid:{uid}"]
+    if seccomp:
+        isolation.append("seccomp")
+    if cgroup_layers is not None:
+        isolation += cgroup_layers
+    elif host_accounting:
+        isolation.append("host:accounting")
+    isolation += ["rlimits", f"tmpfs:{tmp_bytes}"]
+    cgroup = cgroup_layers is not None
+    return isolation + limit_mechanisms(cgroup, host_accounting, sandbox_uid is not None)
 
 
 def limit_mechanisms(cgroup: bool, host_accounting: bool, own_uid: bool = True) -> list[str]:

@@ -39,8 +39,7 @@ from sandbox import epoll_readers
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
-from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
-from sandbox.backends.process.capabilities import limit_mechanisms, process_capabilities
+from sandbox.backends.process.capabilities import process_capabilities, sandbox_isolation
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
@@ -394,9 +393,7 @@ async def _start(
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
         isolation = _isolation(settings, cgroups)
-        # The child may go on: it is inside its cgroup; and its pid 1 takes this uid.
-        uid = settings.sandbox_uid
-        host_sock.sendall(b"g" if uid is None else b"u%010d" % uid)
+        host_sock.sendall(_go_ahead(settings))  # the child may go on: it is inside its cgroup
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
             if not pidfds.is_namespace_init(pid):
@@ -438,21 +435,19 @@ async def _start(
         guest_sock.close()
 
 
-def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
-    """What isolates the sandbox and what enforces each of its limits, as its result lists them."""
+def _go_ahead(settings: SpawnSettings) -> bytes:
+    """What lets a forked child go on (`sandbox.guest.zygote`): ``g``, or ``u`` and the uid in
+    10 digits that its pid 1 takes (`uid_range`)."""
     uid = settings.sandbox_uid
-    if uid is None:
-        uid = settings.uid if os.getuid() == 0 else os.getuid()
-    isolation = [*NAMESPACE_LAYERS, f"uid:{uid}"]
-    if settings.seccomp:
-        isolation.append("seccomp")
-    if cgroups is not None:
-        isolation += cgroups.layers()
-    elif settings.host_accounting:
-        isolation.append("host:accounting")
-    isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
-    own_uid = settings.sandbox_uid is not None
-    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting, own_uid)
+    return b"g" if uid is None else b"u%010d" % uid
+
+
+def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
+    layers = cgroups.layers() if cgroups is not None else None
+    return sandbox_isolation(
+        settings.sandbox_uid, settings.uid, settings.seccomp, settings.host_accounting,
+        settings.tmp_bytes, layers,
+    )  # fmt: skip
 
 
 async def _abandon(started: _Started, opened: list[OutputStream]) -> None:

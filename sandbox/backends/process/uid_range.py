@@ -41,6 +41,7 @@ left). Free uids are handed out oldest first, so a uid is reused as late as the 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import select
@@ -56,6 +57,7 @@ __all__ = [
     "DEFAULT_FIRST",
     "UidPool",
     "UidRange",
+    "UsernsGate",
     "find_range",
     "map_zygote_namespace",
     "uid_in_use",
@@ -184,18 +186,55 @@ def map_zygote_namespace(
         f"{zygote_uid} {zygote_uid} 1\n{uids.map_line()}",
         f"{zygote_gid} {zygote_gid} 1\n{uids.map_line()}",
     ]  # fmt: skip
-    wrote = subprocess.run(
-        writer,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=max(1.0, deadline - time.monotonic()),
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-    )
+    try:
+        wrote = subprocess.run(
+            writer,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=max(1.0, deadline - time.monotonic()),
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"the uid map writer did not finish: {exc}") from exc
     if wrote.returncode != 0:
         said = wrote.stderr.decode(errors="replace").strip()[-500:]
         raise OSError(f"the uid map of the zygote's user namespace was not written: {said}")
     os.write(block_fd, b"m")
+
+
+class UsernsGate:
+    """The two pipes between the host and bwrap while the host maps the zygote's user namespace
+    (none without a range): bwrap's report of its child's pid, and the host's go-ahead."""
+
+    def __init__(self, uids: UidRange | None) -> None:
+        self.uids = uids
+        self.info_r, self.info_w = os.pipe() if uids is not None else (-1, -1)
+        self.block_r, self.block_w = os.pipe() if uids is not None else (-1, -1)
+
+    def bwrap_fds(self) -> tuple[int, ...]:
+        """bwrap's ends, for its command line and `pass_fds`."""
+        return tuple(fd for fd in (self.info_w, self.block_r) if fd >= 0)
+
+    def open(self, uid: int, gid: int, python: str, timeout_s: float) -> None:
+        """Once bwrap has started: maps its namespace and lets it go on (`map_zygote_namespace`);
+        nothing without a range."""
+        if self.uids is None:
+            return
+        _close(self.info_w, self.block_r)  # bwrap's ends: its report ends if it dies
+        self.info_w = self.block_r = -1
+        map_zygote_namespace(self.info_r, self.block_w, uid, gid, self.uids, python, timeout_s)
+
+    def close(self) -> None:
+        _close(self.info_r, self.info_w, self.block_r, self.block_w)
+        self.info_r = self.info_w = self.block_r = self.block_w = -1
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def uid_in_use(uid: int) -> bool:

@@ -32,7 +32,7 @@ from typing import Literal
 from sandbox import epoll_readers
 from sandbox.backends.process.bwrap import ZygoteOptions, as_user_prefix, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
-from sandbox.backends.process.uid_range import UidRange, map_zygote_namespace
+from sandbox.backends.process.uid_range import UidRange, UsernsGate
 from sandbox.errors import Unavailable
 
 __all__ = ["Forked", "ZygoteSettings", "ZygoteSupervisor"]
@@ -159,9 +159,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = program_fd() if settings.seccomp else os.memfd_create("ptc-no-seccomp")
     proc: subprocess.Popen[bytes] | None = None
-    # With a uid range: bwrap's report of its user namespace, and the go-ahead once it is mapped.
-    info_r, info_w = os.pipe() if settings.sandbox_uids else (-1, -1)
-    block_r, block_w = os.pipe() if settings.sandbox_uids else (-1, -1)
+    gate = UsernsGate(settings.sandbox_uids)
     try:
         argv = zygote_argv(
             ZygoteOptions(
@@ -173,8 +171,8 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 program_fd=program,
                 runtime_tree=settings.runtime_tree,
                 preload=settings.preload,
-                userns_block_fd=block_r,
-                info_fd=info_w,
+                userns_block_fd=gate.block_r,
+                info_fd=gate.info_w,
             )
         )
         # No user=/group= here: they make `subprocess` fork(2) instead of vfork(2) and so run
@@ -184,7 +182,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            pass_fds=tuple(fd for fd in (guest.fileno(), program, info_w, block_r) if fd >= 0),
+            pass_fds=(guest.fileno(), program, *gate.bwrap_fds()),
             start_new_session=True,
             # The zygote's environment is what every sandbox inherits: never the server's.
             env=BWRAP_ENV,
@@ -194,25 +192,10 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         zygote = _Zygote(proc, host)
         host.settimeout(READY_TIMEOUT_S)
         try:
-            if settings.sandbox_uids is not None:
-                _close(info_w, block_r)
-                info_w = block_r = -1
-                map_zygote_namespace(
-                    info_r, block_w, settings.uid, settings.gid, settings.sandbox_uids,
-                    settings.python, READY_TIMEOUT_S,
-                )  # fmt: skip
+            gate.open(settings.uid, settings.gid, settings.python, READY_TIMEOUT_S)
             ready = zygote.read_reply()
         except (OSError, ValueError) as exc:
-            # Its whole process group: a bwrap child still blocked before its user namespace
-            # was mapped holds the stderr pipe open, and would hold the read below forever.
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.kill()
-            proc.wait()
-            err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
-            raise Unavailable(
-                f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
-            ) from exc
+            raise _did_not_start(proc, argv, exc) from exc
         if len(ready) != 2 or ready[0] != b"ready" or not ready[1].isdigit():
             raise Unavailable(f"the fork server did not say ready: {b' '.join(ready)!r}")
         zygote.pid = int(ready[1])
@@ -234,14 +217,21 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     finally:
         guest.close()
         os.close(program)
-        _close(info_r, info_w, block_r, block_w)
+        gate.close()
 
 
-def _close(*fds: int) -> None:
-    for fd in fds:
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+def _did_not_start(proc: subprocess.Popen[bytes], argv: list[str], exc: Exception) -> Unavailable:
+    """Kills a zygote that did not start, with its whole process group (a bwrap child still
+    blocked before its user namespace was mapped holds the stderr pipe open and would hold the
+    read here forever), and says why with bwrap's own message."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
+    return Unavailable(
+        f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
+    )
 
 
 def _resolve_once(future: asyncio.Future[None]) -> None:
