@@ -10,9 +10,11 @@ untouched) and with the range turned off (one uid for all: the neighbour's threa
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -20,13 +22,20 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from sandbox.backends.process.uid_range import UidPool, UidRange, uid_in_use
+from sandbox.backends.process.uid_range import (
+    DEFAULT_COUNT,
+    DEFAULT_FIRST,
+    UidPool,
+    UidRange,
+    uid_in_use,
+)
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import Unavailable
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
 from tests.backends.test_degraded_threads import THREADS_AND_SUBPROCESSES
 from tests.conftest import EngineHarness
+from tests.ptc_cli import ROOT
 
 pytestmark = [
     pytest.mark.requires_bwrap,
@@ -246,3 +255,24 @@ def test_a_quarantined_uid_waits_for_its_last_process_zombies_included() -> None
     assert pool.take() == UID
     with pytest.raises(ValueError, match="was not given out"):
         pool.give_back(UID + 1, gone=True)
+
+
+def test_with_only_the_kubernetes_bases_capabilities() -> None:
+    """Root with SYS_ADMIN, SETUID, SETGID and KILL alone, as the base's container: root cannot
+    open another uid's /proc map files without DAC_OVERRIDE, so the map is written by a helper
+    running as the zygote's uid with SETUID and SETGID (`uid_range`)."""
+    done = subprocess.run(
+        [
+            "setpriv", "--bounding-set=-all,+sys_admin,+setuid,+setgid,+kill", "--inh-caps=-all",
+            sys.executable, "-m", "tests.backends.uid_range_driver",
+        ],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["range"] == [DEFAULT_FIRST, DEFAULT_COUNT]
+    first, second = report["pid1_uids"]
+    # Real, effective, saved and filesystem uid: one of the range each, not the same one.
+    assert first == [first[0]] * 4 and second == [second[0]] * 4, report
+    assert first[0] != second[0], report
+    assert {first[0], second[0]} <= set(range(DEFAULT_FIRST, DEFAULT_FIRST + DEFAULT_COUNT))
