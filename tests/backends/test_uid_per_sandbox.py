@@ -27,6 +27,7 @@ from sandbox.backends.process.uid_range import (
     DEFAULT_FIRST,
     UidPool,
     UidRange,
+    find_range,
     uid_in_use,
 )
 from sandbox.engine import ExecutionRequest
@@ -276,3 +277,24 @@ def test_with_only_the_kubernetes_bases_capabilities() -> None:
     assert first == [first[0]] * 4 and second == [second[0]] * 4, report
     assert first[0] != second[0], report
     assert {first[0], second[0]} <= set(range(DEFAULT_FIRST, DEFAULT_FIRST + DEFAULT_COUNT))
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "reason"),
+    [
+        pytest.param(57344, 0, "turned off in the backend's configuration", id="count-0"),
+        pytest.param(0, 10, "must leave out root", id="root-in-range"),
+        pytest.param(65530, 10, "zygote's uid 65534", id="zygote-uid-in-range"),
+        pytest.param(2**32 - 10, 20, "are not all mapped", id="unmapped"),
+        pytest.param(1, 5, "holds accounts: ['daemon (1)'", id="accounts"),
+    ],
+)
+def test_a_range_the_host_cannot_give_says_why(first: int, count: int, reason: str) -> None:
+    found = find_range(first, count, 65534, 65534)
+    assert isinstance(found, str) and reason in found, found
+
+
+def test_the_default_range_is_given_here() -> None:
+    assert find_range(DEFAULT_FIRST, DEFAULT_COUNT, 65534, 65534) == UidRange(
+        DEFAULT_FIRST, DEFAULT_COUNT
+    )
