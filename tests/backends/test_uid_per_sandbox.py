@@ -18,10 +18,12 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
+from sandbox.backends.process.uid_claims import UidClaims
 from sandbox.backends.process.uid_range import (
     DEFAULT_COUNT,
     DEFAULT_FIRST,
@@ -298,3 +300,51 @@ def test_the_default_range_is_given_here() -> None:
     assert find_range(DEFAULT_FIRST, DEFAULT_COUNT, 65534, 65534) == UidRange(
         DEFAULT_FIRST, DEFAULT_COUNT
     )
+
+
+def test_two_backends_on_one_host_never_give_one_uid() -> None:
+    """Each backend's pool knows only its sandboxes: their claims (`uid_claims`) keep a uid one
+    of them has given out of the other's hands, and free it when that one closes."""
+    first = EngineHarness(pool_size=3, allow_degraded=True, cgroups=False)
+    try:
+        second = EngineHarness(pool_size=3, allow_degraded=True, cgroups=False)
+        try:
+            pools = [h.backend.uids for h in (first, second) if h.backend.uids is not None]
+            assert len(pools) == 2
+            given = [pool.given for pool in pools]
+            assert len(given[0]) >= 3 and len(given[1]) >= 3, given
+            assert not given[0] & given[1], given
+            results = [h.run("import os\nprint(os.getuid())") for h in (first, second)]
+            uids = [int(r.stdout) for r in results]
+            assert uids[0] != uids[1] and uids[0] not in pools[1].given, (uids, given)
+        finally:
+            second.close()
+        # Closed, the second backend's claims are gone: another backend can take its uids.
+        claims = UidClaims.open()
+        assert isinstance(claims, UidClaims)
+        assert all(claims.claim(uid) for uid in given[1] - pools[0].given)
+        claims.close()
+    finally:
+        first.close()
+
+
+def test_a_claim_another_holds_is_skipped(tmp_path: Path) -> None:
+    mine, theirs = UidClaims(str(tmp_path)), UidClaims(str(tmp_path))
+    assert theirs.claim(UID)
+    pool = UidPool(UidRange(UID, 2), mine)
+    assert pool.take() == UID + 1  # the first is held elsewhere
+    with pytest.raises(Unavailable, match="all 2 sandbox uids are in use"):
+        pool.take()
+    theirs.release(UID)
+    assert pool.take() == UID
+    pool.give_back(UID, gone=True)
+    assert theirs.claim(UID)  # released with the uid
+    pool.close()
+
+
+def test_a_claims_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    open_dir = tmp_path / "claims"
+    open_dir.mkdir(mode=0o777)
+    open_dir.chmod(0o777)
+    found = UidClaims.open((str(open_dir),))
+    assert isinstance(found, str) and "open to other users (mode 40777)" in found, found

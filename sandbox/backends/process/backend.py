@@ -37,6 +37,7 @@ from sandbox.backends.process.sandbox import (
     spawn_sandbox,
 )
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
+from sandbox.backends.process.uid_claims import UidClaims
 from sandbox.backends.process.uid_range import DEFAULT_COUNT, DEFAULT_FIRST, UidPool, find_range
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
@@ -210,7 +211,11 @@ class ProcessBackend:
         if isinstance(found, str):
             log.info("every process sandbox runs as uid %d: %s", config.uid, found)
             return
-        self.uids = UidPool(found)
+        claims = UidClaims.open()  # shared with this host's other backends (`uid_claims`)
+        if isinstance(claims, str):
+            log.warning("every process sandbox runs as uid %d: %s", config.uid, claims)
+            return
+        self.uids = UidPool(found, claims)
 
     def _new_pool(
         self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int
@@ -385,6 +390,8 @@ class ProcessBackend:
             await asyncio.to_thread(self.zygote.close)
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.uids is not None:
+            self.uids.close()
         if self._runtime_dir is not None:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
             self._runtime_dir = None

@@ -50,6 +50,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from sandbox.backends.process.uid_claims import UidClaims
 from sandbox.errors import Unavailable
 
 __all__ = [
@@ -255,26 +256,39 @@ def uid_in_use(uid: int) -> bool:
 
 
 class UidPool:
-    """Hands out the range's uids, one per live sandbox (used from the event loop only)."""
+    """Hands out the range's uids, one per live sandbox (used from the event loop only); with
+    ``claims``, only those no other backend of this host holds (`uid_claims`)."""
 
-    def __init__(self, uids: UidRange) -> None:
+    def __init__(self, uids: UidRange, claims: UidClaims | None = None) -> None:
         self.range = uids
+        self._claims = claims
         self._free = collections.deque(range(uids.first, uids.first + uids.count))
         self._given: set[int] = set()
         self._quarantined: set[int] = set()
 
     def take(self) -> int:
-        """A uid no live sandbox has; `Unavailable` when every one is given or in quarantine."""
-        if not self._free:
+        """A uid no live sandbox has; `Unavailable` when every one is given, in quarantine or
+        held by another backend."""
+        uid = self._next_free()
+        if uid is None:
             self._reclaim()
-        if not self._free:
+            uid = self._next_free()
+        if uid is None:
             raise Unavailable(
                 f"all {self.range.count} sandbox uids are in use "
                 f"({len(self._quarantined)} held until their processes are gone)"
             )
-        uid = self._free.popleft()
         self._given.add(uid)
         return uid
+
+    def _next_free(self) -> int | None:
+        """The oldest free uid this backend can claim; one another backend holds goes last."""
+        for _ in range(len(self._free)):
+            uid = self._free.popleft()
+            if self._claims is None or self._claims.claim(uid):
+                return uid
+            self._free.append(uid)
+        return None
 
     def give_back(self, uid: int, gone: bool) -> None:
         """``gone``: the host read pid 1's exit status (every process of the sandbox is gone);
@@ -284,8 +298,10 @@ class UidPool:
         self._given.discard(uid)
         if gone:
             self._free.append(uid)
+            if self._claims is not None:
+                self._claims.release(uid)
         else:
-            self._quarantined.add(uid)
+            self._quarantined.add(uid)  # still claimed: no other backend takes it meanwhile
 
     @property
     def given(self) -> frozenset[int]:
@@ -300,3 +316,10 @@ class UidPool:
             if not uid_in_use(uid):
                 self._quarantined.discard(uid)
                 self._free.append(uid)
+                if self._claims is not None:
+                    self._claims.release(uid)
+
+    def close(self) -> None:
+        """Releases this backend's claims (at its close, once its sandboxes are gone)."""
+        if self._claims is not None:
+            self._claims.close()
