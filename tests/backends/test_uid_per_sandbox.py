@@ -347,4 +347,4 @@ def test_a_claims_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     open_dir.mkdir(mode=0o777)
     open_dir.chmod(0o777)
     found = UidClaims.open((str(open_dir),))
-    assert isinstance(found, str) and "open to other users (mode 40777)" in found, found
+    assert isinstance(found, str) and "open to other users (mode 777)" in found, found

@@ -51,7 +51,9 @@ class UidClaims:
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
                 reasons.append(f"{directory} is not a directory of uid {os.geteuid()}")
             elif info.st_mode & 0o077:
-                reasons.append(f"{directory} is open to other users (mode {info.st_mode:o})")
+                reasons.append(
+                    f"{directory} is open to other users (mode {stat.S_IMODE(info.st_mode):o})"
+                )
             elif not os.access(directory, os.W_OK | os.X_OK):
                 reasons.append(f"{directory} is not writable")
             else:
