@@ -36,6 +36,8 @@ once pid 1 itself is reaped; RLIMIT_NPROC's count drops at each reap. A uid whos
 the host did not see (a start that failed after the fork, an exit status never read) is held in
 quarantine, and comes back only when no process in /proc has it (looked at when no free uid is
 left). Free uids are handed out oldest first, so a uid is reused as late as the range allows.
+Other backends of the same host give from the same range: a uid is taken only with a claim no
+other backend holds (`uid_claims`).
 """
 
 from __future__ import annotations
