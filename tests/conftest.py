@@ -302,10 +302,13 @@ class EngineHarness:
                     if cgroup.is_dir() and cgroup not in expected:
                         procs = (cgroup / "cgroup.procs").read_text().split()
                         problems.append(f"cgroup {cgroup} (processes {procs})")
-        # Host processes run as the sandbox uid: only inside idle sandboxes.
+        # Host processes run as the sandbox uid (or a uid of the per-sandbox range): only inside
+        # idle sandboxes.
         uid = self.backend.config.uid
+        uids = self.backend.uids
         for proc in psutil.process_iter(["uids", "pid"]):
-            if proc.info["uids"] is not None and proc.info["uids"].real == uid:
+            real = proc.info["uids"].real if proc.info["uids"] is not None else None
+            if real == uid or (uids is not None and real in uids.range):
                 if proc.pid in allowed:
                     continue
                 cg = Path(f"/proc/{proc.pid}/cgroup")

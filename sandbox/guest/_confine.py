@@ -25,6 +25,7 @@ import threading
 __all__ = [
     "CloneIntoPidNamespace",
     "SeccompFilter",
+    "become_sandbox_user",
     "drop_capabilities",
     "empty_bounding_set",
     "forbid_user_namespaces",
@@ -63,6 +64,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -201,6 +203,23 @@ def up_loopback() -> None:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def become_sandbox_user(uid: int) -> None:
+    """Pid 1 of a sandbox takes the uid (and a gid of the same number) the host gave its slot,
+    while it still holds its capabilities, before anything of the script runs: the kernel
+    counts RLIMIT_NPROC per uid, so with a uid of its own it counts this sandbox's processes and
+    threads alone (the host maps the range in the zygote's user namespace, `uid_range`).
+
+    The change of credentials makes the process non-dumpable; made dumpable again so that the
+    sandbox sees its own /proc as a sandbox that kept the zygote's uid did (any ptrace is still
+    the seccomp filter's to refuse)."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
+        raise OSError(f"the sandbox did not become uid {uid}: {os.getresuid()}")
+    _prctl(PR_SET_DUMPABLE, 1)
 
 
 def set_death_signal(signum: int) -> None:

@@ -11,12 +11,16 @@ Each child, before anything untrusted runs:
 1. sets its OOM score to the highest (the kernel kills sandbox processes before the server's
    when a cgroup they share runs out of memory), keeps only its four descriptors (channel at 3,
    as `bootstrap` expects) and starts a session;
-2. waits for one byte on its channel: the host has moved it into its cgroup, so everything it
-   ever creates is born there (race-free, like bwrap's `--block-fd` before);
+2. waits for the host's word on its channel: the host has moved it into its cgroup, so
+   everything it ever creates is born there (race-free, like bwrap's `--block-fd` before), and
+   names the uid of the sandbox's slot where the host gives each sandbox one (`uid_range` on the
+   host's side): ``g``, or ``u`` and the uid in 10 digits;
 3. enters new mount, pid, network, ipc, uts and cgroup namespaces, mounts its own `/tmp` and
    `/dev/shm` and brings `lo` up;
-4. forks the sandbox's pid 1, which mounts its own `/proc`, drops every capability, sets
-   no_new_privs and the seccomp filter, and becomes the guest bootstrap.
+4. forks the sandbox's pid 1, which mounts its own `/proc`, takes its slot's uid (when it has
+   one), drops every capability, sets no_new_privs and the seccomp filter, and becomes the
+   guest bootstrap. The uid is pid 1's, not the first child's: a reaper left outside the
+   sandbox is no process of it and does not count against its RLIMIT_NPROC.
 Then the first child, by the exit-status mode the host asks for:
 - `pidfd` (kernels with PIDFD_INFO_EXIT, 6.15 and newer): it writes pid 1's host pid on the
   status pipe and exits. Pid 1 becomes the zygote's child (the zygote is a child subreaper and
@@ -117,12 +121,31 @@ def _place_fds(fds: list[int]) -> None:
     os.closerange(STATUS_FD + 1, os.sysconf("SC_OPEN_MAX"))
 
 
-def _wait_for_cgroup() -> None:
-    if os.read(CHANNEL_FD, 1) != b"g":
-        os._exit(EXIT_SETUP_FAILED)  # the host gave up on this sandbox
+UID_DIGITS = 10
 
 
-def _sandbox_init(seccomp: _confine.SeccompFilter, reaper: bool, new_session: bool = True) -> None:
+def _wait_for_cgroup() -> int | None:
+    """The host's go-ahead: ``g`` (the zygote's uid for the sandbox) or ``u`` and the slot's
+    uid in 10 digits. Anything else, or the channel's end, means the host gave up on it."""
+    word = os.read(CHANNEL_FD, 1)
+    if word == b"g":
+        return None
+    if word != b"u":
+        os._exit(EXIT_SETUP_FAILED)
+    digits = b""
+    while len(digits) < UID_DIGITS:
+        chunk = os.read(CHANNEL_FD, UID_DIGITS - len(digits))
+        if not chunk:
+            os._exit(EXIT_SETUP_FAILED)
+        digits += chunk
+    if not digits.isdigit():
+        os._exit(EXIT_SETUP_FAILED)
+    return int(digits)
+
+
+def _sandbox_init(
+    seccomp: _confine.SeccompFilter, reaper: bool, uid: int | None, new_session: bool = True
+) -> None:
     """Pid 1 of the new pid namespace: the last trusted steps, then the guest bootstrap."""
     if reaper:  # dies with its reaper (whose own death the host causes); else the host's pidfd
         _confine.set_death_signal(signal.SIGKILL)
@@ -132,6 +155,8 @@ def _sandbox_init(seccomp: _confine.SeccompFilter, reaper: bool, new_session: bo
         os.setsid()
     _confine.mount_proc()
     os.close(STATUS_FD)
+    if uid is not None:
+        _confine.become_sandbox_user(uid)
     _confine.drop_capabilities()
     seccomp.install()
     sys.argv = ["/ptc/bootstrap.py", str(CHANNEL_FD)]  # as a bootstrap started directly sees it
@@ -160,20 +185,21 @@ def _reap(child: int) -> None:
     os._exit(0)
 
 
-def _enter_sandbox(tmp_bytes: int, fds: list[int], pid_namespace: bool) -> None:
+def _enter_sandbox(tmp_bytes: int, fds: list[int], pid_namespace: bool) -> int | None:
     """Steps 1-3 of every child: its descriptors and session, the cgroup handshake, its own
     namespaces (a pid namespace for its next child unless it was born in one), its tmpfs
-    mounts and loopback."""
+    mounts and loopback. Returns the uid the host gave the sandbox, if any."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _confine.volunteer_for_oom_kill()
     _place_fds(fds)
     os.setsid()
-    _wait_for_cgroup()
+    uid = _wait_for_cgroup()
     _confine.unshare_sandbox_namespaces(pid=pid_namespace)
     _confine.mount_tmpfs("/tmp", tmp_bytes)
     _confine.mount_tmpfs("/dev/shm", tmp_bytes)
     os.chdir("/tmp")  # the new tmpfs, not the directory it covers
     _confine.up_loopback()
+    return uid
 
 
 def _set_up_failed(exc: BaseException) -> None:
@@ -188,10 +214,10 @@ def _child(tmp_bytes: int, reaper: bool, fds: list[int], seccomp: _confine.Secco
     """A first child: forks the sandbox's pid 1 into a new pid namespace, then reports it and
     exits, or stays as its reaper."""
     try:
-        _enter_sandbox(tmp_bytes, fds, pid_namespace=True)
+        uid = _enter_sandbox(tmp_bytes, fds, pid_namespace=True)
         pid = os.fork()
         if pid == 0:
-            _sandbox_init(seccomp, reaper)
+            _sandbox_init(seccomp, reaper, uid)
             os._exit(0)  # bootstrap.main() never returns
         if not reaper:
             os.write(STATUS_FD, f"{pid}\n".encode())  # the host takes it from here
@@ -224,8 +250,8 @@ def _kill_children() -> None:
 def _direct_child(tmp_bytes: int, fds: list[int], seccomp: _confine.SeccompFilter) -> None:
     """The sandbox's pid 1 itself, born in its own pid namespace (one fork, no first child)."""
     try:
-        _enter_sandbox(tmp_bytes, fds, pid_namespace=False)
-        _sandbox_init(seccomp, reaper=False, new_session=False)
+        uid = _enter_sandbox(tmp_bytes, fds, pid_namespace=False)
+        _sandbox_init(seccomp, reaper=False, uid=uid, new_session=False)
     except BaseException as exc:
         _set_up_failed(exc)
     os._exit(0)  # bootstrap.main() never returns

@@ -35,6 +35,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from tests.backends.test_uid_per_sandbox import HOLDING_BOMB
+from tests.backends.test_uid_per_sandbox import NEIGHBOUR as UID_NEIGHBOUR
+from tests.backends.test_uid_per_sandbox import NEIGHBOUR_OUT as UID_NEIGHBOUR_OUT
 from tests.deploy.k8s_variants import (
     SERVER_RESERVE_BYTES,
     VARIANTS,
@@ -305,6 +308,29 @@ NEIGHBOUR_OUT = "".join(f"{i}\n" for i in range(8))
 CPU_SLACK_S = 0.5
 
 
+def _fork_bomb_beside_threads(pod: Pod) -> None:
+    """One uid per sandbox (the server is root in the container): one execution's fork bomb
+    (processes 64) holds its processes while another's 8 threads and 4 subprocesses run; the
+    other ends untouched, the bomb at its own 63 forks with its `processes` violation."""
+    neighbour = pod.start_run(UID_NEIGHBOUR)
+    assert neighbour.stdin is not None
+    neighbour.stdin.write(UID_NEIGHBOUR)
+    neighbour.stdin.close()
+    bomb = pod.run(HOLDING_BOMB, "processes=64", "wall_time=20")[1]
+    assert neighbour.stdout is not None and neighbour.stderr is not None
+    with neighbour:
+        out = neighbour.stdout.read()
+        neighbour.stderr.read()
+    other = json.loads(out)
+    assert (other["status"], other["stdout"], other["violations"]) == ("ok", UID_NEIGHBOUR_OUT, [])
+    assert bomb["status"] == "limit_exceeded", bomb
+    assert [v["limit"] for v in bomb["violations"]] == ["processes"], bomb
+    assert bomb["stdout"] == "63\n", bomb
+    uids = [next(i for i in r["isolation"] if i.startswith("uid:")) for r in (bomb, other)]
+    assert uids[0] != uids[1], uids
+    print(f"base: a fork bomb beside threads, uids {uids}: the neighbour ok")
+
+
 def _beside_a_neighbour(pod: Pod, script: str, *limits: str) -> dict[str, Any]:
     """Runs ``script`` while another execution prints; the other must end untouched."""
     neighbour = pod.start_run(NEIGHBOUR)
@@ -367,6 +393,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert 1 <= violation["observed"] < 1 + CPU_SLACK_S, violation
     assert time.monotonic() - before < 10
     print(f"base: 4 CPU burners stopped at {violation['observed']} s of CPU")
+
+    _fork_bomb_beside_threads(pod)
 
     assert pod.health(True) == "SERVING"
     returncode, result = pod.run("print(6 * 7)\n")

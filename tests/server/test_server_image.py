@@ -32,6 +32,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sandbox.backends.process.uid_range import DEFAULT_COUNT, DEFAULT_FIRST
 from sandbox.client import Client
 from sandbox.errors import Unauthenticated
 from tests.server_image import DOCKER, IMAGE, require_image
@@ -95,7 +96,11 @@ def test_the_server_image_serves_grpc_to_the_host(container: tuple[str, int]) ->
         "import os\nprint(6 * 7, os.getuid())\n", timeout=60
     )
     assert str(result.status) == "ok", result
-    assert result.stdout == "42 65534\n"
+    # The server is root in its container: the sandbox runs as a uid of its own, the one its
+    # result names, of the per-sandbox range (was 65534 for all; issue 39).
+    uid = int(next(i for i in result.isolation if i.startswith("uid:")).split(":")[1])
+    assert uid in range(DEFAULT_FIRST, DEFAULT_FIRST + DEFAULT_COUNT)
+    assert result.stdout == f"42 {uid}\n"
     assert result.exit_code == 0
 
 

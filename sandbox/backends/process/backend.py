@@ -37,6 +37,8 @@ from sandbox.backends.process.sandbox import (
     spawn_sandbox,
 )
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
+from sandbox.backends.process.uid_claims import UidClaims
+from sandbox.backends.process.uid_range import DEFAULT_COUNT, DEFAULT_FIRST, UidPool, find_range
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
 from sandbox.guest import fork_loop_library
@@ -69,8 +71,14 @@ class ProcessBackendConfig:
     # not the CPU, bounded sustained throughput (`bench.forkserver`).
     pool_max_starting: int = 0
     max_sandboxes: int = 64  # alive at once (idle and running); more wait for one to end
-    uid: int = NOBODY
+    uid: int = NOBODY  # the zygote's, and every sandbox's where they cannot have their own
     gid: int = NOBODY
+    # One uid per sandbox (`uid_range`): the first uid (and gid) of the range and how many, used
+    # where the server is root in its user namespace with all of them mapped and none is an
+    # account's; elsewhere, or with a count of 0, every sandbox runs as ``uid`` (the isolation
+    # says limit:processes=rlimit-shared without a cgroup).
+    sandbox_uid_first: int = DEFAULT_FIRST
+    sandbox_uid_count: int = DEFAULT_COUNT
     # The limits pooled sandboxes are started with; a job with another file_size (which sizes
     # the private tmp) gets a sandbox started on demand.
     pool_limits: ResolvedLimits = DEFAULTS
@@ -120,6 +128,7 @@ class ProcessBackend:
         self.runtimes: RuntimeEnvs | None = None
         # Without cgroups: the OOM kills of the cgroup the server runs in (`enclosing_oom`).
         self._enclosing_oom: EnclosingOomCounter | None = None
+        self.uids: UidPool | None = None  # one uid per sandbox, where the host has a range
 
     async def start(self) -> None:
         reason = await asyncio.to_thread(probe_bwrap, self.python, self.config.uid, self.config.gid)
@@ -133,6 +142,7 @@ class ProcessBackend:
                 "configure allow_degraded to run without it"
             )
         self._seccomp = why_no_seccomp is None
+        self._take_uids()
         sweep_stale_runtime_dirs()
         self._runtime_dir = make_runtime_dir(self.config.native_fork_loop)
         if self.config.native_fork_loop and fork_loop_library() is None:
@@ -150,6 +160,7 @@ class ProcessBackend:
                 max_forks=self.config.zygote_max_forks,
                 max_age_s=self.config.zygote_max_age_s,
                 exit_status=await self._exit_status_mode(),
+                sandbox_uids=self.uids.range if self.uids is not None else None,
             )
         )
         self.runtimes = RuntimeEnvs(
@@ -189,6 +200,22 @@ class ProcessBackend:
                 f"({why}); configure allow_degraded to run with rlimits only"
             )
         self._enclosing_oom = await asyncio.to_thread(EnclosingOomCounter.find)
+
+    def _take_uids(self) -> None:
+        """A uid per sandbox where the host has a range to give (`uid_range`); else one for
+        all, said once in the log and in every result's isolation."""
+        config = self.config
+        found = find_range(
+            config.sandbox_uid_first, config.sandbox_uid_count, config.uid, config.gid
+        )
+        if isinstance(found, str):
+            log.info("every process sandbox runs as uid %d: %s", config.uid, found)
+            return
+        claims = UidClaims.open()  # shared with this host's other backends (`uid_claims`)
+        if isinstance(claims, str):
+            log.warning("every process sandbox runs as uid %d: %s", config.uid, claims)
+            return
+        self.uids = UidPool(found, claims)
 
     def _new_pool(
         self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int
@@ -265,6 +292,8 @@ class ProcessBackend:
         runtime: str | None = None,
     ) -> ProcessSandbox:
         assert self.zygote is not None
+        uids = self.uids
+        sandbox_uid = uids.take() if uids is not None else None
         settings = SpawnSettings(
             tmp_bytes=limits.file_size_bytes,
             uid=self.config.uid,
@@ -272,11 +301,22 @@ class ProcessBackend:
             seccomp=self._seccomp,
             host_accounting=self.config.host_accounting,
             oom_counter=self._enclosing_oom,
+            sandbox_uid=sandbox_uid,
         )
         name = f"sb{next(self._names)}"
-        sandbox = await spawn_sandbox(
-            zygote or self.zygote, settings, self.cgroups, name, self._reap
-        )
+        try:
+            sandbox = await spawn_sandbox(
+                zygote or self.zygote, settings, self.cgroups, name, self._reap
+            )
+        except BaseException:
+            if uids is not None and sandbox_uid is not None:
+                uids.give_back(sandbox_uid, gone=False)  # its child may live on: quarantine
+            raise
+        if uids is not None and sandbox_uid is not None:
+            # Back to the pool only once pid 1's exit status is read (`uid_range` says why).
+            sandbox.exit_future().add_done_callback(
+                lambda _: uids.give_back(sandbox_uid, sandbox.exit_seen)
+            )
         if not self._isolation:
             self._isolation = list(sandbox.isolation)
         if runtime is not None:
@@ -350,6 +390,8 @@ class ProcessBackend:
             await asyncio.to_thread(self.zygote.close)
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.uids is not None:
+            self.uids.close()
         if self._runtime_dir is not None:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
             self._runtime_dir = None

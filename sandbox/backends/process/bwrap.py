@@ -45,6 +45,11 @@ class ZygoteOptions:
     # A runtime's tree (`sandbox.runtimes`), mounted read-only at /ptc-runtime; None: stdlib only.
     runtime_tree: Path | None = None
     preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
+    # One uid per sandbox (`uid_range`): bwrap reports its child's pid on ``info_fd`` and waits
+    # on ``userns_block_fd`` while the host maps the range in the new user namespace; -1: bwrap
+    # maps the zygote's one uid itself.
+    userns_block_fd: int = -1
+    info_fd: int = -1
 
 
 @functools.cache
@@ -96,6 +101,7 @@ def zygote_argv(options: ZygoteOptions) -> list[str]:
     return [
         bwrap,
         "--unshare-user",
+        *_userns_block_args(options),
         "--unshare-net",
         "--unshare-ipc",
         "--unshare-uts",
@@ -135,6 +141,14 @@ def zygote_argv(options: ZygoteOptions) -> list[str]:
 
 
 RUNTIME_MOUNT = "/ptc-runtime"
+
+
+def _userns_block_args(options: ZygoteOptions) -> list[str]:
+    if options.userns_block_fd < 0:
+        return []
+    return [
+        "--userns-block-fd", str(options.userns_block_fd), "--info-fd", str(options.info_fd),
+    ]  # fmt: skip
 
 
 def _runtime_mounts(options: ZygoteOptions) -> list[str]:

@@ -39,8 +39,7 @@ from sandbox import epoll_readers
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
-from sandbox.backends.process.bwrap import NAMESPACE_LAYERS
-from sandbox.backends.process.capabilities import limit_mechanisms, process_capabilities
+from sandbox.backends.process.capabilities import process_capabilities, sandbox_isolation
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
@@ -75,6 +74,8 @@ class SpawnSettings:
     # Without a cgroup: the OOM kills of the server's own (enclosing) cgroup, read at the
     # sandbox's start and after its end.
     oom_counter: EnclosingOomCounter | None = None
+    # The uid of this sandbox alone (`uid_range`), which its pid 1 takes; None: the zygote's.
+    sandbox_uid: int | None = None
 
 
 @dataclass
@@ -133,6 +134,9 @@ class ProcessSandbox:
         self._usage_read = False
         self.tmpfs = TmpfsProbe({})  # opened once the sandbox is ready (its mounts are made)
         self._status = bytearray()
+        # Whether the host read pid 1's exit status (then no process of it is left: its uid may
+        # go to another sandbox, `uid_range`), rather than concluding it died.
+        self.exit_seen = False
         loop = asyncio.get_running_loop()
         self._exit: asyncio.Future[int] = loop.create_future()
         # Resolved once disposed of and gone: pid 1 exited, descriptors closed, namespaces and
@@ -154,7 +158,8 @@ class ProcessSandbox:
             code = pidfds.exit_status(self._started.pidfd)
         except OSError as exc:  # the descriptor was closed under us: disposal
             log.warning("sandbox %d: its exit status could not be read: %s", self.pid, exc)
-            code = -signal.SIGKILL
+            self._exit.set_result(-signal.SIGKILL)
+            return
         if code is None:  # readable before the zygote has reaped it: a moment more
             if waited_s < EXIT_STATUS_WAIT_S:
                 delay = min(0.05, 0.001 + waited_s)
@@ -162,6 +167,8 @@ class ProcessSandbox:
                 return
             log.warning("sandbox %d exited but nobody reaped it: exit status unknown", self.pid)
             code = -signal.SIGKILL
+        else:
+            self.exit_seen = True
         self._exit.set_result(code)
 
     def _on_status(self) -> None:
@@ -176,6 +183,8 @@ class ProcessSandbox:
             return
         self._readers.unwatch(self._started.status_fd)
         if not self._exit.done():
+            # The reaper writes the status after its waitpid: pid 1 reaped, its namespace empty.
+            self.exit_seen = bytes(self._status).strip().lstrip(b"-").isdigit()
             self._exit.set_result(_exit_code(bytes(self._status)))
 
     @property
@@ -384,7 +393,7 @@ async def _start(
             cgroup.set_limits(applied)
             cgroup.add_pids([pid])
         isolation = _isolation(settings, cgroups)
-        host_sock.sendall(b"g")  # the child may go on: it is inside its cgroup
+        host_sock.sendall(_go_ahead(settings))  # the child may go on: it is inside its cgroup
         if forked.init:
             # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
             if not pidfds.is_namespace_init(pid):
@@ -426,17 +435,19 @@ async def _start(
         guest_sock.close()
 
 
+def _go_ahead(settings: SpawnSettings) -> bytes:
+    """What lets a forked child go on (`sandbox.guest.zygote`): ``g``, or ``u`` and the uid in
+    10 digits that its pid 1 takes (`uid_range`)."""
+    uid = settings.sandbox_uid
+    return b"g" if uid is None else b"u%010d" % uid
+
+
 def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
-    """What isolates the sandbox and what enforces each of its limits, as its result lists them."""
-    isolation = [*NAMESPACE_LAYERS, f"uid:{settings.uid if os.getuid() == 0 else os.getuid()}"]
-    if settings.seccomp:
-        isolation.append("seccomp")
-    if cgroups is not None:
-        isolation += cgroups.layers()
-    elif settings.host_accounting:
-        isolation.append("host:accounting")
-    isolation += ["rlimits", f"tmpfs:{settings.tmp_bytes}"]
-    return isolation + limit_mechanisms(cgroups is not None, settings.host_accounting)
+    layers = cgroups.layers() if cgroups is not None else None
+    return sandbox_isolation(
+        settings.sandbox_uid, settings.uid, settings.seccomp, settings.host_accounting,
+        settings.tmp_bytes, layers,
+    )  # fmt: skip
 
 
 async def _abandon(started: _Started, opened: list[OutputStream]) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -31,6 +32,7 @@ from typing import Literal
 from sandbox import epoll_readers
 from sandbox.backends.process.bwrap import ZygoteOptions, as_user_prefix, zygote_argv
 from sandbox.backends.process.seccomp import program_fd
+from sandbox.backends.process.uid_range import UidRange, UsernsGate
 from sandbox.errors import Unavailable
 
 __all__ = ["Forked", "ZygoteSettings", "ZygoteSupervisor"]
@@ -59,6 +61,9 @@ class ZygoteSettings:
     exit_status: Literal["pidfd", "reaper"]
     runtime_tree: Path | None = None  # a runtime's tree to bind read-only (`sandbox.runtimes`)
     preload: tuple[str, ...] = ()  # modules the zygote imports once, before forking
+    # The uids mapped in the zygote's user namespace for its sandboxes, one each (`uid_range`);
+    # None: every sandbox runs as ``uid``.
+    sandbox_uids: UidRange | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     host, guest = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = program_fd() if settings.seccomp else os.memfd_create("ptc-no-seccomp")
     proc: subprocess.Popen[bytes] | None = None
+    gate = UsernsGate(settings.sandbox_uids)
     try:
         argv = zygote_argv(
             ZygoteOptions(
@@ -165,6 +171,8 @@ def _start(settings: ZygoteSettings) -> _Zygote:
                 program_fd=program,
                 runtime_tree=settings.runtime_tree,
                 preload=settings.preload,
+                userns_block_fd=gate.block_r,
+                info_fd=gate.info_w,
             )
         )
         # No user=/group= here: they make `subprocess` fork(2) instead of vfork(2) and so run
@@ -174,7 +182,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            pass_fds=(guest.fileno(), program),
+            pass_fds=(guest.fileno(), program, *gate.bwrap_fds()),
             start_new_session=True,
             # The zygote's environment is what every sandbox inherits: never the server's.
             env=BWRAP_ENV,
@@ -184,14 +192,10 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         zygote = _Zygote(proc, host)
         host.settimeout(READY_TIMEOUT_S)
         try:
+            gate.open(settings.uid, settings.gid, settings.python, READY_TIMEOUT_S)
             ready = zygote.read_reply()
         except (OSError, ValueError) as exc:
-            proc.kill()
-            proc.wait()
-            err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
-            raise Unavailable(
-                f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
-            ) from exc
+            raise _did_not_start(proc, argv, exc) from exc
         if len(ready) != 2 or ready[0] != b"ready" or not ready[1].isdigit():
             raise Unavailable(f"the fork server did not say ready: {b' '.join(ready)!r}")
         zygote.pid = int(ready[1])
@@ -213,6 +217,21 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     finally:
         guest.close()
         os.close(program)
+        gate.close()
+
+
+def _did_not_start(proc: subprocess.Popen[bytes], argv: list[str], exc: Exception) -> Unavailable:
+    """Kills a zygote that did not start, with its whole process group (a bwrap child still
+    blocked before its user namespace was mapped holds the stderr pipe open and would hold the
+    read here forever), and says why with bwrap's own message."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    err = proc.stderr.read(4000).decode(errors="replace").strip() if proc.stderr else ""
+    return Unavailable(
+        f"the fork server did not start: {err or exc!r} (command: {' '.join(argv[:3])} ...)"
+    )
 
 
 def _resolve_once(future: asyncio.Future[None]) -> None:
