@@ -1,5 +1,5 @@
 /**
- * The execute tool for the Vercel AI SDK (`ai` >= 5), from its own `tool`:
+ * The execute tool for the Vercel AI SDK (`ai` 5 and 6), from its own `tool`:
  *
  *     const execute = await executeTool({ client, tools: [getWeather] });
  *     await generateText({ model, tools: { execute_python: execute }, prompt });
