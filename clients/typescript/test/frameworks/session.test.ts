@@ -195,3 +195,29 @@ test("createAgent with a Session passed in: a client tool's result set in call 1
     await session.close();
   }
 });
+
+test("two calls at once open one session; one cell is refused as the server says, and the tool goes on", async () => {
+  const core = await ExecuteTool.create({ client, session: true });
+  try {
+    const both = await Promise.all([
+      core.run("import time\ntime.sleep(1)\nv = 'first'"),
+      core.run("import time\ntime.sleep(1)\nv = 'second'"),
+    ]);
+    const id = core.sessionId ?? "";
+    const ran = both.filter((o) => o.result?.status === "ok");
+    const refused = both.filter((o) => o.result === undefined);
+    assert.equal(ran.length, 1); // which one reaches the server first is not ours to say
+    assert.equal(refused.length, 1);
+    assert.equal(ran[0]?.text, "status: ok · exit code 0 · 0 tool calls");
+    assert.equal(
+      refused[0]?.text,
+      `error: the sandbox refused the request: session_id: session '${id}' is running execution '${ran[0]?.result?.executionId}'; a session runs one execution at a time (refused, not queued)`,
+    );
+    const kept = both[0] === ran[0] ? "first" : "second";
+    const after = await core.run("print(v)");
+    assert.equal(after.text, `status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n${kept}`);
+    assert.equal((await client.getSession(id)).executionIds.length, 2); // the refused one is no cell
+  } finally {
+    await core.close();
+  }
+});
