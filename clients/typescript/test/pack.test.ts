@@ -97,3 +97,65 @@ test("the README's first TypeScript example runs from the installed tarball", as
   const js = await transform(code, { loader: "ts", format: "esm" });
   run("readme.mjs", js.code);
 });
+
+test("with AI SDK 6 installed beside it, ptc-sandbox/ai runs in its loop, over a session", () => {
+  // No --legacy-peer-deps: the install succeeds only if the peer range admits AI SDK 6.
+  execFileSync("npm", ["install", "--silent", "--no-audit", "--no-fund", "ai@6.0.333", "zod@4"], {
+    cwd: join(dir, "app"),
+    stdio: "pipe",
+  });
+  const out = run(
+    "ai6.mjs",
+    `import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { generateText, stepCountIs } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { PtcClient } from "ptc-sandbox";
+import { aiExecuteTool, ExecuteTool } from "ptc-sandbox/ai";
+
+const client = new PtcClient({ address: ${JSON.stringify(serving.address)} });
+const usage = {
+  inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 },
+  outputTokens: { total: 1, text: 1, reasoning: 0 },
+};
+const call = (id, code) => ({
+  content: [{ type: "tool-call", toolCallId: id, toolName: "execute_python", input: JSON.stringify({ code }) }],
+  finishReason: { unified: "tool-calls", raw: undefined },
+  usage,
+  warnings: [],
+});
+const answer = {
+  content: [{ type: "text", text: "done" }],
+  finishReason: { unified: "stop", raw: undefined },
+  usage,
+  warnings: [],
+};
+const core = await ExecuteTool.create({ client, session: true });
+const model = new MockLanguageModelV3({ doGenerate: [call("c1", "x = 41"), call("c2", "print(x + 1)"), answer] });
+const result = await generateText({
+  model,
+  tools: { execute_python: aiExecuteTool(core) },
+  prompt: "Keep x.",
+  stopWhen: stepCountIs(4),
+});
+await core.close();
+client.close();
+const given = model.doGenerateCalls[2].prompt
+  .filter((m) => m.role === "tool")
+  .flatMap((m) => m.content.map((p) => p.output.type + ":" + p.output.value));
+console.log(createRequire(import.meta.url)("ai/package.json").version, result.text);
+console.log(JSON.stringify(given));
+`,
+  );
+  assert.equal(
+    out,
+    [
+      "6.0.333 done",
+      JSON.stringify([
+        "text:status: ok · exit code 0 · 0 tool calls",
+        "text:status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n42",
+      ]),
+      "",
+    ].join("\n"),
+  );
+});

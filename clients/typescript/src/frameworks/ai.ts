@@ -1,5 +1,5 @@
 /**
- * The execute tool for the Vercel AI SDK (`ai` >= 5), from its own `tool`:
+ * The execute tool for the Vercel AI SDK (`ai` 5 and 6), from its own `tool`:
  *
  *     const execute = await executeTool({ client, tools: [getWeather] });
  *     await generateText({ model, tools: { execute_python: execute }, prompt });
@@ -8,7 +8,11 @@
  * stubs. `execute` is an async generator: while the script runs, each chunk of its output is a
  * preliminary result (`{ state: "running", output }`, the output so far), and the last result
  * carries the observation, which `toModelOutput` hands the model as text, the same text as the
- * Python SDK's. The AI SDK's `abortSignal` cancels the run.
+ * Python SDK's. The AI SDK's `abortSignal` cancels the run. With `session` (see `core`), every
+ * call is the next cell of one session.
+ *
+ * AI SDK 6 calls `toModelOutput` with `{ toolCallId, input, output }` where 5 passes the output
+ * itself; `modelOutputOf` takes either, so the model reads the observation under both.
  */
 
 import { jsonSchema, type Tool, tool } from "ai";
@@ -51,8 +55,23 @@ export function aiExecuteTool(core: ExecuteTool): Tool<{ code: string }, Execute
         }
       }
     },
-    toModelOutput: (result: ExecuteToolOutput) => ({ type: "text", value: result.observation }),
+    toModelOutput: (given: ExecuteToolOutput) => modelOutputOf(given),
   });
+}
+
+/**
+ * What the model reads of a result: its observation, as text. `given` is the tool's output
+ * (AI SDK 5) or `{ toolCallId, input, output }` (AI SDK 6); an `ExecuteToolOutput` never has a
+ * `toolCallId`, so the two cannot be mistaken for each other.
+ */
+export function modelOutputOf(given: unknown): { type: "text"; value: string } {
+  let result = given as Partial<ExecuteToolOutput> | undefined;
+  if (typeof given === "object" && given !== null && "toolCallId" in given) {
+    result = (given as { output?: Partial<ExecuteToolOutput> }).output;
+  }
+  const observation = result?.observation;
+  if (typeof observation === "string") return { type: "text", value: observation };
+  return { type: "text", value: "error: the execute tool's result carried no observation" };
 }
 
 /** The execute tool for the AI SDK; put it in `tools` under the name you choose. */

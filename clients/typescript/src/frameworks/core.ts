@@ -12,11 +12,19 @@
  * the model reads back is the observation (`ptc-sandbox/observation`), the same text as the
  * Python SDK's. A request the service refuses comes back as an error observation, so the model
  * can correct itself; only the caller's own `AbortSignal` ends a run with an error.
+ *
+ * With `session`, every run is the next cell of one session, as the Python SDK's session
+ * runners (`sandbox/integrations/session_runners.py`) make it: the model's names, imports and
+ * files persist from one call of the tool to the next. `session: true` opens the session on the
+ * first run and `close()` ends it; a `Session` passed in is the caller's to close. Once the
+ * session has ended (lost, closed, expired), a run's refusal is the observation, naming why, in
+ * the Python session runner's words.
  */
 
 import type { ExecuteOptions, PtcClient, Tools } from "../client.js";
 import { GrpcCode, PtcError } from "../errors.js";
 import { type ObservationBudget, renderObservation, summaryFieldsOf } from "../observation.js";
+import type { Session, SessionOptions } from "../sessions.js";
 import type { OnApproval } from "../stream.js";
 import { isClientTool } from "../tools.js";
 import type { ExecutionResult, ExpectedCalls, InputFile, Limits } from "../types.js";
@@ -69,6 +77,14 @@ export interface ExecuteToolOptions {
   /** Per tool, the result fields the observation shows; by default the manifest's declared
    * `x-ptc.summary_fields`. */
   summaryFields?: Record<string, readonly string[]>;
+  /**
+   * Run every call as a cell of one session, so state persists between calls: `true` opens
+   * one on the first run (with `sessionOptions`), closed by `ExecuteTool.close`; or a
+   * `Session` of the caller's, which the caller closes.
+   */
+  session?: boolean | Session;
+  /** How a session opened by `session: true` is made (its limits, idle timeout, ...). */
+  sessionOptions?: SessionOptions;
 }
 
 /** One run's outcome: the model's text and the full result behind it. */
@@ -127,12 +143,19 @@ function manifestEntries(tools: Tools | undefined): unknown[] {
 
 /** The execute tool over `tools`, run by `client`. Make it with `ExecuteTool.create`. */
 export class ExecuteTool {
+  /** The session the runs go to: the caller's, or the one opened on the first run. */
+  private session: Session | undefined;
+  /** The opening of the session, while under way (two calls at once open one session). */
+  private opening: Promise<Session> | undefined;
+
   private constructor(
     readonly options: ExecuteToolOptions,
     /** The compact stub module of the tools, as the model sees it. */
     readonly stubs: string,
     readonly summaryFields: Record<string, readonly string[]>,
-  ) {}
+  ) {
+    if (typeof options.session === "object") this.session = options.session;
+  }
 
   /** Asks the server for the tools' compact stubs (one call), and builds the tool. */
   static async create(options: ExecuteToolOptions): Promise<ExecuteTool> {
@@ -166,6 +189,46 @@ export class ExecuteTool {
     return codeParameter();
   }
 
+  /** The id of the session the runs go to; undefined before a `session: true` tool's first run
+   * and for a single-use tool. */
+  get sessionId(): string | undefined {
+    return this.session?.id;
+  }
+
+  /** The session of the runs, opened now if this is the first run of a `session: true` tool. */
+  private async sessionOf(run: RunOptions): Promise<Session | undefined> {
+    const wanted = this.options.session;
+    if (wanted === undefined || wanted === false) return undefined;
+    if (this.session !== undefined) return this.session;
+    this.opening ??= this.options.client
+      .createSession({
+        deadlineMs: this.options.deadlineMs,
+        ...this.options.sessionOptions,
+        signal: run.signal,
+      })
+      .finally(() => {
+        this.opening = undefined;
+      });
+    this.session = await this.opening;
+    return this.session;
+  }
+
+  /**
+   * Ends the session that `session: true` opened (nothing when none was opened, or when the
+   * session was the caller's). A session that has already ended is not an error.
+   */
+  async close(): Promise<void> {
+    const owned = this.options.session === true ? this.session : undefined;
+    if (owned === undefined) return;
+    this.session = undefined;
+    try {
+      await owned.close({ deadlineMs: this.options.deadlineMs });
+    } catch (error) {
+      if (!(error instanceof PtcError)) throw error;
+      if (!["session_lost", "not_found", "failed_precondition"].includes(error.code)) throw error;
+    }
+  }
+
   private request(run: RunOptions): ExecuteOptions & { onApproval?: OnApproval } {
     const o = this.options;
     return {
@@ -194,9 +257,15 @@ export class ExecuteTool {
    * the service is an error observation; the caller's signal firing ends the run by throwing.
    */
   async *stream(code: string, run: RunOptions = {}): AsyncGenerator<RunEvent, Observation> {
-    const execution = this.options.client.stream(code, this.request(run));
+    const inSession = this.options.session !== undefined && this.options.session !== false;
     let observation: Observation;
     try {
+      const session = await this.sessionOf(run);
+      const request = this.request(run);
+      const execution = this.options.client.stream(
+        code,
+        session === undefined ? request : { ...request, sessionId: session.id },
+      );
       for await (const event of execution) {
         if (event.kind === "output") {
           yield { kind: "output", stream: event.stream, text: event.text };
@@ -205,7 +274,7 @@ export class ExecuteTool {
       observation = this.observe(await execution.result, code);
     } catch (error) {
       if (!(error instanceof PtcError) || error.code === "aborted_by_signal") throw error;
-      observation = refused(error);
+      observation = inSession ? refusedInSession(error) : refused(error);
     }
     yield { kind: "done", observation };
     return observation;
@@ -226,6 +295,20 @@ export class ExecuteTool {
     if (code === undefined) return { text: BAD_ARGUMENTS, result: undefined, isError: true };
     return this.run(code, run);
   }
+}
+
+/**
+ * A refusal of a session's cell, in the Python session runner's words: its client raises the
+ * server's error, which its execute tool shows as "the sandbox refused the request" followed
+ * by the server's message (`session_lost: session '…' is closed: closed by the client`, ...).
+ * tests/data/session_refusal_vectors.json holds the texts both languages must give.
+ */
+export function refusedInSession(error: PtcError): Observation {
+  return {
+    text: `error: the sandbox refused the request: ${error.message}`,
+    result: undefined,
+    isError: true,
+  };
 }
 
 function refused(error: PtcError): Observation {

@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 import { generateText, stepCountIs, streamText } from "ai";
 import { MockLanguageModelV2, simulateReadableStream } from "ai/test";
 import { z } from "zod";
-import { executeTool } from "../../src/frameworks/ai.js";
+import { executeTool, modelOutputOf } from "../../src/frameworks/ai.js";
 import { clientTool, PtcClient, PtcError } from "../../src/index.js";
 import { type Serving, startServe } from "../support/serve.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
@@ -260,4 +260,14 @@ test("a manifest that is not JSON is refused when the tool is made, naming what 
     assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
     return true;
   });
+});
+
+test("toModelOutput reads the observation as AI SDK 5 and AI SDK 6 pass the result", () => {
+  const output = { state: "done" as const, output: "4\n", observation: "status: ok", status: "ok" };
+  assert.deepEqual(modelOutputOf(output), { type: "text", value: "status: ok" });
+  const v6 = { toolCallId: "c1", input: { code: "print(4)" }, output };
+  assert.deepEqual(modelOutputOf(v6), { type: "text", value: "status: ok" });
+  const none = { type: "text", value: "error: the execute tool's result carried no observation" };
+  assert.deepEqual(modelOutputOf({ toolCallId: "c2", input: {}, output: undefined }), none);
+  assert.deepEqual(modelOutputOf(undefined), none);
 });
