@@ -38,9 +38,9 @@ from sandbox.execution.acquire import acquire_sandbox, acquire_unless_cancelled
 from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
-from sandbox.execution.drive import run_session
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.execution.request import ExecutionRequest, PreparedExecution, StartedInfo
+from sandbox.execution.single_use import run_single_use
 from sandbox.files import check_inputs
 from sandbox.handlers import ToolHandler, builtin_handlers
 from sandbox.limits import (
@@ -250,7 +250,7 @@ class Engine:
             request.files,
         )
         if session is None:
-            outcome = await run_session(handle, job, broker, on_output, cancel)
+            outcome = await run_single_use(handle, job, broker, on_output, cancel)
         else:
             cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
             outcome = cell.outcome
