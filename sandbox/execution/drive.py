@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 from sandbox.backends.base import Job, Outcome, ResourceUsage, SandboxHandle
@@ -52,7 +49,6 @@ __all__ = [
     "DRAIN_GRACE_S",
     "FRAME_OVERHEAD",
     "Drive",
-    "block_buffered_output",
     "job_frame",
     "rlimit_cpu_s",
 ]
@@ -68,21 +64,6 @@ log = logging.getLogger(__name__)
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-_BLOCK_BUFFERED_OUTPUT: ContextVar[bool] = ContextVar("ptc_block_buffered_output", default=False)
-
-
-@contextlib.contextmanager
-def block_buffered_output() -> Iterator[None]:
-    """For bench/output.py only: jobs sent in this context leave the guest's stdout
-    block-buffered instead of line-buffered (the benchmark's baseline). A kill then takes what
-    the buffer holds, so nothing else may use it."""
-    token = _BLOCK_BUFFERED_OUTPUT.set(True)
-    try:
-        yield
-    finally:
-        _BLOCK_BUFFERED_OUTPUT.reset(token)
 
 
 def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
@@ -117,8 +98,6 @@ def job_frame(job: Job, handle: SandboxHandle) -> dict[str, Any]:
             "frame_bytes": job.max_call_bytes,
         },
     }
-    if _BLOCK_BUFFERED_OUTPUT.get():
-        frame["block_buffered_output"] = True
     return frame
 
 
