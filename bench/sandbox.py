@@ -36,7 +36,7 @@ import psutil
 from bench.harness import Report, bench_parser, interleave, percentile
 from sandbox.backends.channel import allow_spinners
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks
 from sandbox.handlers import ToolCall
 from sandbox.limits import Limits
 
@@ -209,7 +209,7 @@ print(time.perf_counter() - t)
 
 async def fan_out(report: Report, engine: Engine) -> None:
     result = await engine.execute(
-        ExecutionRequest(FAN_OUT_SCRIPT, ECHO), handlers={"host": slow_handler}
+        ExecutionRequest(FAN_OUT_SCRIPT, ECHO), hooks=RunHooks(handlers={"host": slow_handler})
     )
     assert result.status == "ok", result.to_json()
     report.section(

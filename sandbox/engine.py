@@ -23,27 +23,26 @@ from __future__ import annotations
 import sandbox.backends.process  # noqa: F401  # isort: skip
 
 import ast
-import asyncio
 import hashlib
 import json
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sandbox.backends.base import Backend, Job
-from sandbox.capture import OutputCallback
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.execution import assemble
 from sandbox.execution.acquire import acquire_sandbox, acquire_unless_cancelled
 from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
-from sandbox.execution.drive import run_session
+from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.execution.request import ExecutionRequest, PreparedExecution, StartedInfo
+from sandbox.execution.single_use import run_single_use
 from sandbox.files import check_inputs
-from sandbox.handlers import Approver, ToolHandler, builtin_handlers
+from sandbox.handlers import ToolHandler, builtin_handlers
 from sandbox.limits import (
     CEILINGS,
     DEFAULTS,
@@ -66,6 +65,7 @@ __all__ = [
     "EngineConfig",
     "ExecutionRequest",
     "PreparedExecution",
+    "RunHooks",
     "StartedInfo",
     "acquire_sandbox",
     "check_runtime",
@@ -198,43 +198,29 @@ class Engine:
         self,
         request: ExecutionRequest,
         *,
-        handlers: Mapping[str, ToolHandler] | None = None,
-        approver: Approver | None = None,
-        on_output: OutputCallback | None = None,
-        on_started: Callable[[StartedInfo], None] | None = None,
-        cancel: asyncio.Event | None = None,
+        hooks: RunHooks = NO_HOOKS,
         limits: tuple[ResolvedLimits, Sequence[LimitAdjustment]] | None = None,
         execution_id: str | None = None,
     ) -> ExecutionResult:
         """`prepare` then `run`: invalid requests raise, a failing script is a result."""
         prepared = self.prepare(request, limits=limits, execution_id=execution_id)
-        return await self.run(
-            prepared,
-            handlers=handlers,
-            approver=approver,
-            on_output=on_output,
-            on_started=on_started,
-            cancel=cancel,
-        )
+        return await self.run(prepared, hooks=hooks)
 
     @traced_run
     async def run(
         self,
         prepared: PreparedExecution,
         *,
-        handlers: Mapping[str, ToolHandler] | None = None,
-        approver: Approver | None = None,
-        on_output: OutputCallback | None = None,
-        on_started: Callable[[StartedInfo], None] | None = None,
-        cancel: asyncio.Event | None = None,
+        hooks: RunHooks = NO_HOOKS,
         session: SessionSandbox | None = None,
         tenant: str | None = None,
     ) -> ExecutionResult:
-        """Runs a prepared execution to its result; nothing is checked again. With ``session``
-        it runs as the next cell of that session's sandbox (`sandbox.sessions`), not in a
-        fresh single-use one. ``tenant`` names who runs it, for its trace span
-        (`sandbox.telemetry`)."""
+        """Runs a prepared execution to its result, calling ``hooks``; nothing is checked
+        again. With ``session`` it runs as the next cell of that session's sandbox
+        (`sandbox.sessions`), not in a fresh single-use one. ``tenant`` names who runs it, for
+        its trace span (`sandbox.telemetry`)."""
         request, effective = prepared.request, prepared.limits
+        cancel, on_output = hooks.cancel, hooks.on_output
         backend = self.backend(prepared.backend)
         session_id = request.labels.get("ptc.session_id", "") if session is not None else None
         result = assemble.start(prepared, backend.name, session_id)
@@ -252,9 +238,9 @@ class Engine:
         else:
             result.isolation = session.isolation
             probe = LiveProbe(session.handle)
-        if on_started is not None:
-            on_started(StartedInfo(prepared.execution_id, effective, result.isolation, probe))
-        probe.broker = broker = self._broker(prepared, handlers, approver)
+        if hooks.on_started is not None:
+            hooks.on_started(StartedInfo(prepared.execution_id, effective, result.isolation, probe))
+        probe.broker = broker = self._broker(prepared, hooks)
         job = Job(
             prepared.execution_id,
             request.script,
@@ -264,7 +250,7 @@ class Engine:
             request.files,
         )
         if session is None:
-            outcome = await run_session(handle, job, broker, on_output, cancel)
+            outcome = await run_single_use(handle, job, broker, on_output, cancel)
         else:
             cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
             outcome = cell.outcome
@@ -273,19 +259,14 @@ class Engine:
             result, outcome, broker, request.expected_calls, in_session=session is not None
         )
 
-    def _broker(
-        self,
-        prepared: PreparedExecution,
-        handlers: Mapping[str, ToolHandler] | None,
-        approver: Approver | None,
-    ) -> Broker:
+    def _broker(self, prepared: PreparedExecution, hooks: RunHooks) -> Broker:
         """The execution's broker: the engine's handlers, then the caller's."""
         return Broker(
             prepared.execution_id,
             prepared.manifest,
             prepared.limits,
-            {**self.config.handlers, **(handlers or {})},
-            approver,
+            hooks.with_handlers(self.config.handlers).handlers,
+            hooks.approver,
             self.config.max_call_bytes,
         )
 

@@ -64,7 +64,7 @@ class GuestEnd:
 @dataclass(frozen=True)
 class GuestHangUp:
     """``bye``: a single-use guest's last frame, after its end report and after it closed its
-    stdout and stderr; it exits next (see `sandbox.execution.drive._SingleUseEnd`)."""
+    stdout and stderr; it exits next (see `sandbox.execution.single_use._SingleUseEnd`)."""
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.capture import OutputCallback
-from sandbox.engine import Engine, PreparedExecution, StartedInfo, limits_fields
+from sandbox.engine import Engine, PreparedExecution, limits_fields
 from sandbox.errors import PtcError
 from sandbox.execution.cell import SessionSandbox
-from sandbox.handlers import Approver, ToolHandler
+from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.telemetry import metrics
 
@@ -93,16 +92,13 @@ class Recorder:
         *,
         tenant: str | None = None,
         stopping: Callable[[], bool] | None = None,
-        handlers: Mapping[str, ToolHandler] | None = None,
-        approver: Approver | None = None,
-        on_output: OutputCallback | None = None,
-        on_started: Callable[[StartedInfo], None] | None = None,
-        cancel: asyncio.Event | None = None,
+        hooks: RunHooks = NO_HOOKS,
         session: SessionSandbox | None = None,
         on_admitted: Callable[[], None] | None = None,
     ) -> ExecutionResult:
-        """Admits ``prepared``, runs it on ``engine`` and completes its record. ``stopping``
-        says whether the host is shutting down: a run it cancelled is then `interrupted`.
+        """Admits ``prepared``, runs it on ``engine`` with ``hooks`` and completes its record.
+        ``stopping`` says whether the host is shutting down: a run it cancelled is then
+        `interrupted`.
         ``on_admitted`` is called once the admission is durable, before the engine runs: an
         error raised before it is a refusal (nothing was admitted, nothing ran), one raised
         after it is the run's (a session's cell uses the difference: `SessionManager.finish`)."""
@@ -113,11 +109,7 @@ class Recorder:
         try:
             result = await engine.run(
                 prepared,
-                handlers=handlers,
-                approver=approver,
-                on_output=on_output,
-                on_started=on_started,
-                cancel=cancel,
+                hooks=hooks,
                 session=session,
                 tenant=tenant or self.tenant,
             )

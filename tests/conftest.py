@@ -37,7 +37,7 @@ import pytest
 
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackendConfig
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks
 from sandbox.errors import Unavailable
 from sandbox.expectations import ExpectedCalls
 from sandbox.guest import FORK_LOOP_FILE, GUEST_FILES, ZYGOTE_FILES
@@ -208,7 +208,9 @@ class EngineHarness:
             expected_calls=expected_calls,
             runtime=runtime,
         )
-        return self.call(self.engine.execute(request, handlers=handlers, approver=approver))
+        return self.call(
+            self.engine.execute(request, hooks=RunHooks(handlers=handlers or {}, approver=approver))
+        )
 
     def zygote_pid(self) -> int:
         """The host pid of the backend's fork server (bwrap's child)."""

@@ -2,7 +2,7 @@
 
 `FakeBackend` implements `Backend` and hands out `FakeSandbox` handles that speak the real
 channel protocol (a socketpair served by the real `FrameChannel`) and the real output pipes, so
-`run_session`, the broker, the engine, the server, tenants and the audit store all run exactly
+`run_single_use`, the broker, the engine, the server, tenants and the audit store all run exactly
 as with a real sandbox. Only the guest is fake: a thread in this process that reads the job and
 interprets its script as a tiny instruction language instead of running it. Nothing here
 isolates anything: it is for tests (admission, queues, tenants, audit, conversions) and

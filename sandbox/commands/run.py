@@ -43,7 +43,7 @@ from sandbox.backends.factory import command_backend
 from sandbox.capture import OutputCallback
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.commands._manifest_file import read_manifest
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution, RunHooks
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
@@ -267,17 +267,16 @@ async def _execute_prepared(
     cancel: asyncio.Event,
 ) -> ExecutionResult:
     on_started = status.started if status is not None else None
+    hooks = RunHooks(on_output=on_output, on_started=on_started, cancel=cancel)
     if audit_db is None:
-        return await engine.run(prepared, on_output=on_output, on_started=on_started, cancel=cancel)
+        return await engine.run(prepared, hooks=hooks)
     from sandbox.audit import open_store
 
     # Recorded like the server records: admitted first, then completed or failed.
     store = open_store(audit_db, instance="ptc-run")
     try:
         store.mark_interrupted()
-        return await Recorder(store).run(
-            engine, prepared, on_output=on_output, on_started=on_started, cancel=cancel
-        )
+        return await Recorder(store).run(engine, prepared, hooks=hooks)
     finally:
         store.close()
 

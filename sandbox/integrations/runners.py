@@ -27,7 +27,7 @@ from sandbox.audit.base import AuditStore
 from sandbox.client import Client
 from sandbox.client.tls import PemLike
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest, StartedInfo
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits, check_labels
@@ -198,7 +198,7 @@ class EmbeddedRunner:
         prepared = self.engine.prepare(execution_request(request.script, manifest, request.options))
         if request.on_progress is None:
             return await self.recorder.run(
-                self.engine, prepared, handlers={"client": _client_handler(local)}
+                self.engine, prepared, hooks=RunHooks(handlers={"client": _client_handler(local)})
             )
         started: list[StartedInfo] = []
         ticker = asyncio.create_task(_tick(started, request.on_progress))
@@ -206,8 +206,9 @@ class EmbeddedRunner:
             return await self.recorder.run(
                 self.engine,
                 prepared,
-                handlers={"client": _client_handler(local)},
-                on_started=started.append,
+                hooks=RunHooks(
+                    handlers={"client": _client_handler(local)}, on_started=started.append
+                ),
             )
         finally:
             ticker.cancel()

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Unpack
 
 from sandbox.client.tools import build_manifest
+from sandbox.engine import RunHooks
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
 from sandbox.integrations.runners import (
     ClientRunner,
@@ -135,7 +136,7 @@ class EmbeddedSessionRunner:
             lambda admitted: runner.recorder.run(
                 runner.engine,
                 prepared,
-                handlers={"client": _client_handler(local)},
+                hooks=RunHooks(handlers={"client": _client_handler(local)}),
                 session=session.sandbox,
                 on_admitted=admitted,
             ),

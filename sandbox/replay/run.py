@@ -7,7 +7,7 @@ tenant's ceilings and admission; `ptc replay` and embedded callers use `replay` 
 from __future__ import annotations
 
 from sandbox.audit.base import AuditRecord, AuditStore
-from sandbox.engine import Engine
+from sandbox.engine import Engine, RunHooks
 from sandbox.errors import NotFound
 from sandbox.limits import Limits
 from sandbox.recording import Recorder
@@ -47,7 +47,9 @@ async def replay(
     prepared = engine.prepare(recording.request(manifest=manifest, limits=limits, backend=backend))
     dispatch = ReplayDispatch(recording.result.calls)
     result = await Recorder(store, tenant=recording.tenant).run(
-        engine, prepared, handlers=dispatch.handlers(), approver=dispatch.approve
+        engine,
+        prepared,
+        hooks=RunHooks(handlers=dispatch.handlers(), approver=dispatch.approve),
     )
     return report(recording, dispatch, result)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.engine import RunHooks
 from sandbox.errors import InvalidArgument, NotFound, quote
 from sandbox.replay.dispatch import ReplayDispatch
 from sandbox.replay.run import report
@@ -48,12 +49,8 @@ async def serve_replay(
     execution = runner.engine.prepare(request, limits=effective_limits(tenant, request.limits))
     dispatch = ReplayDispatch(recording.result.calls)
     cancel = asyncio.Event()
-    run = runner.start(
-        Prepared(tenant, execution),
-        cancel=cancel,
-        handlers=dispatch.handlers(),
-        approver=dispatch.approve,
-    )
+    hooks = RunHooks(handlers=dispatch.handlers(), approver=dispatch.approve, cancel=cancel)
+    run = runner.start(Prepared(tenant, execution), hooks)
     try:
         result = await asyncio.shield(run)
     except asyncio.CancelledError:  # deadline passed or the client went away

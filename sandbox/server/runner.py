@@ -20,14 +20,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from sandbox.audit.base import AuditStore
-from sandbox.capture import OutputCallback
-from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, StartedInfo, limits_fields
+from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, limits_fields
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
-from sandbox.handlers import Approver, ToolHandler
+from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.recording import Recorder
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.runtimes import RuntimeStore
@@ -127,20 +126,17 @@ class Runner:
     def start(
         self,
         prepared: Prepared,
-        *,
-        cancel: asyncio.Event,
-        handlers: Mapping[str, ToolHandler] | None = None,
-        approver: Approver | None = None,
-        on_output: OutputCallback | None = None,
-        on_started: Callable[[StartedInfo], None] | None = None,
+        hooks: RunHooks = NO_HOOKS,
     ) -> asyncio.Task[ExecutionResult]:
+        """Runs ``prepared`` in a task, calling ``hooks``; setting ``hooks.cancel`` stops it
+        (a run without one gets its own: the drain sets it)."""
         if self.refusing is not None:  # also for paths that skip `prepare` (a replay)
             raise Unavailable(self.refusing)
         if prepared.session is not None:
             self.sessions.claim(prepared.session, prepared.execution_id)  # refuses a busy one
-        task = asyncio.create_task(
-            self._run(prepared, cancel, handlers, approver, on_output, on_started)
-        )
+        cancel = hooks.cancel or asyncio.Event()
+        hooks = replace(hooks.with_handlers({"host": self.host}), cancel=cancel)
+        task = asyncio.create_task(self._run(prepared, hooks))
         self._runs[task] = cancel
         task.add_done_callback(self._finished)
         return task
@@ -157,39 +153,26 @@ class Runner:
             # unretrieved exception; the RPC, when still there, reads it from the task.
             log.debug("execution ended with %r", task.exception())
 
-    async def _run(
-        self,
-        prepared: Prepared,
-        cancel: asyncio.Event,
-        handlers: Mapping[str, ToolHandler] | None,
-        approver: Approver | None,
-        on_output: OutputCallback | None,
-        on_started: Callable[[StartedInfo], None] | None,
-    ) -> ExecutionResult:
+    async def _run(self, prepared: Prepared, hooks: RunHooks) -> ExecutionResult:
         session = prepared.session
         if session is None:
-            return await self._admitted(prepared, cancel, handlers, approver, on_output, on_started)
+            return await self._admitted(prepared, hooks)
         # Refused before its admission, the session is untouched; after it, the cell's own
         # result or error decides (`SessionManager.run_cell`).
         return await self.sessions.run_cell(
             session,
             prepared.execution_id,
             prepared.execution.manifest,
-            lambda admitted: self._admitted(
-                prepared, cancel, handlers, approver, on_output, on_started, admitted
-            ),
+            lambda admitted: self._admitted(prepared, hooks, admitted),
         )
 
     async def _admitted(
         self,
         prepared: Prepared,
-        cancel: asyncio.Event,
-        handlers: Mapping[str, ToolHandler] | None,
-        approver: Approver | None,
-        on_output: OutputCallback | None,
-        on_started: Callable[[StartedInfo], None] | None,
+        hooks: RunHooks,
         on_admitted: Callable[[], None] | None = None,
     ) -> ExecutionResult:
+        cancel = hooks.cancel or asyncio.Event()  # never None: `start` gives each run one
         queued = time.monotonic()
         state = "queued"
         metrics.in_flight(state, +1)
@@ -206,11 +189,7 @@ class Runner:
                     prepared.execution,
                     tenant=prepared.tenant.id,
                     stopping=lambda: self._draining,
-                    handlers={"host": self.host, **(handlers or {})},
-                    approver=approver,
-                    on_output=on_output,
-                    on_started=on_started,
-                    cancel=cancel,
+                    hooks=hooks,
                     session=prepared.session.sandbox if prepared.session is not None else None,
                     on_admitted=on_admitted,
                 )

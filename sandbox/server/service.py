@@ -19,6 +19,7 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit.base import Holder, KeyTaken
+from sandbox.engine import RunHooks
 from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
 from sandbox.server import idempotency, sessions
 from sandbox.server.boundary import authenticate, checked
@@ -78,7 +79,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         prepared = self.runner.prepare(tenant, execution, streamed=False, session=session)
         cancel = asyncio.Event()
         with attached(_trace_parent(context)):  # the run's task inherits the caller's trace
-            run = self.runner.start(prepared, cancel=cancel)
+            run = self.runner.start(prepared, RunHooks(cancel=cancel))
         try:
             result = await asyncio.shield(run)
         except asyncio.CancelledError:  # deadline passed or the client went away

@@ -35,7 +35,7 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import KeyTaken
-from sandbox.engine import StartedInfo
+from sandbox.engine import RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server import idempotency
@@ -101,14 +101,14 @@ class StreamSession:
                 session, request, manifest_given=first.start.HasField("manifest")
             )
         prepared = self.runner.prepare(self.tenant, request, streamed=True, session=session)
-        run = self.runner.start(
-            prepared,
-            cancel=self.cancel,
+        hooks = RunHooks(
             handlers={"client": self._client_tool},
             approver=self._approve,
             on_output=self._output,
             on_started=self._started,
+            cancel=self.cancel,
         )
+        run = self.runner.start(prepared, hooks)
         reader = asyncio.create_task(self._read())
         try:
             ends: list[asyncio.Future[Any]] = [run, self._failed]

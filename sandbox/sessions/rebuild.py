@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore
-from sandbox.engine import Engine, acquire_sandbox
+from sandbox.engine import Engine, RunHooks, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
@@ -345,8 +345,7 @@ async def _replay(
         dispatch = ReplayDispatch(recorded.calls)
         replayed = await manager.engine.run(
             prepared,
-            handlers=dispatch.handlers(),
-            approver=dispatch.approve,
+            hooks=RunHooks(handlers=dispatch.handlers(), approver=dispatch.approve),
             session=sandbox,
             tenant=session.tenant,
         )

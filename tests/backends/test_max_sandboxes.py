@@ -20,7 +20,7 @@ import pytest
 
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks
 from sandbox.errors import Unavailable
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
@@ -58,7 +58,9 @@ async def _execute(
         manifest="[]",
         limits=parse_limit_args(f"{k}={v}" for k, v in limits.items()),
     )
-    return await asyncio.wait_for(harness.engine.execute(request, cancel=cancel), BOUND_S)
+    return await asyncio.wait_for(
+        harness.engine.execute(request, hooks=RunHooks(cancel=cancel)), BOUND_S
+    )
 
 
 def test_more_executions_than_rooms_all_run(small: Callable[..., EngineHarness]) -> None:

@@ -1,4 +1,4 @@
-"""When a single-use run is over (`sandbox.execution.drive._SingleUseEnd`), driven by real
+"""When a single-use run is over (`sandbox.execution.single_use._SingleUseEnd`), driven by real
 futures on a real event loop in the order the host can see them: the guest's report and hang-up,
 its pipes and channel closing, its exit."""
 
@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from sandbox.execution import drive
-from sandbox.execution.drive import _SingleUseEnd
+from sandbox.execution import single_use
+from sandbox.execution.single_use import _SingleUseEnd
 
 
 class _Run:
@@ -103,7 +103,7 @@ def test_an_exit_with_a_pipe_left_open_ends_after_the_drain_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def body() -> None:
-        monkeypatch.setattr(drive, "DRAIN_GRACE_S", 0.05)
+        monkeypatch.setattr(single_use, "DRAIN_GRACE_S", 0.05)
         run = _Run()
         run.others[0].set_result(None)
         run.exited.set_result(0)

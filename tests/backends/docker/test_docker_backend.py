@@ -15,7 +15,7 @@ from sandbox.backends.docker import engine_client
 from sandbox.backends.docker.backend import DockerBackend, DockerBackendConfig
 from sandbox.backends.docker.janitor import clean_leftovers, owner_dir_name
 from sandbox.backends.docker.spec import LABEL_CHANNEL_DIR, LABEL_MANAGED, LABEL_OWNER
-from sandbox.engine import Engine, EngineConfig, ExecutionRequest
+from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks
 from sandbox.errors import Unavailable
 from sandbox.limits import DEFAULTS
 
@@ -129,7 +129,7 @@ def test_cancel_mid_run_leaves_nothing(dclean: DockerHarness) -> None:
     async def scenario() -> str:
         cancel = asyncio.Event()
         request = ExecutionRequest(script="import time\ntime.sleep(30)", backend="docker")
-        task = asyncio.ensure_future(dclean.engine.execute(request, cancel=cancel))
+        task = asyncio.ensure_future(dclean.engine.execute(request, hooks=RunHooks(cancel=cancel)))
         await asyncio.sleep(0.5)
         cancel.set()
         result = await task
