@@ -153,18 +153,15 @@ def _process_start_refused(exc: BaseException) -> bool:
     return tb.tb_frame is _PROCESS_STARTS.get("frame") and lasti in (None, tb.tb_lasti)
 
 
-def _line_buffered_output(job: dict[str, object]) -> None:
+def _line_buffered_output() -> None:
     """Makes every complete line the script prints leave for the host as it is written.
 
     On a pipe or socket the interpreter buffers stdout by blocks: a script killed for a limit
     (SIGKILL, SIGXCPU, the OOM killer) would take what it printed last with it, and nothing
     would arrive while it runs. Line buffering costs one write per line (bench/output.py).
     Set right before each script or cell runs, on the interpreter's own streams, so no earlier
-    step can undo it; a script may still change it for itself. ``block_buffered_output`` keeps
-    the interpreter's default: the baseline of bench/output.py only.
+    step can undo it; a script may still change it for itself (bench/output.py's baseline does).
     """
-    if job.get("block_buffered_output") is True:
-        return
     for stream in (_STDOUT, _STDERR):
         with contextlib.suppress(Exception):  # not a TextIOWrapper: nothing to set
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -392,7 +389,7 @@ def _serve_session(
             stubs = job.get("stubs")
             if isinstance(stubs, str) and stubs:
                 _install_tools_in_place(stubs)
-            _line_buffered_output(job)
+            _line_buffered_output()
             state["in_cell"] = True
             value = _run_cell(str(job["script"]), namespace)
         except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
@@ -471,7 +468,7 @@ def main() -> None:
         _serve_session(channel, {**job, "stubs": ""}, workdir, outputs_before)
 
     status, exit_code, error = "ok", 0, None
-    _line_buffered_output(job)
+    _line_buffered_output()
     try:
         _run_script(job["script"])
     except BaseException as exc:  # the script's own failure is a result, never a crash

@@ -267,7 +267,7 @@ class ProcessSandbox:
     async def dispose(self) -> None:
         """Kills the sandbox; with a reaper, what must wait for pid 1's exit (its descriptors
         and cgroup) goes at that exit, off the request path: a guest that reported its end and
-        hung up has its result before its exit (`sandbox.execution.drive`), and the kernel's
+        hung up has its result before its exit (`sandbox.execution.single_use`), and the kernel's
         teardown of its memory and namespaces, a millisecond or two, is no part of it.
         `released` resolves once all of it is done."""
         if self._disposed:
