@@ -63,6 +63,7 @@ __all__ = [
     "interleave",
     "interleave_sync",
     "percentile",
+    "rate_in_slots",
     "run_in_slots",
 ]
 
@@ -102,6 +103,13 @@ async def run_in_slots(one: Callable[[], Awaitable[None]], total: int, concurren
             await one()
 
     await asyncio.gather(*(slot() for _ in range(min(concurrency, total))))
+
+
+async def rate_in_slots(one: Callable[[], Awaitable[None]], total: int, concurrency: int) -> float:
+    """`run_in_slots`, timed: runs per second over the whole block."""
+    started = asyncio.get_running_loop().time()
+    await run_in_slots(one, total, concurrency)
+    return total / (asyncio.get_running_loop().time() - started)
 
 
 def _order(names: list[str], block: int) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
+from bench.harness import Report, bench_parser, interleave, percentile, rate_in_slots
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
@@ -56,12 +56,7 @@ def _case(
         # The case measures what it says: host accounting on, or off.
         assert ("host:accounting" in result.isolation) is accounted, result.isolation
 
-    async def block() -> float:
-        started = asyncio.get_running_loop().time()
-        await run_in_slots(one, per_block, concurrency)
-        return per_block / (asyncio.get_running_loop().time() - started)
-
-    return block
+    return lambda: rate_in_slots(one, per_block, concurrency)
 
 
 async def main(report: Report, rounds: int, warmup: int, per_block: int, concurrency: int) -> None:

@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from bench.harness import Report, bench_parser, interleave, percentile, run_in_slots
+from bench.harness import Report, bench_parser, interleave, percentile, rate_in_slots
 from sandbox.backends.factory import build_backend
 from sandbox.backends.process.backend import ProcessBackend, ProcessBackendConfig
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest
@@ -45,12 +45,7 @@ def _case(
         assert result.status == "ok" and not result.violations, result.to_json()
         assert mechanism in result.isolation, result.isolation  # it measures what it says
 
-    async def block() -> float:
-        started = asyncio.get_running_loop().time()
-        await run_in_slots(one, per_block, concurrency)
-        return per_block / (asyncio.get_running_loop().time() - started)
-
-    return block
+    return lambda: rate_in_slots(one, per_block, concurrency)
 
 
 async def main(report: Report, rounds: int, warmup: int, per_block: int, concurrency: int) -> None:
