@@ -12,15 +12,15 @@ import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditQuery, AuditStore, SessionRows
+from sandbox.codec.limits import limits_from_proto, limits_to_proto
+from sandbox.codec.values import BACKEND_ENUM, BACKENDS, timestamp
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
 from sandbox.limits import check_labels
-from sandbox.server.convert import limits_from_proto, limits_to_proto
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
 from sandbox.tenants.base import Tenant
 from sandbox.tenants.policy import check_backend, check_runtime, check_tool_modes, effective_limits
-from sandbox.wire import BACKEND_ENUM, BACKENDS, timestamp
 
 __all__ = [
     "close_session",

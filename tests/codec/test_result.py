@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto
+from sandbox.codec.result import result_from_proto
+from sandbox.codec.result import result_to_proto as to_proto
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment, Limits
@@ -21,8 +24,6 @@ from sandbox.result import (
     Usage,
     Violation,
 )
-from sandbox.wire import limits_fields_from_proto, limits_from_proto, result_from_proto
-from sandbox.wire import result_to_proto as to_proto
 
 
 def _bare() -> ExecutionResult:
