@@ -72,7 +72,7 @@ def _stamp(seconds: float) -> Timestamp | dict[str, int]:
     """`timestamp`'s fields, for a message's constructor to fill in place (half the cost of
     building a `Timestamp` and copying it); one out of its range goes through `timestamp`,
     which refuses it."""
-    whole, nanos = divmod(int(seconds * 1e9), 1_000_000_000)
+    whole, nanos = divmod(round(seconds * 1e9), 1_000_000_000)
     if not MIN_TIMESTAMP_S <= whole <= MAX_TIMESTAMP_S:
         return timestamp(seconds)
     return {"seconds": whole, "nanos": nanos}

@@ -49,8 +49,10 @@ def enum_name(value: int, prefix: str, enum: Any) -> str:
 
 
 def timestamp(seconds: float) -> Timestamp:
+    """``seconds`` to the nearest nanosecond: truncating would send 4.007 as 4.006999999 (its
+    float is a hair below), which reads back as another time."""
     stamp = Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
+    stamp.FromNanoseconds(round(seconds * 1e9))
     return stamp
 
 
