@@ -1,16 +1,19 @@
 """Limits cross the wire whole: a request's `Limits` (each field set or inheriting) through
 `limits_to_proto` and `limits_from_proto`, and the effective limits a result carries (``{field:
-value}``) through `limits_to_proto` and `limits_fields_from_proto`; a record written before
-limits were keyed by field (limit names in report units) still reads as the same fields."""
+value}``) through `limits_to_proto` and `limits_fields_from_proto`, back to `ResolvedLimits`
+through `ResolvedLimits.from_fields`; a record written before limits were keyed by field (limit
+names in report units) still reads as the same fields."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto, limits_to_proto
-from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits
+from sandbox.errors import InvalidLimits
+from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits
 
 
 @st.composite
@@ -47,3 +50,24 @@ def test_resolved_limits_and_an_older_records_names_read_as_the_same_fields() ->
         "wall_time_ms": 2500,
         "memory_bytes": 268_435_456,
     }
+
+
+@settings(max_examples=50, deadline=None)
+@given(values=st.lists(st.integers(1, 2**40), min_size=len(LIMIT_SPECS), max_size=len(LIMIT_SPECS)))
+def test_resolved_limits_travel_typed_through_their_fields(values: list[int]) -> None:
+    resolved = ResolvedLimits(
+        **{s.field: max(v, s.minimum) for s, v in zip(LIMIT_SPECS, values, strict=True)}
+    )
+    fields = limits_fields_from_proto(_sent(limits_to_proto(resolved)))
+    assert ResolvedLimits.from_fields(fields) == resolved
+
+
+def test_effective_limits_missing_a_field_or_under_a_minimum_are_refused_naming_it() -> None:
+    every = {s.field: DEFAULTS.value(s.name) for s in LIMIT_SPECS}
+    with pytest.raises(InvalidLimits) as lacking:
+        ResolvedLimits.from_fields({**every, "memory_bytes": None}, "recorded")
+    assert str(lacking.value).startswith("recorded.memory_bytes: must be a positive integer")
+    partial = {k: v for k, v in every.items() if k not in ("open_files", "processes")}
+    with pytest.raises(InvalidLimits) as missing:
+        ResolvedLimits.from_fields(partial, "recorded")
+    assert str(missing.value) == "recorded: lacks processes, open_files"
