@@ -11,12 +11,11 @@ from hypothesis import strategies as st
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.codec.request import Request, request_from_proto, request_to_proto
-from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
 from sandbox.limits import LIMIT_SPECS, Limits
 from sandbox.options import RunOptions
-from tests.codec.values import names, texts
+from tests.codec.values import names, refusal, texts, through_the_wire
 
 
 @st.composite
@@ -59,8 +58,7 @@ REQUESTS = st.builds(
 
 
 def _round_trip(request: Request) -> Request:
-    wire = pb.ExecuteRequest.FromString(request_to_proto(request).SerializeToString())
-    return request_from_proto(wire)
+    return through_the_wire(request, request_to_proto, request_from_proto)
 
 
 @settings(max_examples=100, deadline=None)
@@ -124,6 +122,4 @@ def test_what_the_wire_does_not_carry_reads_back_as_its_default() -> None:
     ],
 )
 def test_a_bad_field_is_refused_naming_it(message: pb.ExecuteRequest, error: str) -> None:
-    with pytest.raises(InvalidArgument) as refused:
-        request_from_proto(message)
-    assert str(refused.value) == error
+    assert refusal(request_from_proto, message) == error

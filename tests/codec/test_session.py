@@ -6,10 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.codec.session import session_from_proto, session_to_proto
 from sandbox.records import SessionInfo, SessionState
-from tests.codec.values import names, same_times, texts, times
+from tests.codec.values import names, same_times, texts, through_the_wire, times
 
 SESSIONS = st.builds(
     SessionInfo,
@@ -35,19 +34,15 @@ SESSIONS = st.builds(
 _TIMES = ("created_at", "last_used_at", "ended_at")
 
 
-def _round_trip(info: SessionInfo) -> SessionInfo:
-    wire = pb.SessionInfo.FromString(session_to_proto(info).SerializeToString())
-    return session_from_proto(wire)
-
-
 @settings(max_examples=100, deadline=None)
 @given(info=SESSIONS)
 def test_any_session_reads_back_as_it_was_written(info: SessionInfo) -> None:
-    assert same_times(_round_trip(info), info, _TIMES) == info
+    back = through_the_wire(info, session_to_proto, session_from_proto)
+    assert same_times(back, info, _TIMES) == info
 
 
 def test_a_session_with_nothing_set_reads_back_as_it_was_written() -> None:
     # No backend on the wire reads as "unspecified", as for a result.
     info = SessionInfo("", SessionState.UNSPECIFIED, backend="unspecified")
     assert not session_to_proto(info).HasField("ended_at")
-    assert _round_trip(info) == info
+    assert through_the_wire(info, session_to_proto, session_from_proto) == info

@@ -5,16 +5,28 @@ proto's unit), with unset and default fields drawn as often as set ones."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import pytest
+from google.protobuf.message import Message
 from hypothesis import strategies as st
 
 from sandbox import result as r
+from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment
 
-__all__ = ["RESULTS", "json_values", "same_times", "texts", "times"]
+__all__ = [
+    "RESULTS",
+    "json_values",
+    "refusal",
+    "same_times",
+    "texts",
+    "through_the_wire",
+    "times",
+]
 
 texts = st.text(max_size=12)
 names = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
@@ -127,3 +139,22 @@ def same_times(
         if got is not None and want is not None and abs(got - want) <= math.ulp(want):
             agreed[name] = want
     return replace(back, **agreed)  # type: ignore[type-var]
+
+
+_Sent = TypeVar("_Sent")
+_Message = TypeVar("_Message", bound=Message)
+
+
+def through_the_wire(
+    value: _Sent, encode: Callable[[_Sent], _Message], decode: Callable[[_Message], _Value]
+) -> _Value:
+    """``value`` encoded, serialised to bytes and parsed back as a peer would, then decoded."""
+    message = encode(value)
+    return decode(type(message).FromString(message.SerializeToString()))
+
+
+def refusal(decode: Callable[[_Message], object], message: _Message) -> str:
+    """The message of the `InvalidArgument` that ``decode`` raises for ``message``."""
+    with pytest.raises(InvalidArgument) as refused:
+        decode(message)
+    return str(refused.value)
