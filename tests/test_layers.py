@@ -62,8 +62,6 @@ LONG_FUNCTIONS = {
     "sandbox/sessions/rebuild.py::_claim_and_rebuild": 82,
     "sandbox/wire.py::result_from_proto": 85,
     "sandbox/sessions/rebuild.py::_replay": 76,
-    "sandbox/server/app.py::SandboxServer.start": 76,
-    "sandbox/server/stream.py::StreamSession.serve": 76,
     "sandbox/runtimes/build.py::_build": 73,
     "sandbox/commands/mcp.py::run": 69,
     "sandbox/replay/compare.py::compare": 72,
