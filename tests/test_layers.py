@@ -62,7 +62,6 @@ LONG_FUNCTIONS = {
     "sandbox/sessions/rebuild.py::_claim_and_rebuild": 82,
     "sandbox/wire.py::result_from_proto": 85,
     "sandbox/sessions/rebuild.py::_replay": 76,
-    "sandbox/runtimes/build.py::_build": 73,
     "sandbox/commands/mcp.py::run": 69,
     "sandbox/backends/process/sandbox.py::_start": 67,
     "sandbox/wire.py::result_to_proto": 71,
