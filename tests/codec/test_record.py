@@ -12,7 +12,7 @@ from sandbox.audit.base import Admission, AuditRecord
 from sandbox.codec.record import page_from_proto, record_from_proto, record_to_proto
 from sandbox.records import RUNNING, ExecutionPage, ExecutionRecord
 from sandbox.result import ExecutionResult, ExecutionStatus
-from tests.codec.values import RESULTS, names, same_times, texts, times
+from tests.codec.values import RESULTS, names, same_times, texts, through_the_wire, times
 
 ADMISSIONS = st.builds(
     Admission,
@@ -84,9 +84,7 @@ def _expected(record: AuditRecord) -> ExecutionRecord:
 
 
 def _read(record: AuditRecord) -> ExecutionRecord:
-    back = record_from_proto(
-        pb.ExecutionRecord.FromString(record_to_proto(record).SerializeToString())
-    )
+    back = through_the_wire(record, record_to_proto, record_from_proto)
     expected = _expected(record)
     if back.result is not None and expected.result is not None:
         object.__setattr__(back, "result", same_times(back.result, expected.result))

@@ -8,10 +8,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox._proto import sandbox_pb2 as pb
 from sandbox.codec.replay import report_from_proto, report_to_proto
 from sandbox.replay.report import Difference, ReplayReport
-from tests.codec.values import RESULTS, json_values, same_times, texts
+from tests.codec.values import RESULTS, json_values, same_times, texts, through_the_wire
 
 REPORTS = st.builds(
     ReplayReport,
@@ -24,7 +23,6 @@ REPORTS = st.builds(
 @settings(max_examples=25, deadline=None)
 @given(report=REPORTS)
 def test_any_report_reads_back_as_it_was_written(report: ReplayReport) -> None:
-    message = report_to_proto(report)
-    assert message.identical == report.identical
-    back = report_from_proto(pb.ReplayReport.FromString(message.SerializeToString()))
+    assert report_to_proto(report).identical == report.identical
+    back = through_the_wire(report, report_to_proto, report_from_proto)
     assert replace(back, result=same_times(back.result, report.result)) == report

@@ -17,7 +17,7 @@ from sandbox.codec.result import result_to_proto as to_proto
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment, Limits
-from tests.codec.values import RESULTS, same_times
+from tests.codec.values import RESULTS, same_times, through_the_wire
 
 
 def _bare() -> r.ExecutionResult:
@@ -73,21 +73,19 @@ def _full() -> r.ExecutionResult:
 @settings(max_examples=100, deadline=None)
 @given(result=RESULTS)
 def test_any_result_reads_back_as_it_was_written(result: r.ExecutionResult) -> None:
-    wire = pb.ExecutionResult.FromString(to_proto(result).SerializeToString())
-    assert same_times(result_from_proto(wire), result) == result
+    assert same_times(through_the_wire(result, to_proto, result_from_proto), result) == result
 
 
 def test_a_result_with_nothing_set_reads_back_as_it_was_written() -> None:
     result = r.ExecutionResult(execution_id="", status=r.ExecutionStatus.OK)
-    assert result_from_proto(to_proto(result)) == result
+    assert through_the_wire(result, to_proto, result_from_proto) == result
 
 
 @pytest.mark.parametrize("make", [_bare, _full], ids=["bare", "full"])
 def test_a_result_reads_back_as_it_was_written(make: object) -> None:
     assert callable(make)
     result = make()
-    wire = pb.ExecutionResult.FromString(to_proto(result).SerializeToString())
-    assert result_from_proto(wire) == result
+    assert through_the_wire(result, to_proto, result_from_proto) == result
 
 
 def test_a_status_the_client_does_not_know_is_refused() -> None:
