@@ -173,14 +173,11 @@ class Violation:
     def from_json(cls, data: Mapping[str, Any]) -> Violation:
         """`to_json`'s inverse; records written before violations carried their evidence say
         nothing of it."""
+        names = ("limit", "limit_value", "observed", "unit", "action")
+        limit, limit_value, observed, unit, action = (data[name] for name in names)
+        evidence = Evidence(data.get("evidence", Evidence.UNSPECIFIED))
         return cls(
-            limit=data["limit"],
-            limit_value=data["limit_value"],
-            observed=data["observed"],
-            unit=data["unit"],
-            action=data["action"],
-            detail=data.get("detail", ""),
-            evidence=Evidence(data.get("evidence", Evidence.UNSPECIFIED)),
+            limit, limit_value, observed, unit, action, data.get("detail", ""), evidence=evidence
         )
 
 
