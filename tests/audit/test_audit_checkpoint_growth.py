@@ -130,7 +130,9 @@ def test_verify_since_checkpoint_starts_after_the_signed_entry(
     assert since.returncode == 0, since.stderr
     assert since.stdout.splitlines() == [
         f"since checkpoint: tenant acme from entry 12 (key {kid})",
-        "ok: 3 records verified",  # the executions admitted after it: nothing before was read
+        # The executions admitted after it, and the one admitted before it and completed
+        # after it (its rows, read by its id): nothing else before it was read.
+        "ok: 4 records verified",
     ]
     assert store.verify("acme", (11, _entry(audit_db, 11))).ok
 
@@ -161,3 +163,39 @@ def test_verify_since_checkpoint_starts_after_the_signed_entry(
 def _entry(audit_db: AuditDb, seq: int) -> str:
     rows = audit_db.raw("SELECT entry_hash FROM entries WHERE tenant = 'acme' AND seq = ?", (seq,))
     return str(rows[0][0])
+
+
+def test_verify_since_checkpoint_checks_the_rows_of_a_record_ended_after_it(
+    audit_db: AuditDb, tmp_path: Path
+) -> None:
+    """An execution admitted before the checkpoint and completed after it had its index rows
+    rewritten after the checkpoint was signed: verifying from the checkpoint compares them
+    with its entries, and names it when they were tampered with."""
+    store = audit_db.open()
+    publisher = CheckpointPublisher(store, Ed25519PrivateKey.generate(), directory=tmp_path)
+    _fill(store, "acme", 3)
+    running = admission("acme", "late-one")
+    store.admit(running)
+    (signed,) = publisher.publish_once()
+    store.complete(running.execution_id, result(running.execution_id, tools=("search", "fetch")))
+    _fill(store, "acme", 2)
+    frontier = store.frontier_at("acme", signed.tree_size)
+    assert frontier is not None and frontier.root() == signed.root_hash
+    since = (signed.tree_size, frontier.last_hash)
+    clean = store.verify("acme", since)
+    assert clean.ok and clean.records == 3, clean
+
+    audit_db.raw("UPDATE executions SET status = 'error' WHERE execution_id = 'late-one'")
+    assert store.verify("acme", since).problems == [
+        "record late-one: executions index differs from the chain in status: edited"
+    ]
+    audit_db.raw("UPDATE executions SET status = 'ok' WHERE execution_id = 'late-one'")
+    assert store.verify("acme", since).ok
+    audit_db.raw("DELETE FROM calls WHERE execution_id = 'late-one' AND tool = 'fetch'")
+    assert store.verify("acme", since).problems == [
+        "record late-one: calls index differs from the chain: edited"
+    ]
+    # What a full verification says of the same tampering: the same problem.
+    assert store.verify("acme").problems == [
+        "record late-one: calls index differs from the chain: edited"
+    ]
