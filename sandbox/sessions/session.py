@@ -17,7 +17,7 @@ from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import ResolvedLimits
 from stubs_gen import Manifest
 
-__all__ = ["Session", "SessionSettings", "SessionState", "error_text"]
+__all__ = ["RebuildClock", "Session", "SessionSettings", "SessionState", "error_text"]
 
 
 class SessionState(StrEnum):
@@ -35,6 +35,17 @@ class SessionSettings:
     idle_timeout_s: float
     max_lifetime_s: float
     max_executions: int  # 0: no limit
+
+
+@dataclass(frozen=True)
+class RebuildClock:
+    """When a session rebuilt on this server (`sandbox.sessions.rebuild`) passed its first two
+    clock points, on `time.monotonic`'s clock; the third, its first replayed cell's start, is
+    its sandbox's `SessionSandbox.first_job_at` (the first job frame sent). What a take-over
+    costs before anything runs is read from these (`bench.session_rebuild`)."""
+
+    asked: float  # a request found no holder of the session here and began its rebuild
+    taken_over: float  # the store's take-over committed: this server is the session's holder
 
 
 @dataclass
@@ -59,6 +70,7 @@ class Session:
     _created_mono: float = field(default_factory=time.monotonic)
     _used_mono: float = field(default_factory=time.monotonic)
     _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
+    rebuilt: RebuildClock | None = None  # set when this server rebuilt it from its record
 
     @property
     def active(self) -> bool:
