@@ -230,14 +230,14 @@ def test_the_tenants_are_read_through_the_index_not_the_executions(
         "VALUES ('x-1', 'no-chain', 1, 'ok', 0, 'process', '', '', 'h', '', '')"
     )
     assert filled.tenants() == ["big", "no-chain", "small"]
-    ((name, sql, params),) = _statements(filled, [("tenants", filled.tenants)])
+    ((_, sql, params),) = _statements(filled, [("tenants", filled.tenants)])
     plan = _explain(audit_db, sql, params)
     if audit_db.kind == "sqlite":
         reads = [step for step in plan if "executions" in step]
         assert reads and all(step.startswith("SEARCH ") for step in reads), plan
         assert not [step for step in plan if step.startswith("SCAN e")], plan
     else:
-        reads = [n for n, line in enumerate(plan) if " on executions" in line]
-        assert reads, plan
-        for n in reads:
+        scans = [n for n, line in enumerate(plan) if " on executions" in line]
+        assert scans, plan
+        for n in scans:
             assert "Index Only Scan" in plan[n] and "Limit" in plan[n - 1], plan
