@@ -1,22 +1,23 @@
 """Session rebuild benchmark: the time and CPU to rebuild a session of 10 and of 100 cells, and
 how long after the take-over its first replayed cell starts, on a store of any size.
 
-Run: ``python -m bench.session_rebuild [--rounds N] [--backend process|docker]
-[--history 10000,100000,1000000] [--store PATH]``. Embedded: a `SandboxServer` with a SQLite
-audit store runs in this process; a client on the same event loop builds two sessions over
-loopback gRPC, of 10 and of 100 recorded cells (each cell sets a variable and prints it; every
-tenth also calls an echo tool, answered from the record when replayed). A timed run is one
-rebuild, as a session's next call on another server does it (`SessionManager.resume` →
-`sandbox.sessions.rebuild`): the session is let go of as a draining server does (its sandbox
+Run: ``python -m bench.session_rebuild [--rounds N] [--backend process|docker] [--history
+10000,100000,1000000] [--store PATH | --pg-url URL]``. Embedded: a `SandboxServer` with a SQLite
+audit store (or PostgreSQL) runs in this process; a client on the same event loop builds two
+sessions over loopback gRPC, of 10 and of 100 recorded cells (each cell sets a variable and
+prints it; every tenth also calls an echo tool, answered from the record when replayed). A timed
+run is one rebuild, as a session's next call on another server does it (`SessionManager.resume`
+→ `sandbox.sessions.rebuild`): the session is let go of as a draining server does (its sandbox
 disposed, its record handed over in the store), untimed, then taken over and rebuilt: the cells
-read from the store, a fresh sandbox, every cell replayed and checked. No gRPC in the timed part;
-a rebuild through another server adds one call's cost.
+read from the store, a fresh sandbox, every cell replayed and checked. No gRPC in the timed
+part; a rebuild through another server adds one call's cost.
 
 ``--history`` runs the whole at each size: before the server opens the store, the session's
 tenant is given that many executions (`bench.store_scale`'s bulk fill: the store's own admission
 and completion code, 2,000 a transaction), so the take-over reads and writes a store that big.
 ``--store`` keeps the SQLite file between runs (filled once, topped up to each size; without
-it, a temporary file).
+it, a temporary file); ``--pg-url`` runs it all on a fresh schema of that PostgreSQL server
+(dropped afterwards).
 
 The take-over's clock points are the code's own (`RebuildClock`, on `time.monotonic`):
 
@@ -46,7 +47,7 @@ import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its
 
 # isort: split
 from bench.harness import Report, bench_parser, interleave, percentile
-from bench.store_scale import _fill_bulk
+from bench.store_scale import _fill_bulk, _postgres
 from sandbox.audit import open_store
 from sandbox.client import AsyncClient
 from sandbox.server import SandboxServer, ServerConfig
@@ -83,12 +84,17 @@ def prefill(path: str, size: int, report: Report) -> None:
 
 
 @contextlib.contextmanager
-def _store_file(kept: str | None) -> Iterator[str]:
-    if kept:
+def _store_file(kept: str | None, pg_url: str | None) -> Iterator[str]:
+    """The store's target: ``kept`` (a SQLite file), a fresh schema of the PostgreSQL server
+    ``pg_url`` (dropped afterwards), or a SQLite file in a temporary directory."""
+    if pg_url:
+        with _postgres(pg_url) as (target, _size):
+            yield target
+    elif kept:
         yield kept
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        yield str(Path(tmp) / "audit.db")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield str(Path(tmp) / "audit.db")
 
 
 async def run(
@@ -180,10 +186,10 @@ async def run(
         await server.stop(grace_s=1.0)
 
 
-async def main(
-    report: Report, rounds: int, warmup: int, backend: str, histories: list[int], kept: str | None
-) -> None:
-    with _store_file(kept) as path:
+async def main(report: Report, args: Any) -> None:
+    rounds, warmup, backend = args.rounds, args.warmup, args.backend
+    histories = sorted(int(s.replace("_", "")) for s in args.history.split(","))
+    with _store_file(args.store, args.pg_url) as path:
         for history in histories:
             prefill(path, history, report)
             await run(report, path, history, rounds, warmup, backend)
@@ -196,7 +202,7 @@ if __name__ == "__main__":
         "--history", default="0", help="executions of the tenant in the store (comma list)"
     )
     parser.add_argument("--store", default=None, help="a SQLite file kept between runs")
+    parser.add_argument("--pg-url", default=None, help="PostgreSQL server (a fresh schema)")
     args = parser.parse_args()
-    sizes = sorted(int(s.replace("_", "")) for s in args.history.split(","))
     with Report("session_rebuild", args) as report:
-        asyncio.run(main(report, args.rounds, args.warmup, args.backend, sizes, args.store))
+        asyncio.run(main(report, args))
