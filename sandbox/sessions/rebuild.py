@@ -266,17 +266,21 @@ async def _claim_and_rebuild(
     session._used_mono = time.monotonic()
     manager.adopt(session)
     metrics.session_rebuilt("rebuilt", time.monotonic() - started)
+    _log_rebuilt(session, here, len(cells), started)
+    return session
+
+
+def _log_rebuilt(session: Session, here: str, cells: int, taken_over: float) -> None:
     first_job = session.sandbox.first_job_at
     log.warning(
         "sessions: session %s rebuilt on %s: %d cells replayed in %.2f s, the first started "
         "%.1f ms after the take-over",
-        session_id,
+        session.id,
         here,
-        len(cells),
-        time.monotonic() - started,
-        (first_job - started) * 1000 if first_job is not None else float("nan"),
+        cells,
+        time.monotonic() - taken_over,
+        (first_job - taken_over) * 1000 if first_job is not None else float("nan"),
     )
-    return session
 
 
 async def _not_started(store: Any, session_id: str, here: str, exc: Exception) -> PtcError:

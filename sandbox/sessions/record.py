@@ -15,14 +15,7 @@ import time
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.engine import limits_fields
 from sandbox.errors import NotFound, quote
-from sandbox.result import (
-    ExecutionResult,
-    ExecutionStatus,
-    ScriptError,
-    SessionEnd,
-    SessionEndState,
-    Usage,
-)
+from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.session import Session, SessionState
 
 __all__ = ["admit_record", "complete_record", "gone_error"]
@@ -90,7 +83,7 @@ def complete_record(
         finished_at=ended,
         session_id=session.id,
         session_lost="" if session.state is SessionState.CLOSED else session.reason,
-        session_end=SessionEnd(SessionEndState(session.state.value), session.reason[:2000]),
+        session_end=session.end(),
     )
     try:
         store.complete(session.id, result)

@@ -15,6 +15,7 @@ from enum import StrEnum
 from sandbox.errors import FailedPrecondition, NotFound, PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import ResolvedLimits
+from sandbox.result import SessionEnd, SessionEndState
 from stubs_gen import Manifest
 
 __all__ = ["RebuildClock", "Session", "SessionSettings", "SessionState", "error_text"]
@@ -75,6 +76,10 @@ class Session:
     @property
     def active(self) -> bool:
         return self.state is SessionState.ACTIVE
+
+    def end(self) -> SessionEnd:
+        """How this ended session ended, as its record's completion carries it (typed)."""
+        return SessionEnd(SessionEndState(self.state.value), self.reason[:2000])
 
     def gone_error(self) -> FailedPrecondition | NotFound:
         message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"
