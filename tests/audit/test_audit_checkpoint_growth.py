@@ -12,6 +12,7 @@ checked against the root of the whole tree built from scratch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,4 +199,35 @@ def test_verify_since_checkpoint_checks_the_rows_of_a_record_ended_after_it(
     # What a full verification says of the same tampering: the same problem.
     assert store.verify("acme").problems == [
         "record late-one: calls index differs from the chain: edited"
+    ]
+
+
+def test_verify_since_checkpoint_checks_a_session_taken_over_after_it(
+    audit_db: AuditDb, tmp_path: Path
+) -> None:
+    """A session admitted before the checkpoint, handed over and taken over after it: its
+    executions and sessions rows name the new holder, and an edit of either is named."""
+    a, b = audit_db.open("srv-a"), audit_db.open("srv-b")
+    publisher = CheckpointPublisher(a, Ed25519PrivateKey.generate(), directory=tmp_path)
+    settings = {
+        "ptc.kind": "session",
+        "ptc.idle_timeout_ms": "60000",
+        "ptc.max_lifetime_ms": "600000",
+        "ptc.max_executions": "0",
+    }
+    a.admit(replace(admission("acme", "s-late", script=""), labels=settings))
+    _fill(a, "acme", 2)
+    (signed,) = publisher.publish_once()
+    assert a.hand_over("s-late", "draining")
+    assert b.take_over("acme", "s-late") == "srv-a"
+    frontier = a.frontier_at("acme", signed.tree_size)
+    assert frontier is not None and frontier.root() == signed.root_hash
+    since = (signed.tree_size, frontier.last_hash)
+    clean = a.verify("acme", since)
+    assert clean.ok and clean.records == 1, clean
+    audit_db.raw("UPDATE sessions SET holder = 'srv-a' WHERE session_id = 's-late'")
+    audit_db.raw("UPDATE executions SET instance = 'srv-a' WHERE execution_id = 's-late'")
+    assert a.verify("acme", since).problems == [
+        "record s-late: executions index differs from the chain in instance: edited",
+        "session s-late: sessions index differs from the chain in holder: edited",
     ]
