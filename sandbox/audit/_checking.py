@@ -17,6 +17,7 @@ entries derive (`verify_late`): still the cost of what changed since.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sandbox.audit import _sessions
 from sandbox.audit._codec import Entry
@@ -57,16 +58,9 @@ def verify_in(tx: Tx, tenant: str, since: tuple[int, str] | None) -> tuple[int, 
     return count, problems
 
 
-def _entry(r: tuple[object, ...]) -> Entry:
+def _entry(r: tuple[Any, ...]) -> Entry:
     return Entry(
-        str(r[0]),
-        int(str(r[1])),
-        str(r[2]),
-        str(r[3]),
-        int(str(r[4])),
-        str(r[5]),
-        str(r[6]),
-        str(r[7]),
+        str(r[0]), int(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), str(r[6]), str(r[7])
     )
 
 

@@ -126,10 +126,9 @@ def verify_tenant(
         if not isinstance(payload, dict):
             problems.append(f"{where}: payload is not an object: edited")
             continue
-        kind = entry.kind
         if (
             since is not None
-            and kind not in ("admitted", "pruned")
+            and entry.kind not in ("admitted", "pruned")
             and entry.execution_id not in execs
         ):
             late.add(entry.execution_id)  # admitted before the checkpoint
