@@ -59,10 +59,14 @@ def main(report: Report, args: Any) -> None:
         measure(report, path, tenant, int(size), args.lookups)
 
 
+def parser() -> Any:
+    options = bench_parser(__doc__, rounds=1)
+    options.add_argument("--stores", required=True, help="PATH:TENANT:SIZE, comma-separated")
+    options.add_argument("--lookups", type=int, default=10_000, help="random look-ups per run")
+    return options
+
+
 if __name__ == "__main__":
-    parser = bench_parser(__doc__, rounds=1)
-    parser.add_argument("--stores", required=True, help="PATH:TENANT:SIZE, comma-separated")
-    parser.add_argument("--lookups", type=int, default=10_000, help="random look-ups per run")
-    arguments = parser.parse_args()
+    arguments = parser().parse_args()
     with Report("point_reads", arguments) as report:
         main(report, arguments)

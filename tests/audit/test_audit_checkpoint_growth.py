@@ -19,7 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sandbox.audit import SqlAuditStore
-from sandbox.audit.checkpoints import generate_key, load_private_key, tenant_tree
+from sandbox.audit.checkpoints import Checkpoint, generate_key, load_private_key, tenant_tree
 from sandbox.audit.publisher import HISTORY_FILE, CheckpointPublisher
 from tests.audit.audit_support import admission, result
 from tests.audit.conftest import AuditDb
@@ -166,6 +166,14 @@ def _entry(audit_db: AuditDb, seq: int) -> str:
     return str(rows[0][0])
 
 
+def _since(store: SqlAuditStore, signed: Checkpoint) -> tuple[int, str]:
+    """Where `verify` starts after ``signed``: its size and the hash of its last entry, from
+    the stored frontier whose root is the signed root (as `ptc audit verify` proves it)."""
+    frontier = store.frontier_at("acme", signed.tree_size)
+    assert frontier is not None and frontier.root() == signed.root_hash
+    return signed.tree_size, frontier.last_hash
+
+
 def test_verify_since_checkpoint_checks_the_rows_of_a_record_ended_after_it(
     audit_db: AuditDb, tmp_path: Path
 ) -> None:
@@ -180,9 +188,7 @@ def test_verify_since_checkpoint_checks_the_rows_of_a_record_ended_after_it(
     (signed,) = publisher.publish_once()
     store.complete(running.execution_id, result(running.execution_id, tools=("search", "fetch")))
     _fill(store, "acme", 2)
-    frontier = store.frontier_at("acme", signed.tree_size)
-    assert frontier is not None and frontier.root() == signed.root_hash
-    since = (signed.tree_size, frontier.last_hash)
+    since = _since(store, signed)
     clean = store.verify("acme", since)
     assert clean.ok and clean.records == 3, clean
 
@@ -220,9 +226,7 @@ def test_verify_since_checkpoint_checks_a_session_taken_over_after_it(
     (signed,) = publisher.publish_once()
     assert a.hand_over("s-late", "draining")
     assert b.take_over("acme", "s-late") == "srv-a"
-    frontier = a.frontier_at("acme", signed.tree_size)
-    assert frontier is not None and frontier.root() == signed.root_hash
-    since = (signed.tree_size, frontier.last_hash)
+    since = _since(a, signed)
     clean = a.verify("acme", since)
     assert clean.ok and clean.records == 1, clean
     audit_db.raw("UPDATE sessions SET holder = 'srv-a' WHERE session_id = 's-late'")
