@@ -31,6 +31,8 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStatus",
     "ScriptError",
+    "SessionEnd",
+    "SessionEndState",
     "Usage",
     "Violation",
 ]
@@ -187,6 +189,26 @@ class ScriptError:
         return f" (line {self.line})" if self.line > 0 else ""
 
 
+class SessionEndState(enum.StrEnum):
+    """How a session ended (`sandbox.sessions.SessionState`, but for ``active``)."""
+
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a session ended, on its own record's completion: read by the store as it is
+    (`sandbox.audit._sessions`), where its error's message says the same in words."""
+
+    state: SessionEndState
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": str(self.state), "reason": self.reason}
+
+
 @dataclass
 class ExecutionResult:
     execution_id: str
@@ -210,6 +232,7 @@ class ExecutionResult:
     session_id: str = ""
     value: str | None = None
     session_lost: str = ""
+    session_end: SessionEnd | None = None  # on a session's own record: how it ended
     # Files: the request's inputs by digest; what the script left under outputs/ (with its
     # bytes, except in an audit record); what it left there that was not returned, and why.
     input_files: list[FileDigest] = field(default_factory=list)
@@ -265,4 +288,6 @@ class ExecutionResult:
             "session_id": self.session_id,
             "value": self.value,
             "session_lost": self.session_lost,
+            # A session's own record alone: its cells keep their shape.
+            **({"session_end": self.session_end.to_json()} if self.session_end else {}),
         }

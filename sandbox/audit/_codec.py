@@ -29,6 +29,8 @@ from sandbox.result import (
     ExecutionResult,
     ExecutionStatus,
     ScriptError,
+    SessionEnd,
+    SessionEndState,
     Usage,
     Violation,
 )
@@ -231,8 +233,17 @@ def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
         session_id=str(data.get("session_id", "")),
         value=data.get("value"),
         session_lost=str(data.get("session_lost", "")),
+        session_end=_session_end(data.get("session_end")),
         # Records written before files existed have none.
         input_files=[FileDigest(**f) for f in data.get("input_files", [])],
         output_files=[OutputFile(**f) for f in data.get("output_files", [])],
         omitted_outputs=[OmittedOutput(**o) for o in data.get("omitted_outputs", [])],
     )
+
+
+def _session_end(data: Any) -> SessionEnd | None:
+    """A session record's typed end; None on every other record, and on a session's record
+    written before it was typed (its end is then in its error's message alone)."""
+    if not isinstance(data, Mapping):
+        return None
+    return SessionEnd(SessionEndState(data["state"]), str(data["reason"]))
