@@ -6,28 +6,16 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { generateText, stepCountIs, streamText } from "ai";
 import { MockLanguageModelV2, simulateReadableStream } from "ai/test";
 import { z } from "zod";
 import { executeTool, modelOutputOf } from "../../src/frameworks/ai.js";
-import { clientTool, PtcClient, PtcError } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
+import { clientTool, PtcError } from "../../src/index.js";
+import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
@@ -72,7 +60,7 @@ function givenBack(prompt: readonly unknown[]): string {
 }
 
 test("generateText: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
   const model = new MockLanguageModelV2({ doGenerate: [callExecute(WEATHER_SCRIPT), answer] });
   const result = await generateText({
     model,
@@ -93,7 +81,7 @@ test("generateText: the model reads the observation of a script calling a client
 });
 
 test("streamText: output arrives as preliminary results before the observation", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const code = "import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')\n";
   const chunks = (id: string, code_: string) => [
     {
@@ -148,7 +136,7 @@ test("streamText: output arrives as preliminary results before the observation",
 
 test("a request the service refuses is an observation the model reads, not a thrown error", async () => {
   const execute = await executeTool({
-    client,
+    client: served.client,
     tools: [weatherTool()],
     expectedCalls: [{ tool: "no_such_tool", min: 1 }],
   });
@@ -172,7 +160,7 @@ test("a client tool defined with zod, failing: the script's error and the call l
       throw new Error("upstream down");
     },
   });
-  const execute = await executeTool({ client, tools: [flaky] });
+  const execute = await executeTool({ client: served.client, tools: [flaky] });
   const code = "import tools\ntools.flaky(n=1)\n";
   const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
   await generateText({
@@ -200,7 +188,7 @@ test("server tools from a manifest beside a client tool; declared summary fields
     },
     "x-ptc": { summary_fields: ["q"] },
   };
-  const execute = await executeTool({ client, tools: [manifest, weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [manifest, weatherTool()] });
   const code =
     "import tools\nr = tools.lookup(q='x', padding='y' * 10)\nprint(tools.get_weather(city=r['q'])['wind'])\n";
   const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
@@ -225,7 +213,7 @@ test("server tools from a manifest beside a client tool; declared summary fields
 });
 
 test("the caller's abort signal ends a running script with the abort, and the server serves on", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const model = new MockLanguageModelV2({
     doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer],
   });
@@ -249,17 +237,20 @@ test("the caller's abort signal ends a running script with the abort, and the se
   clearTimeout(timer);
   assert.ok(Date.now() - started < 20_000, "the abort did not end the run");
   assert.equal(model.doGenerateCalls.length, 1); // the model was never given a made-up result
-  const after = await client.execute("print('still serving')");
+  const after = await served.client.execute("print('still serving')");
   assert.equal(after.stdout, "still serving\n");
 });
 
 test("a manifest that is not JSON is refused when the tool is made, naming what was wrong", async () => {
-  await assert.rejects(executeTool({ client, tools: "[{not json" }), (error: unknown) => {
-    assert.ok(error instanceof PtcError);
-    assert.equal(error.code, "invalid_argument");
-    assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
-    return true;
-  });
+  await assert.rejects(
+    executeTool({ client: served.client, tools: "[{not json" }),
+    (error: unknown) => {
+      assert.ok(error instanceof PtcError);
+      assert.equal(error.code, "invalid_argument");
+      assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
+      return true;
+    },
+  );
 });
 
 test("toModelOutput reads the observation as AI SDK 5 and AI SDK 6 pass the result", () => {

@@ -6,27 +6,14 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Agent } from "@mastra/core/agent";
 import { MockLanguageModelV2 } from "ai/test";
 import { executeTool } from "../../src/frameworks/mastra.js";
-import { PtcClient } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
@@ -51,7 +38,7 @@ function givenBack(prompt: readonly unknown[]): string[] {
 }
 
 test("Agent.generate: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
   // Mastra's generate asks the model for whole responses (doGenerate), one per step.
   const model = new MockLanguageModelV2({
     doGenerate: [
@@ -91,7 +78,7 @@ test("Agent.generate: the model reads the observation of a script calling a clie
 });
 
 test("Agent.stream: the script's output reaches the stream through the tool's writer", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const code = "import time\nprint('one', flush=True)\ntime.sleep(0.3)\nprint('two')\n";
   const chunks = (parts: unknown[]) =>
     new ReadableStream({

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import {
   Agent,
   type AgentOutputItem,
@@ -17,25 +17,12 @@ import {
   Usage,
 } from "@openai/agents";
 import { executeTool } from "../../src/frameworks/openai-agents.js";
-import { PtcClient } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
 setTracingDisabled(true); // nothing leaves this machine
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 /** A model answering each request with the next of its scripted outputs, keeping the requests. */
 class ScriptedModel implements Model {
@@ -96,7 +83,7 @@ function givenBack(request: ModelRequest | undefined): Map<string, unknown> {
 }
 
 test("Runner.run: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
   const model = new ScriptedModel([callExecute(WEATHER_SCRIPT, "oa1"), say("3 degrees")]);
   const agent = new Agent({
     name: "weather",
@@ -115,7 +102,7 @@ test("Runner.run: the model reads the observation of a script calling a client t
 
 test("expectedCalls: a script that calls too little gets the violation in its observation", async () => {
   const execute = await executeTool({
-    client,
+    client: served.client,
     tools: [weatherTool()],
     expectedCalls: [{ tool: "get_weather", min: 2 }],
   });
@@ -139,7 +126,7 @@ test("expectedCalls: a script that calls too little gets the violation in its ob
 });
 
 test("arguments without code: the model reads the Python SDK's error text and can try again", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const model = new ScriptedModel([
     [
       {

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { AIMessage, ToolMessage } from "@langchain/core/messages";
 import { fakeModel } from "@langchain/core/testing";
 import { generateText, stepCountIs } from "ai";
@@ -20,8 +20,8 @@ import { errorFromStatus, GrpcCode } from "../../src/errors.js";
 import { aiExecuteTool } from "../../src/frameworks/ai.js";
 import { ExecuteTool, refusedInSession } from "../../src/frameworks/core.js";
 import { executeTool as langchainExecuteTool } from "../../src/frameworks/langchain.js";
-import { PtcClient } from "../../src/index.js";
-import { REPO_ROOT, type Serving, startServe } from "../support/serve.js";
+import { REPO_ROOT } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
 import { weatherTool } from "./scripted.js";
 
 interface Vector {
@@ -35,19 +35,7 @@ const vectors = JSON.parse(readFileSync(VECTORS, "utf8")) as Vector[];
 /** The first vector's text (a closed session) for the session `id`. */
 const closedText = (id: string) => vectors[0]?.text.replace("s-4f2a", id);
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
@@ -98,7 +86,7 @@ test("the vectors are there, and each refusal renders as the Python tool's", () 
 });
 
 test("generateText, session: true: call 2 reads the name call 1 set, and close ends it", async () => {
-  const core = await ExecuteTool.create({ client, session: true });
+  const core = await ExecuteTool.create({ client: served.client, session: true });
   assert.equal(core.sessionId, undefined); // opened on the first run, not before
   let givenSession = "";
   const model = new MockLanguageModelV2({
@@ -127,7 +115,7 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
     await core.close();
   }
   const id = givenSession;
-  const info = await client.getSession(id);
+  const info = await served.client.getSession(id);
   assert.equal(info.executionIds.length, 3); // the three calls, cells of one session
   assert.equal(info.state, "closed");
   assert.equal(core.sessionId, undefined);
@@ -135,8 +123,8 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
 });
 
 test("a call after the session ended is the observation naming why, as in Python", async () => {
-  const session = await client.createSession();
-  const core = await ExecuteTool.create({ client, session });
+  const session = await served.client.createSession();
+  const core = await ExecuteTool.create({ client: served.client, session });
   assert.equal((await core.run("y = 1")).isError, false);
   await session.close();
   const observation = await core.run("print(y)");
@@ -145,7 +133,7 @@ test("a call after the session ended is the observation naming why, as in Python
   assert.equal(observation.result, undefined);
   await core.close(); // the caller's session: left alone, no error
   // The server still serves: a single-use tool runs.
-  const single = await ExecuteTool.create({ client });
+  const single = await ExecuteTool.create({ client: served.client });
   assert.equal(
     (await single.run("print(2)")).text,
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n2",
@@ -153,7 +141,7 @@ test("a call after the session ended is the observation naming why, as in Python
 });
 
 test("a single-use tool keeps nothing between calls", async () => {
-  const single = await ExecuteTool.create({ client });
+  const single = await ExecuteTool.create({ client: served.client });
   await single.run("z = 1");
   const observation = await single.run("print(z)");
   assert.equal(observation.result?.status, "error");
@@ -161,9 +149,13 @@ test("a single-use tool keeps nothing between calls", async () => {
 });
 
 test("createAgent with a Session passed in: a client tool's result set in call 1 is read in call 2", async () => {
-  const session = await client.createSession();
+  const session = await served.client.createSession();
   try {
-    const execute = await langchainExecuteTool({ client, tools: [weatherTool()], session });
+    const execute = await langchainExecuteTool({
+      client: served.client,
+      tools: [weatherTool()],
+      session,
+    });
     const first =
       "import tools\ntemps = {c: tools.get_weather(city=c)['temp'] for c in ['Oslo', 'Ys']}\n";
     const model = fakeModel()
@@ -197,7 +189,7 @@ test("createAgent with a Session passed in: a client tool's result set in call 1
 });
 
 test("two calls at once open one session; one cell is refused as the server says, and the tool goes on", async () => {
-  const core = await ExecuteTool.create({ client, session: true });
+  const core = await ExecuteTool.create({ client: served.client, session: true });
   try {
     const both = await Promise.all([
       core.run("import time\ntime.sleep(1)\nv = 'first'"),
@@ -216,7 +208,7 @@ test("two calls at once open one session; one cell is refused as the server says
     const kept = both[0] === ran[0] ? "first" : "second";
     const after = await core.run("print(v)");
     assert.equal(after.text, `status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n${kept}`);
-    assert.equal((await client.getSession(id)).executionIds.length, 2); // the refused one is no cell
+    assert.equal((await served.client.getSession(id)).executionIds.length, 2); // the refused one is no cell
   } finally {
     await core.close();
   }
