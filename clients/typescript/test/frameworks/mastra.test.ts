@@ -2,14 +2,15 @@
  * Mastra's own agent loop (`Agent.generate`) driven by the AI SDK's mock language model, calling
  * `ptc-sandbox/mastra`'s execute tool against a real `ptc serve`: the model is given back the
  * observation, exactly, and with `Agent.stream` the script's output chunks reach the stream as
- * the tool's own output (its writer) while it runs.
+ * the tool's own output (its writer) while it runs. Over a session (`session: true`), the
+ * loop's second call of the tool sees the names its first call set.
  */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Agent } from "@mastra/core/agent";
 import { MockLanguageModelV2 } from "ai/test";
-import { executeTool } from "../../src/frameworks/mastra.js";
+import { ExecuteTool, executeTool, mastraExecuteTool } from "../../src/frameworks/mastra.js";
 import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
@@ -129,4 +130,55 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
     givenBack(model.doStreamCalls[1]?.prompt ?? []).join(""),
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\none\ntwo",
   );
+});
+
+test("Agent.generate over a session: call 2 reads the names call 1 set, and close ends it", async () => {
+  const core = await ExecuteTool.create({ client: served.client, session: true });
+  const call = (code: string, toolCallId: string) => ({
+    content: [
+      {
+        type: "tool-call" as const,
+        toolCallId,
+        toolName: "execute_python",
+        input: JSON.stringify({ code }),
+      },
+    ],
+    finishReason: "tool-calls" as const,
+    usage,
+    warnings: [],
+  });
+  const model = new MockLanguageModelV2({
+    doGenerate: [
+      call("import math\nr = 2\nprint('set')", "ms1"),
+      call("print(round(math.pi * r * r, 2))", "ms2"),
+      {
+        content: [{ type: "text", text: "12.57" }],
+        finishReason: "stop",
+        usage,
+        warnings: [],
+      },
+    ],
+  });
+  const agent = new Agent({
+    name: "circle",
+    instructions: "Keep state.",
+    model,
+    tools: { execute_python: mastraExecuteTool(core) },
+  });
+  let id = "";
+  try {
+    const result = await agent.generate("Area of a circle of radius 2?", { maxSteps: 4 });
+    id = core.sessionId ?? "";
+    assert.equal(result.text, "12.57");
+    assert.equal(model.doGenerateCalls.length, 3);
+    assert.deepEqual(givenBack(model.doGenerateCalls[2]?.prompt ?? []), [
+      "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\nset",
+      "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n12.57",
+    ]);
+  } finally {
+    await core.close();
+  }
+  const info = await served.client.getSession(id);
+  assert.equal(info.executionIds.length, 2); // both calls were cells of the one session
+  assert.equal(info.state, "closed");
 });

@@ -2,6 +2,7 @@
  * The OpenAI Agents SDK's own loop (`Runner.run`) driven by a scripted `Model` (the SDK's model
  * interface, answering from a list), calling `ptc-sandbox/openai-agents`' execute tool against a
  * real `ptc serve`: the function call output the model is given back is the observation, exactly.
+ * Over a session passed in, the loop's second call of the tool sees the names its first set.
  */
 
 import assert from "node:assert/strict";
@@ -151,4 +152,41 @@ test("arguments without code: the model reads the Python SDK's error text and ca
     givenBack(model.requests[2]).get("good"),
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n1",
   );
+});
+
+test("Runner.run over a caller's Session: call 2 reads the names call 1 set", async () => {
+  const session = await served.client.createSession();
+  try {
+    const execute = await executeTool({ client: served.client, tools: [weatherTool()], session });
+    const first = "import tools\noslo = tools.get_weather(city='Oslo')\nprint(oslo['wind'])";
+    const model = new ScriptedModel([
+      callExecute(first, "os1"),
+      callExecute("print(oslo['temp'] + 1)", "os2"),
+      say("4 degrees"),
+    ]);
+    const agent = new Agent({
+      name: "weather",
+      instructions: "Keep state.",
+      model,
+      tools: [execute],
+    });
+    const result = await new Runner({ tracingDisabled: true }).run(agent, "Oslo, one warmer?");
+    assert.equal(result.finalOutput, "4 degrees");
+    assert.equal(model.requests.length, 3);
+    const given = givenBack(model.requests[2]);
+    assert.equal(
+      given.get("os1"),
+      [
+        "status: ok · exit code 0 · 1 tool call (1 ok)",
+        "--- stdout ---",
+        "N",
+        "--- calls (1) ---",
+        '#1 get_weather({"city":"Oslo"}) -> ok {"city":"Oslo","temp":3,"wind":"N"}',
+      ].join("\n"),
+    );
+    assert.equal(given.get("os2"), "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n4");
+    assert.equal((await session.get()).executionIds.length, 2); // two cells of the one session
+  } finally {
+    await session.close();
+  }
 });

@@ -16,6 +16,7 @@ import { fakeModel } from "@langchain/core/testing";
 import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV2 } from "ai/test";
 import { createAgent } from "langchain";
+import type { Tools } from "../../src/client.js";
 import { errorFromStatus, GrpcCode } from "../../src/errors.js";
 import { aiExecuteTool } from "../../src/frameworks/ai.js";
 import { ExecuteTool, refusedInSession } from "../../src/frameworks/core.js";
@@ -73,6 +74,31 @@ function givenBack(prompt: readonly unknown[]): string[] {
   }
   return texts;
 }
+
+interface DescriptionVector {
+  case: string;
+  session: boolean;
+  tools: Tools;
+  instructions: string;
+  description: string;
+}
+
+const DESCRIPTIONS = join(REPO_ROOT, "tests", "data", "execute_tool_description_vectors.json");
+
+test("the description says what persists, in each mode, word for word the Python tool's", async () => {
+  const cases = JSON.parse(readFileSync(DESCRIPTIONS, "utf8")) as DescriptionVector[];
+  assert.deepEqual(new Set(cases.map((c) => c.session)), new Set([false, true]));
+  for (const c of cases) {
+    const core = await ExecuteTool.create({
+      client: served.client,
+      tools: c.tools,
+      instructions: c.instructions,
+      session: c.session,
+    });
+    assert.equal(core.description, c.description, c.case);
+    assert.equal(core.sessionId, undefined); // describing opens no session
+  }
+});
 
 test("the vectors are there, and each refusal renders as the Python tool's", () => {
   assert.ok(vectors.length >= 5, `only ${vectors.length} vectors`);
