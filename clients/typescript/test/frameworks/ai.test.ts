@@ -7,40 +7,22 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { generateText, stepCountIs, streamText } from "ai";
+import { generateText, stepCountIs, streamText, type Tool } from "ai";
 import { MockLanguageModelV2, simulateReadableStream } from "ai/test";
 import { z } from "zod";
 import { executeTool, modelOutputOf } from "../../src/frameworks/ai.js";
 import { clientTool, PtcError } from "../../src/index.js";
 import { servedClient } from "../support/served.js";
-import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
+import {
+  answer,
+  callExecute,
+  usage,
+  WEATHER_OBSERVATION,
+  WEATHER_SCRIPT,
+  weatherTool,
+} from "./scripted.js";
 
 const served = servedClient("--allow-degraded");
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
-
-function callExecute(code: string, id = "call-1") {
-  return {
-    content: [
-      {
-        type: "tool-call" as const,
-        toolCallId: id,
-        toolName: "execute_python",
-        input: JSON.stringify({ code }),
-      },
-    ],
-    finishReason: "tool-calls" as const,
-    usage,
-    warnings: [],
-  };
-}
-
-const answer = {
-  content: [{ type: "text" as const, text: "done" }],
-  finishReason: "stop" as const,
-  usage,
-  warnings: [],
-};
 
 /** The text of the tool result the model was given in its `n`-th call's prompt. */
 function givenBack(prompt: readonly unknown[]): string {
@@ -59,9 +41,21 @@ function givenBack(prompt: readonly unknown[]): string {
   throw new Error("no tool result in the prompt");
 }
 
+/** What the model is given back when its first step calls `execute` with `code`. */
+async function observationOf(execute: Tool, code: string): Promise<string> {
+  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer()] });
+  await generateText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "x",
+    stopWhen: stepCountIs(3),
+  });
+  return givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+}
+
 test("generateText: the model reads the observation of a script calling a client tool", async () => {
   const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(WEATHER_SCRIPT), answer] });
+  const model = new MockLanguageModelV2({ doGenerate: [callExecute(WEATHER_SCRIPT), answer()] });
   const result = await generateText({
     model,
     tools: { execute_python: execute },
@@ -140,14 +134,7 @@ test("a request the service refuses is an observation the model reads, not a thr
     tools: [weatherTool()],
     expectedCalls: [{ tool: "no_such_tool", min: 1 }],
   });
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute("print(1)"), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
-  const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+  const text = await observationOf(execute, "print(1)");
   assert.match(text, /^error: the sandbox service refused the request: .*no_such_tool/);
 });
 
@@ -162,14 +149,7 @@ test("a client tool defined with zod, failing: the script's error and the call l
   });
   const execute = await executeTool({ client: served.client, tools: [flaky] });
   const code = "import tools\ntools.flaky(n=1)\n";
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
-  const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+  const text = await observationOf(execute, code);
   const lines = text.split("\n");
   assert.equal(lines[0], "status: error · exit code 1 · 1 tool call (1 error)");
   // The function's error as the Python SDK reports one: its class, then its message.
@@ -191,15 +171,9 @@ test("server tools from a manifest beside a client tool; declared summary fields
   const execute = await executeTool({ client: served.client, tools: [manifest, weatherTool()] });
   const code =
     "import tools\nr = tools.lookup(q='x', padding='y' * 10)\nprint(tools.get_weather(city=r['q'])['wind'])\n";
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
+  const text = await observationOf(execute, code);
   assert.equal(
-    givenBack(model.doGenerateCalls[1]?.prompt ?? []),
+    text,
     [
       "status: ok · exit code 0 · 2 tool calls (2 ok)",
       "--- stdout ---",
@@ -215,7 +189,7 @@ test("server tools from a manifest beside a client tool; declared summary fields
 test("the caller's abort signal ends a running script with the abort, and the server serves on", async () => {
   const execute = await executeTool({ client: served.client });
   const model = new MockLanguageModelV2({
-    doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer],
+    doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer()],
   });
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(new Error("user left")), 500);

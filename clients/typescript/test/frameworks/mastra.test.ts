@@ -12,11 +12,9 @@ import { Agent } from "@mastra/core/agent";
 import { MockLanguageModelV2 } from "ai/test";
 import { ExecuteTool, executeTool, mastraExecuteTool } from "../../src/frameworks/mastra.js";
 import { servedClient } from "../support/served.js";
-import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
+import * as scripted from "./scripted.js";
 
 const served = servedClient("--allow-degraded");
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
 
 /** The tool results the model was given in a prompt, as text. */
 function givenBack(prompt: readonly unknown[]): string[] {
@@ -39,29 +37,12 @@ function givenBack(prompt: readonly unknown[]): string[] {
 }
 
 test("Agent.generate: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [scripted.weatherTool()] });
   // Mastra's generate asks the model for whole responses (doGenerate), one per step.
   const model = new MockLanguageModelV2({
     doGenerate: [
-      {
-        content: [
-          {
-            type: "tool-call",
-            toolCallId: "m1",
-            toolName: "execute_python",
-            input: JSON.stringify({ code: WEATHER_SCRIPT }),
-          },
-        ],
-        finishReason: "tool-calls",
-        usage,
-        warnings: [],
-      },
-      {
-        content: [{ type: "text", text: "It is 3 degrees." }],
-        finishReason: "stop",
-        usage,
-        warnings: [],
-      },
+      scripted.callExecute(scripted.WEATHER_SCRIPT, "m1"),
+      scripted.answer("It is 3 degrees."),
     ],
   });
   const agent = new Agent({
@@ -75,7 +56,10 @@ test("Agent.generate: the model reads the observation of a script calling a clie
   assert.equal(model.doGenerateCalls.length, 2);
   const offered = model.doGenerateCalls[0]?.tools?.[0];
   assert.equal(offered?.name, "execute_python");
-  assert.equal(givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""), WEATHER_OBSERVATION);
+  assert.equal(
+    givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""),
+    scripted.WEATHER_OBSERVATION,
+  );
 });
 
 test("Agent.stream: the script's output reaches the stream through the tool's writer", async () => {
@@ -98,7 +82,7 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
             toolName: "execute_python",
             input: JSON.stringify({ code }),
           },
-          { type: "finish", finishReason: "tool-calls", usage },
+          { type: "finish", finishReason: "tool-calls", usage: scripted.usage },
         ]),
       },
       {
@@ -106,7 +90,7 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
           { type: "text-start", id: "t" },
           { type: "text-delta", id: "t", delta: "two lines" },
           { type: "text-end", id: "t" },
-          { type: "finish", finishReason: "stop", usage },
+          { type: "finish", finishReason: "stop", usage: scripted.usage },
         ]),
       },
     ],
@@ -134,29 +118,11 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
 
 test("Agent.generate over a session: call 2 reads the names call 1 set, and close ends it", async () => {
   const core = await ExecuteTool.create({ client: served.client, session: true });
-  const call = (code: string, toolCallId: string) => ({
-    content: [
-      {
-        type: "tool-call" as const,
-        toolCallId,
-        toolName: "execute_python",
-        input: JSON.stringify({ code }),
-      },
-    ],
-    finishReason: "tool-calls" as const,
-    usage,
-    warnings: [],
-  });
   const model = new MockLanguageModelV2({
     doGenerate: [
-      call("import math\nr = 2\nprint('set')", "ms1"),
-      call("print(round(math.pi * r * r, 2))", "ms2"),
-      {
-        content: [{ type: "text", text: "12.57" }],
-        finishReason: "stop",
-        usage,
-        warnings: [],
-      },
+      scripted.callExecute("import math\nr = 2\nprint('set')", "ms1"),
+      scripted.callExecute("print(round(math.pi * r * r, 2))", "ms2"),
+      scripted.answer("12.57"),
     ],
   });
   const agent = new Agent({

@@ -23,7 +23,7 @@ import { ExecuteTool, refusedInSession } from "../../src/frameworks/core.js";
 import { executeTool as langchainExecuteTool } from "../../src/frameworks/langchain.js";
 import { REPO_ROOT } from "../support/serve.js";
 import { servedClient } from "../support/served.js";
-import { weatherTool } from "./scripted.js";
+import { answer, callExecute, weatherTool } from "./scripted.js";
 
 interface Vector {
   code: keyof typeof GrpcCode;
@@ -37,31 +37,6 @@ const vectors = JSON.parse(readFileSync(VECTORS, "utf8")) as Vector[];
 const closedText = (id: string) => vectors[0]?.text.replace("s-4f2a", id);
 
 const served = servedClient("--allow-degraded");
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
-
-function callExecute(code: string, id: string) {
-  return {
-    content: [
-      {
-        type: "tool-call" as const,
-        toolCallId: id,
-        toolName: "execute_python",
-        input: JSON.stringify({ code }),
-      },
-    ],
-    finishReason: "tool-calls" as const,
-    usage,
-    warnings: [],
-  };
-}
-
-const answer = {
-  content: [{ type: "text" as const, text: "done" }],
-  finishReason: "stop" as const,
-  usage,
-  warnings: [],
-};
 
 /** The texts of the tool results in a prompt, in order. */
 function givenBack(prompt: readonly unknown[]): string[] {
@@ -120,7 +95,7 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
       callExecute("x = 41\nprint('set')", "c1"),
       callExecute("print(x + 1)", "c2"),
       callExecute("x * 2", "c3"),
-      answer,
+      answer(),
     ],
   });
   try {
