@@ -145,27 +145,31 @@ function fromNodeError(reason: unknown): ConnectError {
   return error;
 }
 
-/** A stream that ended with an HTTP/2 reset, coded as connect-node codes one. */
+/** The HTTP/2 error codes (RFC 9113, section 7), by number. */
+const H2_ERRORS = (
+  "NO_ERROR PROTOCOL_ERROR INTERNAL_ERROR FLOW_CONTROL_ERROR SETTINGS_TIMEOUT STREAM_CLOSED " +
+  "FRAME_SIZE_ERROR REFUSED_STREAM CANCEL COMPRESSION_ERROR CONNECT_ERROR ENHANCE_YOUR_CALM " +
+  "INADEQUATE_SECURITY HTTP_1_1_REQUIRED"
+).split(" ");
+
+/** A stream that ended with an HTTP/2 reset, coded as connect-node codes one (none for
+ * NO_ERROR and STREAM_CLOSED, nor for a code it does not know). */
 function fromResetCode(rstCode: number): ConnectError | undefined {
-  const codes: Record<number, [string, Code]> = {
-    1: ["PROTOCOL_ERROR", Code.Internal],
-    2: ["INTERNAL_ERROR", Code.Internal],
-    3: ["FLOW_CONTROL_ERROR", Code.Internal],
-    4: ["SETTINGS_TIMEOUT", Code.Internal],
-    6: ["FRAME_SIZE_ERROR", Code.Internal],
-    7: ["REFUSED_STREAM", Code.Unavailable],
-    8: ["CANCEL", Code.Canceled],
-    9: ["COMPRESSION_ERROR", Code.Internal],
-    10: ["CONNECT_ERROR", Code.Internal],
-    11: ["ENHANCE_YOUR_CALM", Code.ResourceExhausted],
-    12: ["INADEQUATE_SECURITY", Code.PermissionDenied],
-    13: ["HTTP_1_1_REQUIRED", Code.PermissionDenied],
-  };
-  const known = codes[rstCode];
-  if (known === undefined) return undefined;
+  const name = H2_ERRORS[rstCode];
+  if (name === undefined || rstCode === 0 || rstCode === 5) return undefined;
+  const code =
+    rstCode === 7
+      ? Code.Unavailable
+      : rstCode === 8
+        ? Code.Canceled
+        : rstCode === 11
+          ? Code.ResourceExhausted
+          : rstCode >= 12
+            ? Code.PermissionDenied
+            : Code.Internal;
   return new ConnectError(
-    `http/2 stream closed with error code ${known[0]} (0x${rstCode.toString(16)})`,
-    known[1],
+    `http/2 stream closed with error code ${name} (0x${rstCode.toString(16)})`,
+    code,
   );
 }
 
