@@ -50,7 +50,7 @@ export interface UnaryOptions {
 
 const NGHTTP2_CANCEL = 0x8;
 const NGHTTP2_INTERNAL_ERROR = 0x2;
-const USER_AGENT = "ptc-sandbox-ts/0.1.0";
+const USER_AGENT = "ptc-sandbox-ts";
 /** The largest value `grpc-timeout` carries (8 digits). */
 const MAX_TIMEOUT = 99_999_999;
 
