@@ -33,6 +33,8 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStatus",
     "ScriptError",
+    "SessionEnd",
+    "SessionEndState",
     "Usage",
     "Violation",
 ]
@@ -215,6 +217,34 @@ class ScriptError:
         return f" (line {self.line})" if self.line > 0 else ""
 
 
+class SessionEndState(enum.StrEnum):
+    """How a session ended (`sandbox.sessions.SessionState`, but for ``active``)."""
+
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a session ended, on its own record's completion: read by the store as it is
+    (`sandbox.audit._sessions`), where its error's message says the same in words."""
+
+    state: SessionEndState
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": str(self.state), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: object) -> SessionEnd | None:
+        """`to_json`'s inverse; None on every record but a session's own, and on a session's
+        record written before its end was typed (its end is then in its error's message alone)."""
+        if not isinstance(data, Mapping):
+            return None
+        return cls(SessionEndState(data["state"]), str(data["reason"]))
+
+
 @dataclass
 class ExecutionResult:
     execution_id: str
@@ -238,6 +268,7 @@ class ExecutionResult:
     session_id: str = ""
     value: str | None = None
     session_lost: str = ""
+    session_end: SessionEnd | None = None  # on a session's own record: how it ended
     # Files: the request's inputs by digest; what the script left under outputs/ (with its
     # bytes, except in an audit record); what it left there that was not returned, and why.
     input_files: list[FileDigest] = field(default_factory=list)
@@ -309,6 +340,7 @@ class ExecutionResult:
             session_id=str(data.get("session_id", "")),
             value=data.get("value"),
             session_lost=str(data.get("session_lost", "")),
+            session_end=SessionEnd.from_json(data.get("session_end")),
             input_files=[FileDigest(**f) for f in data.get("input_files", [])],
             output_files=[OutputFile(**f) for f in data.get("output_files", [])],
             omitted_outputs=[OmittedOutput(**o) for o in data.get("omitted_outputs", [])],
@@ -322,4 +354,6 @@ class ExecutionResult:
             "session_id": self.session_id,
             "value": self.value,
             "session_lost": self.session_lost,
+            # A session's own record alone: its cells keep their shape.
+            **({"session_end": self.session_end.to_json()} if self.session_end else {}),
         }
