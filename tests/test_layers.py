@@ -60,11 +60,9 @@ TABLES = {
 # The ratchet of long functions: each at exactly its current length, to be split, never grown.
 LONG_FUNCTIONS = {
     "sandbox/sessions/rebuild.py::_claim_and_rebuild": 77,
-    "sandbox/wire.py::result_from_proto": 85,
     "sandbox/sessions/rebuild.py::_replay": 76,
     "sandbox/commands/mcp.py::run": 69,
     "sandbox/backends/process/sandbox.py::_start": 67,
-    "sandbox/wire.py::result_to_proto": 71,
     "sandbox/audit/_upkeep.py::Upkeep.prune": 64,
     "sandbox/backends/process/zygote.py::_start": 63,
 }

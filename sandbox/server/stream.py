@@ -35,12 +35,14 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import KeyTaken
+from sandbox.codec.limits import limits_to_proto
+from sandbox.codec.result import result_to_proto
 from sandbox.engine import ExecutionRequest, RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server import idempotency
 from sandbox.server.boundary import checked
-from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
+from sandbox.server.convert import execution_request
 from sandbox.server.runner import Prepared, Runner, rebuild_bounds
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
 from sandbox.telemetry.tracing import inject_current
@@ -83,7 +85,7 @@ class StreamSession:
         kind = first.WhichOneof("message")
         if kind != "start":
             raise InvalidArgument(f"start: the first message must be `start`, not `{kind}`")
-        request = request_from_proto(first.start, self.tenant.script_policy)
+        request = execution_request(first.start, self.tenant.script_policy)
         store, tenant_id = self.runner.store, self.tenant.id
         earlier = await idempotency.admitted(store, tenant_id, request.idempotency_key)
         if earlier is not None:  # admitted before, by any server: its result, not a rerun

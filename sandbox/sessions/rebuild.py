@@ -205,7 +205,7 @@ async def _claim_and_rebuild(
     admission = record.admission
     labels = dict(admission.labels)
     try:
-        limits = ResolvedLimits(**{k: int(v) for k, v in admission.effective_limits.items()})
+        limits = ResolvedLimits.from_fields(admission.effective_limits, "recorded effective_limits")
         settings = SessionSettings(
             limits=limits,
             idle_timeout_s=int(labels["ptc.idle_timeout_ms"]) / 1000,

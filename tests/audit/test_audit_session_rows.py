@@ -7,8 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sandbox.audit import SqlAuditStore
-from sandbox.audit._codec import result_from_json, result_to_json
-from sandbox.result import ExecutionStatus, ScriptError, SessionEnd, SessionEndState
+from sandbox.audit._codec import result_to_json
+from sandbox.result import (
+    ExecutionResult,
+    ExecutionStatus,
+    ScriptError,
+    SessionEnd,
+    SessionEndState,
+)
 from tests.audit.audit_support import admission, result
 from tests.audit.conftest import AuditDb
 
@@ -131,7 +137,7 @@ def test_the_row_takes_the_typed_end_not_the_message(audit_db: AuditDb) -> None:
         session_end=end,
         finished_at=3000.0,
     )
-    assert result_from_json(result_to_json(ended)).session_end == end
+    assert ExecutionResult.from_json(result_to_json(ended)).session_end == end
     store.complete("s-0006", ended)
     row = store.session("acme", "s-0006")
     assert row is not None
@@ -143,4 +149,4 @@ def test_the_row_takes_the_typed_end_not_the_message(audit_db: AuditDb) -> None:
     # A cell's result has no end of its own: its JSON keeps the shape it had.
     cell = replace(result("c-1"), session_id="s-0006")
     assert "session_end" not in result_to_json(cell)
-    assert result_from_json(result_to_json(cell)).session_end is None
+    assert ExecutionResult.from_json(result_to_json(cell)).session_end is None
