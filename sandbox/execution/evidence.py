@@ -191,6 +191,22 @@ def _memory_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
+    elif used.enclosing_oom_victims:
+        out.append(
+            Violation(
+                "memory",
+                limits.memory_bytes,
+                used.peak_memory_bytes if used.host_accounted else None,
+                "bytes",
+                "killed",
+                f"the kernel's OOM killer killed {used.enclosing_oom_victims} of the sandbox's"
+                " processes other than its first: the cgroup enclosing the server (the pod or"
+                f" container) ran out of memory ({used.enclosing_oom_kills} OOM kills there while"
+                " the sandbox lived; the host saw the process end in the sampling period of the"
+                " kill)",
+                evidence=Evidence.KERNEL,
+            )
+        )
     if seen.killed_for == "memory" and used.host_accounted:
         out.append(
             Violation(
@@ -265,7 +281,8 @@ def _enclosing_oom_kill(seen: Observations) -> bool:
     """The sandbox died of a SIGKILL the host did not send while the cgroup enclosing the server
     counted OOM kills (no memory cgroup of its own). Nothing inside can SIGKILL a pid namespace's
     init, and the host names every kill it makes (``killed_for``): the kernel's OOM killer did.
-    A kill of one of the sandbox's other processes, which the script survives, is not seen."""
+    A kill of one of the sandbox's other processes, which the script survives, is told by time
+    instead (``enclosing_oom_victims``, `sandbox.backends.process.oom_victims`)."""
     used = seen.resources
     return (
         used.enclosing_oom_kills > 0

@@ -43,6 +43,8 @@ class TreeSample:
     cpu_time_s: float  # user + system, live processes and their reaped children
     memory_bytes: int  # resident anonymous memory, summed
     processes: int  # processes found (threads are not counted here)
+    # The live ones (zombies are gone: their memory is freed; `oom_victims` watches them go).
+    pids: frozenset[int] = frozenset()
 
 
 class ProcessTreeMeter:
@@ -61,21 +63,24 @@ class ProcessTreeMeter:
         cpu_ticks = 0
         resident_pages = 0
         found = 0
+        live: list[int] = []
         pending = [self.root_pid]
         while pending and found < _MAX_PROCESSES:
             pid = pending.pop()
             read = _read_process(pid)
             if read is None:
                 continue
-            ticks, pages, threads = read
+            ticks, pages, threads, zombie = read
             cpu_ticks += ticks
             resident_pages += pages
             found += 1
+            if not zombie:
+                live.append(pid)
             pending.extend(_children(pid, threads))
         if not found:
             return self.last
         cpu = max(self.cpu_time_s, cpu_ticks / _TICKS_PER_S)
-        sample = TreeSample(cpu, resident_pages * _PAGE_BYTES, found)
+        sample = TreeSample(cpu, resident_pages * _PAGE_BYTES, found, frozenset(live))
         self.cpu_time_s = cpu
         self.peak_memory_bytes = max(self.peak_memory_bytes, sample.memory_bytes)
         self.last = sample
@@ -108,9 +113,9 @@ def _children(pid: int, threads: int) -> list[int]:
     return out
 
 
-def _read_process(pid: int) -> tuple[int, int, int] | None:
-    """(CPU ticks with reaped children's, resident anonymous pages, threads) of one process,
-    or None when it is gone."""
+def _read_process(pid: int) -> tuple[int, int, int, bool] | None:
+    """(CPU ticks with reaped children's, resident anonymous pages, threads, whether it is a
+    zombie) of one process, or None when it is gone."""
     try:
         raw = _read(f"/proc/{pid}/stat")
         pages = _read(f"/proc/{pid}/statm").split()
@@ -126,4 +131,4 @@ def _read_process(pid: int) -> tuple[int, int, int] | None:
         resident, shared = int(pages[1]), int(pages[2])
     except (IndexError, ValueError):
         return None
-    return ticks, max(0, resident - shared), threads
+    return ticks, max(0, resident - shared), threads, fields[0] == b"Z"
