@@ -161,13 +161,24 @@ class Pod:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
-    def working_set_bytes(self) -> int:
-        """The container's memory as the kubelet counts it: usage minus inactive file pages."""
+    def memory_cgroup(self) -> Path:
+        """The container's memory cgroup on this (v1) engine's host: the pod's, as the kernel
+        counts it."""
         full = docker("inspect", "-f", "{{.Id}}", self.name).stdout.strip()
         (directory,) = Path("/sys/fs/cgroup/memory").glob(f"**/{full}")
+        return directory
+
+    def working_set_bytes(self) -> int:
+        """The container's memory as the kubelet counts it: usage minus inactive file pages."""
+        directory = self.memory_cgroup()
         usage = int((directory / "memory.usage_in_bytes").read_text())
         stat = dict(line.split() for line in (directory / "memory.stat").read_text().splitlines())
         return usage - int(stat["total_inactive_file"])
+
+    def oom_kills(self) -> int:
+        """The OOM kills the kernel counted in the container's (the pod's) memory cgroup."""
+        control = (self.memory_cgroup() / "memory.oom_control").read_text()
+        return int(control.split("oom_kill ")[1].split()[0])
 
 
 @pytest.fixture
@@ -401,3 +412,116 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert (returncode, result["stdout"]) == (0, "42\n"), result
     restarts = docker("inspect", "-f", "{{.RestartCount}}", pod.name).stdout.strip()
     assert (pod.state("Running"), pod.state("OOMKilled"), restarts) == ("true", "false", "0")
+
+
+# Grows to 200 MiB in steps of 10 MiB, every 20 ms (under its own 256 MiB limit, the host's sum
+# and RLIMIT_AS alike), holds it 4 s, then says so. GROW_IN_A_CHILD does it in a child process
+# and reports how the child ended: the script survives the child's kill.
+GROWER = """
+import time
+chunks = []
+for _ in range(20):
+    block = bytearray(10 * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    chunks.append(block)
+    time.sleep(0.02)
+time.sleep(4)
+print("held")
+"""
+GROW_IN_A_CHILD = f"""
+import subprocess, sys, time
+child = subprocess.run([sys.executable, "-c", {GROWER!r}], capture_output=True, text=True)
+time.sleep(0.3)
+print("child", child.returncode, child.stdout.strip())
+"""
+GROWERS = 4
+GROWN_BYTES = 200 * 1024**2
+# The pod's limit above what the server and its warm pool use when the growers start: room for
+# 3.5 growers, so that the four together pass it and, once one is killed, the three left fit.
+POD_ROOM_BYTES = 700 * 1024**2
+KERNEL_KILL_DETAIL = {
+    GROWER: "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
+    " pod or container) ran out of memory",
+    GROW_IN_A_CHILD: "the kernel's OOM killer killed 1 of the sandbox's processes other than"
+    " its first: the cgroup enclosing the server (the pod or container) ran out of memory",
+}
+HELD_STDOUT = {GROWER: "held\n", GROW_IN_A_CHILD: "child 0 held\n"}
+
+
+def _growers_past_the_pod(pod: Pod, script: str) -> list[dict[str, Any]]:
+    """Four sandboxes, each growing to 200 MiB under its own 256 MiB limit, side by side, past
+    the pod's lowered limit; their results, after checking each one is either untouched or a
+    kernel `memory` violation, as many of the latter as the pod's OOM kills."""
+    kills_before = pod.oom_kills()
+    started = [pod.start_run(script) for _ in range(GROWERS)]
+    for one in started:
+        assert one.stdin is not None
+        one.stdin.write(script)
+        one.stdin.close()
+    results = []
+    for one in started:
+        assert one.stdout is not None and one.stderr is not None
+        with one:
+            out = one.stdout.read()
+            err = one.stderr.read()
+        assert out, err + logs(pod.name)
+        results.append(json.loads(out))
+    killed = [r for r in results if r["status"] != "ok"]
+    for result in results:
+        if result["status"] == "ok":  # a neighbour of the kill: untouched
+            assert (result["stdout"], result["violations"]) == (HELD_STDOUT[script], []), result
+            continue
+        assert result["status"] == "limit_exceeded", result
+        (violation,) = result["violations"]
+        assert (violation["limit"], violation["action"], violation["evidence"]) == (
+            "memory",
+            "killed",
+            "kernel",
+        ), violation
+        assert violation["limit_value"] == 256 * 1024**2
+        assert violation["detail"].startswith(KERNEL_KILL_DETAIL[script]), violation
+        if script == GROW_IN_A_CHILD:  # the script went on and said how its child ended
+            assert result["stdout"] == "child -9 \n", result
+    assert killed, "the growers passed the pod's limit and nothing was killed"
+    assert len(killed) == pod.oom_kills() - kills_before, results
+    return results
+
+
+@pytest.mark.parametrize("pod", ["base"], indirect=True)
+def test_in_the_base_a_sandbox_killed_by_the_pods_oom_is_a_kernel_memory_violation(
+    pod: Pod,
+) -> None:
+    """The pod's memory limit below what its sandboxes together ask: each sandbox grows within
+    its own limit, the four together pass the pod's, and the kernel's OOM killer takes a sandbox
+    process (each volunteers, `oom_score_adj` 1000). The sandbox it took ends `limit_exceeded`
+    with a `memory` violation, evidence `kernel`, whether the process was its first (the
+    script dies) or a child (the script goes on); the others end untouched, and the server
+    stays ready.
+
+    The server sizes `max_sandboxes` at start so that this cannot happen (12 x 256 MiB + 1 GiB
+    in 4 GiB, `sandbox.server.memory_budget`). So the pod's limit is lowered after the server
+    is ready, as Kubernetes' in-place resize of a running pod does (the kubelet updates the
+    container's cgroup, here `docker update`): the way an operator overcommits a pod past the
+    server's arithmetic."""
+    started = pod.start()
+    serving = pod.wait_serving(False, started + probe_budget_s(pod.spec["startupProbe"]))
+    pod.wait_serving(True, serving + probe_budget_s(pod.spec["readinessProbe"]))
+    directory = pod.memory_cgroup()
+    limit = int((directory / "memory.usage_in_bytes").read_text()) + POD_ROOM_BYTES
+    assert GROWERS * GROWN_BYTES > POD_ROOM_BYTES > (GROWERS - 1) * GROWN_BYTES
+    resized = docker("update", "--memory", str(limit), "--memory-swap", str(limit), pod.name)
+    assert resized.returncode == 0, resized.stderr
+    assert int((directory / "memory.limit_in_bytes").read_text()) == limit
+
+    for script, where in ((GROWER, "first process"), (GROW_IN_A_CHILD, "child")):
+        results = _growers_past_the_pod(pod, script)
+        outcomes = [r["status"] for r in results]
+        print(f"base: 4 x 200 MiB (each in its {where}) in a pod of {limit >> 20} MiB: {outcomes}")
+        assert pod.health(True) == "SERVING"
+
+    returncode, result = pod.run("print(6 * 7)\n")
+    assert (returncode, result["stdout"]) == (0, "42\n"), result
+    assert docker("exec", pod.name, "cat", "/proc/1/oom_score_adj").stdout == "0\n"
+    restarts = docker("inspect", "-f", "{{.RestartCount}}", pod.name).stdout.strip()
+    assert (pod.state("Running"), restarts) == ("true", "0")
