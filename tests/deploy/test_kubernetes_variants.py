@@ -50,6 +50,7 @@ from tests.deploy.k8s_variants import (
     rendered,
     server_toml,
 )
+from tests.deploy.variants_table import Outcomes, violation_text
 from tests.server_image import DOCKER, IMAGE, docker, logs, require_image
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.timeout(300)]
@@ -221,6 +222,8 @@ def test_the_variant_becomes_ready_and_reports_a_memory_bomb_as_it_says(pod: Pod
     (tmp,) = [v for v in pod_spec(pod.documents)["volumes"] if v["name"] == "tmp"]
     working_set = pod.working_set_bytes()
     print(f"{variant}: ready after {serving - started:.1f} s, working set {working_set >> 20} MiB")
+    outcomes = Outcomes(variant)
+    outcomes.saw("ready", f"after {serving - started:.1f} s", figure=True)
     assert working_set + quantity_bytes(tmp["emptyDir"]["sizeLimit"]) < SERVER_RESERVE_BYTES
 
     returncode, result = pod.run(MEMORY_BOMB)
@@ -234,6 +237,9 @@ def test_the_variant_becomes_ready_and_reports_a_memory_bomb_as_it_says(pod: Pod
     assert violation["limit_value"] == 256 * 1024**2  # the tenant's ceiling, its default here
     assert (violation["observed"] is not None) is peak, violation
     assert layer in result["isolation"], result["isolation"]
+    outcomes.saw("memory_bomb", violation_text(result))
+    listed = [item for item in result["isolation"] if not item.startswith("uid:")]
+    outcomes.saw("isolation", ", ".join(f"`{item}`" for item in listed))
     if variant == "base":
         assert result["error"]["type"] == "MemoryError", result
         assert not any(item.startswith("cgroup:") for item in result["isolation"])
@@ -340,6 +346,11 @@ def _fork_bomb_beside_threads(pod: Pod) -> None:
     uids = [next(i for i in r["isolation"] if i.startswith("uid:")) for r in (bomb, other)]
     assert uids[0] != uids[1], uids
     print(f"base: a fork bomb beside threads, uids {uids}: the neighbour ok")
+    outcomes = Outcomes("base")
+    outcomes.saw("bomb", violation_text(bomb))
+    outcomes.saw("bomb_forks", int(bomb["stdout"]))
+    outcomes.saw("bomb_neighbour", violation_text(other))
+    outcomes.saw("bomb_uids", " and ".join(u.removeprefix("uid:") for u in uids), figure=True)
 
 
 def _beside_a_neighbour(pod: Pod, script: str, *limits: str) -> dict[str, Any]:
@@ -372,6 +383,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
 
     returncode, result = pod.run(THREADS_AND_SUBPROCESSES)
     assert (returncode, result["status"], result["stdout"]) == (0, "ok", "8 [0, 0, 0, 0]\n"), result
+    outcomes = Outcomes("base")
+    outcomes.saw("threads", violation_text(result))
     mechanisms = [item for item in result["isolation"] if item.startswith("limit:")]
     assert mechanisms == [
         "limit:memory=host+rlimit",
@@ -391,6 +404,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert violation["limit_value"] == 256 * 1024**2
     assert 256 * 1024**2 < violation["observed"] < 4 * 256 * 1024**2
     print(f"base: 4 x 200 MiB stopped at {int(violation['observed']) >> 20} MiB")
+    outcomes.saw("holders", violation_text(result))
+    outcomes.saw("holders_mib", int(violation["observed"]) >> 20, figure=True)
 
     before = time.monotonic()
     result = _beside_a_neighbour(pod, BURNERS, "cpu_time=1", "wall_time=60")
@@ -404,6 +419,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert 1 <= violation["observed"] < 1 + CPU_SLACK_S, violation
     assert time.monotonic() - before < 10
     print(f"base: 4 CPU burners stopped at {violation['observed']} s of CPU")
+    outcomes.saw("burners", violation_text(result))
+    outcomes.saw("burners_s", violation["observed"], figure=True)
 
     _fork_bomb_beside_threads(pod)
 
@@ -514,11 +531,21 @@ def test_in_the_base_a_sandbox_killed_by_the_pods_oom_is_a_kernel_memory_violati
     assert resized.returncode == 0, resized.stderr
     assert int((directory / "memory.limit_in_bytes").read_text()) == limit
 
-    for script, where in ((GROWER, "first process"), (GROW_IN_A_CHILD, "child")):
+    outcomes = Outcomes("base")
+    outcomes.saw("pod_oom_limit_mib", limit >> 20, figure=True)
+    hit: list[str] = []
+    for script, key in ((GROWER, "pod_oom_first"), (GROW_IN_A_CHILD, "pod_oom_child")):
         results = _growers_past_the_pod(pod, script)
-        outcomes = [r["status"] for r in results]
-        print(f"base: 4 x 200 MiB (each in its {where}) in a pod of {limit >> 20} MiB: {outcomes}")
+        statuses = [r["status"] for r in results]
+        print(f"base: 4 x 200 MiB ({key}) in a pod of {limit >> 20} MiB: {statuses}")
         assert pod.health(True) == "SERVING"
+        (killed,) = {violation_text(r) for r in results if r["status"] != "ok"}
+        outcomes.saw(key, killed)
+        others = {violation_text(r) for r in results if r["status"] == "ok"}
+        if others:
+            outcomes.saw("pod_oom_others", others.pop())
+        hit.append(str(statuses.count("limit_exceeded")))
+    outcomes.saw("pod_oom_hit", ", then ".join(hit), figure=True)
 
     returncode, result = pod.run("print(6 * 7)\n")
     assert (returncode, result["stdout"]) == (0, "42\n"), result
