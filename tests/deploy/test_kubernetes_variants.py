@@ -454,8 +454,10 @@ print("child", child.returncode, child.stdout.strip())
 """
 GROWERS = 4
 GROWN_BYTES = 200 * 1024**2
-# The pod's limit above what the server and its warm pool use when the growers start: room for
-# 3.5 growers, so that the four together pass it and, once one is killed, the three left fit.
+# The pod's limit above what the server and its warm pool use before the growers start: room for
+# 3.5 growers, less what their `ptc run` clients (started by `docker exec`, in the container's
+# cgroup too) and the pool's refills take, so that the four together pass it; the kernel kills
+# until the rest fit (two of the four in each run so far, the table's memory row).
 POD_ROOM_BYTES = 700 * 1024**2
 KERNEL_KILL_DETAIL = {
     GROWER: "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
