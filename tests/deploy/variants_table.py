@@ -84,7 +84,9 @@ ROWS: list[tuple[str, dict[str, str]]] = [
             " server, root in the pod's user namespace, maps 57344-61439 in the zygote's): a"
             " fork bomb (processes 64) stops at its own {bomb_forks} forks ({bomb}) while"
             " another sandbox's 8 threads and 4 subprocesses run {bomb_neighbour}, the two as"
-            " uids {bomb_uids}",
+            " uids {bomb_uids}; in two pods (containers) giving the same uids, the same two at"
+            " one uid: {two_pods_same_uid} (the kernel counts per user namespace and uid, and"
+            " each server's zygote has its own)",
             "privileged": "pids cgroup, per sandbox",
         },
     ),

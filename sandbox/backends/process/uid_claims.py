@@ -8,9 +8,14 @@ could signal each other's processes). Each claim is an exclusive flock(2) on a f
 the uid in a directory only root can enter, held for as long as the uid is given (or in
 quarantine) and released by closing it; the kernel releases the claims of a backend whose
 process died, whose sandboxes its zygote kills when that process's end closes its control
-socket. Backends in separate containers or user namespaces share no such directory: each needs
-a range of its own there (`ProcessBackendConfig.sandbox_uid_first`; in Kubernetes every pod with
-a user namespace has host uids of its own).
+socket. Backends in separate containers or user namespaces share no such directory, and for
+RLIMIT_NPROC need none: since Linux 5.14 the kernel counts processes per user namespace and
+uid, and each backend's zygote has a user namespace of its own, so two servers' sandboxes at
+one host uid are counted apart (tests/deploy/test_kubernetes_pod_oom.py: two containers of the
+Kubernetes base, a fork bomb and another sandbox's threads at the same uid, the other `ok`);
+separate pid namespaces keep them from signalling each other. On an older kernel a uid's count
+is host-wide: there each needs a range of its own (`ProcessBackendConfig.sandbox_uid_first`; in
+Kubernetes every pod with a user namespace has host uids of its own).
 """
 
 from __future__ import annotations
