@@ -26,11 +26,28 @@ import os
 import stat
 import tempfile
 
-__all__ = ["CLAIM_DIRS", "UidClaims"]
+__all__ = ["CLAIM_DIRS", "UidClaims", "counts_per_namespace"]
 
 # /run where it is writable (a host); else the temporary directory (a read-only container root
 # with a writable /tmp, as the Kubernetes base has).
 CLAIM_DIRS = ("/run/ptc-sandbox-uids", os.path.join(tempfile.gettempdir(), "ptc-sandbox-uids"))
+
+
+# Linux 5.14 counts RLIMIT_NPROC per user namespace and uid (ucounts); before, per uid host-wide.
+_PER_NAMESPACE_SINCE = (5, 14)
+
+
+def counts_per_namespace(release: str) -> bool:
+    """Whether a kernel of this release (`os.uname().release`, e.g. ``6.1.0-18-amd64``) counts a
+    uid's processes per user namespace: then servers in separate containers may give the same
+    uids; else they share each uid's count and need ranges of their own. An unreadable release
+    counts as the older kernel (the warning errs towards being said)."""
+    parts = release.split(".", 2)
+    try:
+        version = (int(parts[0]), int("".join(c for c in parts[1][:3] if c.isdigit())))
+    except (IndexError, ValueError):
+        return False
+    return version >= _PER_NAMESPACE_SINCE
 
 
 class UidClaims:
