@@ -112,7 +112,11 @@ class ProcessSandbox:
         oom_counter: EnclosingOomCounter | None = None,
     ) -> None:
         self._started = started
-        self._oom = OomVictims(oom_counter) if oom_counter and started.cgroup is None else None
+        self._oom = (
+            OomVictims(oom_counter, started.pid, reaper=started.status_fd >= 0)
+            if oom_counter and started.cgroup is None
+            else None
+        )
         self.pid = started.pid
         self.cgroup = started.cgroup
         self.isolation = started.isolation
