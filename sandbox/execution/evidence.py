@@ -177,36 +177,9 @@ def _memory_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
-    if _enclosing_oom_kill(seen):
-        out.append(
-            Violation(
-                "memory",
-                limits.memory_bytes,
-                used.peak_memory_bytes if used.host_accounted else None,
-                "bytes",
-                "killed",
-                "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
-                f" pod or container) ran out of memory ({used.enclosing_oom_kills} OOM kills there"
-                " while the sandbox lived)",
-                evidence=Evidence.KERNEL,
-            )
-        )
-    elif used.enclosing_oom_victims:
-        out.append(
-            Violation(
-                "memory",
-                limits.memory_bytes,
-                used.peak_memory_bytes if used.host_accounted else None,
-                "bytes",
-                "killed",
-                f"the kernel's OOM killer killed {used.enclosing_oom_victims} of the sandbox's"
-                " processes other than its first: the cgroup enclosing the server (the pod or"
-                f" container) ran out of memory ({used.enclosing_oom_kills} OOM kills there while"
-                " the sandbox lived; the host saw the process end in the sampling period of the"
-                " kill)",
-                evidence=Evidence.KERNEL,
-            )
-        )
+    enclosing = _enclosing_oom_violation(seen)
+    if enclosing is not None:
+        out.append(enclosing)
     if seen.killed_for == "memory" and used.host_accounted:
         out.append(
             Violation(
@@ -221,6 +194,32 @@ def _memory_violations(seen: Observations) -> list[Violation]:
             )
         )
     return out
+
+
+def _enclosing_oom_violation(seen: Observations) -> Violation | None:
+    """The kernel's OOM kill in the cgroup enclosing the server (no memory cgroup of the
+    sandbox's own): of the sandbox's pid 1 (its SIGKILL death), else of processes the host saw
+    end as the kill was counted (`sandbox.backends.process.oom_victims`)."""
+    limits, used = seen.limits, seen.resources
+    observed = used.peak_memory_bytes if used.host_accounted else None
+    where = "the cgroup enclosing the server (the pod or container) ran out of memory"
+    if _enclosing_oom_kill(seen):
+        detail = (
+            f"the kernel's OOM killer killed the sandbox: {where} ({used.enclosing_oom_kills}"
+            " OOM kills there while the sandbox lived)"
+        )
+    elif used.enclosing_oom_victims:
+        detail = (
+            f"the kernel's OOM killer killed {used.enclosing_oom_victims} of the sandbox's"
+            f" processes other than its first: {where} ({used.enclosing_oom_kills} OOM kills"
+            " there while the sandbox lived; the host saw the process end in the sampling"
+            " period of the kill)"
+        )
+    else:
+        return None
+    return Violation(
+        "memory", limits.memory_bytes, observed, "bytes", "killed", detail, evidence=Evidence.KERNEL
+    )
 
 
 def _cpu_violations(seen: Observations) -> list[Violation]:

@@ -123,6 +123,25 @@ class Pod:
         result: dict[str, Any] = json.loads(out)
         return found.returncode, result
 
+    def started(self, script: str, *limits: str) -> subprocess.Popen[str]:
+        """`ptc run` of ``script``, started and given the whole script (it runs from here on);
+        `finished` reads its result. Several run side by side."""
+        run = self.start_run(script, *limits)
+        assert run.stdin is not None
+        run.stdin.write(script)
+        run.stdin.close()
+        return run
+
+    def finished(self, run: subprocess.Popen[str]) -> dict[str, Any]:
+        """The result of a run `started` gave."""
+        assert run.stdout is not None and run.stderr is not None
+        with run:
+            out = run.stdout.read()
+            err = run.stderr.read()
+        assert out, err + logs(self.name)
+        result: dict[str, Any] = json.loads(out)
+        return result
+
     def start_run(self, script: str, *limits: str) -> subprocess.Popen[str]:
         """`ptc run` in the container, started (several run side by side); the caller passes
         ``script`` to ``communicate``."""

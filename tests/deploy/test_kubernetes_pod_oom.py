@@ -12,7 +12,6 @@ a pod past the server's arithmetic.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from tests.deploy.conftest import running
 from tests.deploy.k8s_pod import Pod
 from tests.deploy.k8s_variants import probe_budget_s
 from tests.deploy.variants_table import Outcomes, violation_text
-from tests.server_image import docker, logs
+from tests.server_image import docker
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.timeout(300)]
 
@@ -76,19 +75,7 @@ def _growers_past_the_pod(pod: Pod, script: str) -> list[dict[str, Any]]:
     the pod's lowered limit; their results, after checking each one is either untouched or a
     kernel `memory` violation, as many of the latter as the pod's OOM kills."""
     kills_before = pod.oom_kills()
-    started = [pod.start_run(script) for _ in range(GROWERS)]
-    for one in started:
-        assert one.stdin is not None
-        one.stdin.write(script)
-        one.stdin.close()
-    results = []
-    for one in started:
-        assert one.stdout is not None and one.stderr is not None
-        with one:
-            out = one.stdout.read()
-            err = one.stderr.read()
-        assert out, err + logs(pod.name)
-        results.append(json.loads(out))
+    results = [pod.finished(run) for run in [pod.started(script) for _ in range(GROWERS)]]
     killed = [r for r in results if r["status"] != "ok"]
     for result in results:
         if result["status"] == "ok":  # a neighbour of the kill: untouched
@@ -195,17 +182,9 @@ ALIGN_ATTEMPTS = 6
 def _bomb_beside_threads(pod: Pod, other: Pod) -> tuple[dict[str, Any], dict[str, Any]]:
     """A fork bomb (processes 64) in ``pod`` while ``other`` runs 8 threads and 4
     subprocesses: their two results."""
-    neighbour = other.start_run(NEIGHBOUR)
-    assert neighbour.stdin is not None
-    neighbour.stdin.write(NEIGHBOUR)
-    neighbour.stdin.close()
+    neighbour = other.started(NEIGHBOUR)
     bomb = pod.run(HOLDING_BOMB, "processes=64", "wall_time=20")[1]
-    assert neighbour.stdout is not None and neighbour.stderr is not None
-    with neighbour:
-        out = neighbour.stdout.read()
-        neighbour.stderr.read()
-    beside: dict[str, Any] = json.loads(out)
-    return bomb, beside
+    return bomb, other.finished(neighbour)
 
 
 def _uid(result: dict[str, Any]) -> str:

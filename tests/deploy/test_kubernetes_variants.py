@@ -23,7 +23,6 @@ its pod would have, never less. The audit store is the SQLite fallback on the st
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -179,16 +178,9 @@ def _fork_bomb_beside_threads(pod: Pod) -> None:
     """One uid per sandbox (the server is root in the container): one execution's fork bomb
     (processes 64) holds its processes while another's 8 threads and 4 subprocesses run; the
     other ends untouched, the bomb at its own 63 forks with its `processes` violation."""
-    neighbour = pod.start_run(UID_NEIGHBOUR)
-    assert neighbour.stdin is not None
-    neighbour.stdin.write(UID_NEIGHBOUR)
-    neighbour.stdin.close()
+    neighbour = pod.started(UID_NEIGHBOUR)
     bomb = pod.run(HOLDING_BOMB, "processes=64", "wall_time=20")[1]
-    assert neighbour.stdout is not None and neighbour.stderr is not None
-    with neighbour:
-        out = neighbour.stdout.read()
-        neighbour.stderr.read()
-    other = json.loads(out)
+    other = pod.finished(neighbour)
     assert (other["status"], other["stdout"], other["violations"]) == ("ok", UID_NEIGHBOUR_OUT, [])
     assert bomb["status"] == "limit_exceeded", bomb
     assert [v["limit"] for v in bomb["violations"]] == ["processes"], bomb
@@ -205,16 +197,9 @@ def _fork_bomb_beside_threads(pod: Pod) -> None:
 
 def _beside_a_neighbour(pod: Pod, script: str, *limits: str) -> dict[str, Any]:
     """Runs ``script`` while another execution prints; the other must end untouched."""
-    neighbour = pod.start_run(NEIGHBOUR)
-    assert neighbour.stdin is not None
-    neighbour.stdin.write(NEIGHBOUR)
-    neighbour.stdin.close()  # the script is read whole: it runs from here on
+    neighbour = pod.started(NEIGHBOUR)
     result = pod.run(script, *limits)[1]
-    assert neighbour.stdout is not None and neighbour.stderr is not None
-    with neighbour:
-        out = neighbour.stdout.read()
-        neighbour.stderr.read()
-    other = json.loads(out)
+    other = pod.finished(neighbour)
     assert (other["status"], other["stdout"], other["violations"]) == ("ok", NEIGHBOUR_OUT, [])
     return result
 
