@@ -118,6 +118,9 @@ class ResourceUsage:
     # OOM kills the kernel counted in the cgroup enclosing the server (a pod, a container) while
     # the sandbox lived, where it has no memory cgroup of its own (`enclosing_oom`).
     enclosing_oom_kills: int = 0
+    # Of those, the ones the host's samples tie to a process of this sandbox that ended in the
+    # same interval (`oom_victims`): a child the script survived, or pid 1.
+    enclosing_oom_victims: int = 0
     tmpfs: tuple[TmpfsUsage, ...] = ()
 
 

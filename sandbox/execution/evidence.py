@@ -177,20 +177,9 @@ def _memory_violations(seen: Observations) -> list[Violation]:
                 evidence=Evidence.KERNEL,
             )
         )
-    if _enclosing_oom_kill(seen):
-        out.append(
-            Violation(
-                "memory",
-                limits.memory_bytes,
-                used.peak_memory_bytes if used.host_accounted else None,
-                "bytes",
-                "killed",
-                "the kernel's OOM killer killed the sandbox: the cgroup enclosing the server (the"
-                f" pod or container) ran out of memory ({used.enclosing_oom_kills} OOM kills there"
-                " while the sandbox lived)",
-                evidence=Evidence.KERNEL,
-            )
-        )
+    enclosing = _enclosing_oom_violation(seen)
+    if enclosing is not None:
+        out.append(enclosing)
     if seen.killed_for == "memory" and used.host_accounted:
         out.append(
             Violation(
@@ -205,6 +194,32 @@ def _memory_violations(seen: Observations) -> list[Violation]:
             )
         )
     return out
+
+
+def _enclosing_oom_violation(seen: Observations) -> Violation | None:
+    """The kernel's OOM kill in the cgroup enclosing the server (no memory cgroup of the
+    sandbox's own): of the sandbox's pid 1 (its SIGKILL death), else of processes the host saw
+    end as the kill was counted (`sandbox.backends.process.oom_victims`)."""
+    limits, used = seen.limits, seen.resources
+    observed = used.peak_memory_bytes if used.host_accounted else None
+    where = "the cgroup enclosing the server (the pod or container) ran out of memory"
+    if _enclosing_oom_kill(seen):
+        detail = (
+            f"the kernel's OOM killer killed the sandbox: {where} ({used.enclosing_oom_kills}"
+            " OOM kills there while the sandbox lived)"
+        )
+    elif used.enclosing_oom_victims:
+        detail = (
+            f"the kernel's OOM killer killed {used.enclosing_oom_victims} of the sandbox's"
+            f" processes other than its first: {where} ({used.enclosing_oom_kills} OOM kills"
+            " there while the sandbox lived; the host saw the process end in the sampling"
+            " period of the kill)"
+        )
+    else:
+        return None
+    return Violation(
+        "memory", limits.memory_bytes, observed, "bytes", "killed", detail, evidence=Evidence.KERNEL
+    )
 
 
 def _cpu_violations(seen: Observations) -> list[Violation]:
@@ -265,7 +280,8 @@ def _enclosing_oom_kill(seen: Observations) -> bool:
     """The sandbox died of a SIGKILL the host did not send while the cgroup enclosing the server
     counted OOM kills (no memory cgroup of its own). Nothing inside can SIGKILL a pid namespace's
     init, and the host names every kill it makes (``killed_for``): the kernel's OOM killer did.
-    A kill of one of the sandbox's other processes, which the script survives, is not seen."""
+    A kill of one of the sandbox's other processes, which the script survives, is told by time
+    instead (``enclosing_oom_victims``, `sandbox.backends.process.oom_victims`)."""
     used = seen.resources
     return (
         used.enclosing_oom_kills > 0

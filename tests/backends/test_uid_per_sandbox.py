@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sandbox.backends.process.uid_claims import UidClaims
+from sandbox.backends.process.uid_claims import UidClaims, counts_per_namespace
 from sandbox.backends.process.uid_range import (
     DEFAULT_COUNT,
     DEFAULT_FIRST,
@@ -348,3 +348,25 @@ def test_a_claims_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     open_dir.chmod(0o777)
     found = UidClaims.open((str(open_dir),))
     assert isinstance(found, str) and "open to other users (mode 777)" in found, found
+
+
+@pytest.mark.parametrize(
+    ("release", "per_namespace"),
+    [
+        ("6.18.44-fc-v1252", True),
+        ("5.14.0-427.el9.x86_64", True),
+        ("5.15.0-105-generic", True),
+        ("5.13.19", False),
+        ("5.10.0-28-amd64", False),
+        ("4.19.0-27-cloud-amd64", False),
+        ("5.4", False),
+        ("6.1", True),
+        ("", False),
+        ("linux", False),
+    ],
+)
+def test_a_kernel_before_5_14_counts_a_uid_host_wide(release: str, per_namespace: bool) -> None:
+    """Where the kernel counts RLIMIT_NPROC host-wide, the backend warns at start that servers
+    in other containers need their own uids (tests/deploy/test_kubernetes_pod_oom.py shows a
+    5.14+ kernel counting two containers' sandboxes at one uid apart)."""
+    assert counts_per_namespace(release) is per_namespace

@@ -31,6 +31,7 @@ from tests.deploy.k8s_variants import (
     server_toml,
 )
 from tests.deploy.kustomize_subset import render
+from tests.deploy.variants_table import read_table, render_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
@@ -284,3 +285,19 @@ def test_a_missing_patch_target_or_a_failed_test_op_is_an_error(tmp_path: Path) 
     (overlay / "kustomization.yaml").write_text(header + missing)
     with pytest.raises(ValueError, match=r"matches 0 objects, not one"):
         render(overlay)
+
+
+def test_the_readmes_table_of_variants_is_what_the_variant_tests_saw() -> None:
+    """The table is rendered from tests/deploy/variants_outcomes.json, which the Docker tests
+    check (or, with PTC_K8S_RECORD=1, write): a hand edit of either side fails here."""
+    assert read_table() == render_table(), (
+        "deploy/kubernetes/README.md's table of variants is not the rendering of"
+        " tests/deploy/variants_outcomes.json: python -m tests.deploy.variants_table"
+    )
+    assert "{" not in read_table()  # every cell filled
+
+
+def test_the_table_fails_on_a_cell_no_test_saw() -> None:
+    """A cell whose outcome the JSON lacks cannot be rendered: nothing is written by hand."""
+    with pytest.raises(KeyError, match="ready"):
+        render_table({"base": {}, "privileged": {}})

@@ -23,169 +23,30 @@ its pod would have, never less. The audit store is the SQLite fallback on the st
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.backends.test_uid_per_sandbox import HOLDING_BOMB
 from tests.backends.test_uid_per_sandbox import NEIGHBOUR as UID_NEIGHBOUR
 from tests.backends.test_uid_per_sandbox import NEIGHBOUR_OUT as UID_NEIGHBOUR_OUT
+from tests.deploy.k8s_pod import Pod
 from tests.deploy.k8s_variants import (
     SERVER_RESERVE_BYTES,
     VARIANTS,
-    container,
-    docker_settings,
-    example_tenants,
     pod_spec,
     probe_budget_s,
     quantity_bytes,
-    rendered,
-    server_toml,
 )
-from tests.server_image import DOCKER, IMAGE, docker, logs, require_image
+from tests.deploy.variants_table import Outcomes, violation_text
+from tests.server_image import docker, logs
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.timeout(300)]
 
-ADDRESS = "127.0.0.1:50051"  # the container's own loopback: --listen=0.0.0.0:50051
+
 # Allocates and touches 16 MiB at a time until something stops it.
 MEMORY_BOMB = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 * 1024 * 1024))\n"
-
-
-def _expand(arg: str, env: dict[str, str]) -> str:
-    """The kubelet's $(VAR) expansion of a container argument."""
-    for name, value in env.items():
-        arg = arg.replace(f"$({name})", value)
-    assert "$(" not in arg, f"{arg}: a variable the container's env does not define"
-    return arg
-
-
-def _pem() -> str:
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode("ascii")
-
-
-class Pod:
-    """One variant's container, started as the manifest gives it."""
-
-    def __init__(self, variant: str, workdir: Path, without: tuple[str, ...] = ()) -> None:
-        self.documents = rendered(variant)
-        self.spec = container(self.documents)
-        self.name = f"ptc-k8s-{variant}-{uuid.uuid4().hex[:10]}"
-        settings = docker_settings(self.documents)
-        tenants, self.key = example_tenants(self.documents)
-        mounts: list[str] = []
-        for path, (kind, detail) in settings.volumes.items():
-            if kind == "configMap":
-                assert (path, detail) == ("/etc/ptc/server.toml", "server.toml")
-                source = workdir / "server.toml"
-                source.write_text(server_toml(self.documents))
-                mounts += ["--volume", f"{source}:{path}:ro"]
-            elif kind == "secret":
-                assert (path, detail) == ("/etc/ptc/tenants", "ptc-tenants")
-                directory = workdir / "tenants"
-                directory.mkdir()
-                (directory / "tenants.toml").write_text(tenants)
-                (directory / "tenants.toml").chmod(0o400)  # the volume's defaultMode
-                mounts += ["--volume", f"{directory}:{path}:ro"]
-        # The env the kubelet gives the container: its fieldRef and the replaced Secrets.
-        values = {
-            "POD_NAME": self.name,
-            "POD_IP": "127.0.0.1",  # --network none: loopback is its only address
-            "PTC_AUDIT_DB": "/var/lib/ptc/audit.db",
-            "PTC_CHECKPOINT_KEY": _pem(),
-        }
-        assert {e["name"] for e in self.spec["env"]} == set(values)
-        env = [item for name, value in values.items() for item in ("--env", f"{name}={value}")]
-        args = [_expand(arg, values) for arg in self.spec["args"] if arg not in without]
-        assert len(args) == len(self.spec["args"]) - len(without)
-        assert "command" not in self.spec  # args go to the image's entrypoint, as here
-        self.options = settings.options
-        for note in settings.notes:
-            print(f"{variant}: {note}")
-        self.command = [
-            "run", "-d", "--name", self.name, "--network", "none",
-            *settings.options, *mounts, *env, IMAGE, *args,
-        ]  # fmt: skip
-
-    def start(self) -> float:
-        started = docker(*self.command)
-        assert started.returncode == 0, started.stderr
-        return time.monotonic()
-
-    def state(self, field: str) -> str:
-        return docker("inspect", "-f", f"{{{{.State.{field}}}}}", self.name).stdout.strip()
-
-    def health(self, ready: bool) -> str:
-        args = ["ptc", "health", "--server", ADDRESS, "--timeout", "3"]
-        found = docker("exec", self.name, *args, *(["--ready"] if ready else []))
-        return found.stdout.strip() or found.stderr.strip()
-
-    def wait_serving(self, ready: bool, deadline: float) -> float:
-        """Polls the health service as the probe does until SERVING; the time it answered."""
-        while True:
-            assert self.state("Running") == "true", logs(self.name)
-            if self.health(ready) == "SERVING":
-                return time.monotonic()
-            assert time.monotonic() < deadline, (
-                f"not {'ready' if ready else 'serving'} within the probe's budget:\n"
-                + logs(self.name)
-            )
-            time.sleep(0.5)
-
-    def run(self, script: str, *limits: str) -> tuple[int, dict[str, Any]]:
-        found = self.start_run(script, *limits)
-        out, err = found.communicate(script, timeout=120)
-        assert out, err + logs(self.name)
-        result: dict[str, Any] = json.loads(out)
-        return found.returncode, result
-
-    def start_run(self, script: str, *limits: str) -> subprocess.Popen[str]:
-        """`ptc run` in the container, started (several run side by side); the caller passes
-        ``script`` to ``communicate``."""
-        flags = [item for limit in limits for item in ("--limit", limit)]
-        return subprocess.Popen(
-            [DOCKER, "exec", "-i", "--env", f"PTC_API_KEY={self.key}", self.name,
-             "ptc", "run", "--server", ADDRESS, "--json", *flags, "-"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    def working_set_bytes(self) -> int:
-        """The container's memory as the kubelet counts it: usage minus inactive file pages."""
-        full = docker("inspect", "-f", "{{.Id}}", self.name).stdout.strip()
-        (directory,) = Path("/sys/fs/cgroup/memory").glob(f"**/{full}")
-        usage = int((directory / "memory.usage_in_bytes").read_text())
-        stat = dict(line.split() for line in (directory / "memory.stat").read_text().splitlines())
-        return usage - int(stat["total_inactive_file"])
-
-
-@pytest.fixture
-def pod(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pod]:
-    require_image()
-    variant, *without = request.param.split(" without ")
-    made = Pod(variant, tmp_path, tuple(without))
-    try:
-        yield made
-        # As the kubelet ends a pod: SIGTERM, then its grace period. The server drains, removes
-        # its sandboxes' cgroups and exits 0.
-        grace = pod_spec(made.documents)["terminationGracePeriodSeconds"]
-        stopped = docker("stop", "--time", str(grace), made.name, timeout=grace + 30)
-        assert stopped.returncode == 0, stopped.stderr
-        assert made.state("ExitCode") == "0", logs(made.name)
-    finally:
-        docker("rm", "-f", "--volumes", made.name)
-    assert made.name not in docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
 
 
 # variant -> (exit code of `ptc run`, status, the memory violation's action and evidence,
@@ -210,6 +71,8 @@ def test_the_variant_becomes_ready_and_reports_a_memory_bomb_as_it_says(pod: Pod
     (tmp,) = [v for v in pod_spec(pod.documents)["volumes"] if v["name"] == "tmp"]
     working_set = pod.working_set_bytes()
     print(f"{variant}: ready after {serving - started:.1f} s, working set {working_set >> 20} MiB")
+    outcomes = Outcomes(variant)
+    outcomes.saw("ready", f"after {serving - started:.1f} s", figure=True)
     assert working_set + quantity_bytes(tmp["emptyDir"]["sizeLimit"]) < SERVER_RESERVE_BYTES
 
     returncode, result = pod.run(MEMORY_BOMB)
@@ -223,6 +86,9 @@ def test_the_variant_becomes_ready_and_reports_a_memory_bomb_as_it_says(pod: Pod
     assert violation["limit_value"] == 256 * 1024**2  # the tenant's ceiling, its default here
     assert (violation["observed"] is not None) is peak, violation
     assert layer in result["isolation"], result["isolation"]
+    outcomes.saw("memory_bomb", violation_text(result))
+    listed = [item for item in result["isolation"] if not item.startswith("uid:")]
+    outcomes.saw("isolation", ", ".join(f"`{item}`" for item in listed))
     if variant == "base":
         assert result["error"]["type"] == "MemoryError", result
         assert not any(item.startswith("cgroup:") for item in result["isolation"])
@@ -312,16 +178,9 @@ def _fork_bomb_beside_threads(pod: Pod) -> None:
     """One uid per sandbox (the server is root in the container): one execution's fork bomb
     (processes 64) holds its processes while another's 8 threads and 4 subprocesses run; the
     other ends untouched, the bomb at its own 63 forks with its `processes` violation."""
-    neighbour = pod.start_run(UID_NEIGHBOUR)
-    assert neighbour.stdin is not None
-    neighbour.stdin.write(UID_NEIGHBOUR)
-    neighbour.stdin.close()
+    neighbour = pod.started(UID_NEIGHBOUR)
     bomb = pod.run(HOLDING_BOMB, "processes=64", "wall_time=20")[1]
-    assert neighbour.stdout is not None and neighbour.stderr is not None
-    with neighbour:
-        out = neighbour.stdout.read()
-        neighbour.stderr.read()
-    other = json.loads(out)
+    other = pod.finished(neighbour)
     assert (other["status"], other["stdout"], other["violations"]) == ("ok", UID_NEIGHBOUR_OUT, [])
     assert bomb["status"] == "limit_exceeded", bomb
     assert [v["limit"] for v in bomb["violations"]] == ["processes"], bomb
@@ -329,20 +188,18 @@ def _fork_bomb_beside_threads(pod: Pod) -> None:
     uids = [next(i for i in r["isolation"] if i.startswith("uid:")) for r in (bomb, other)]
     assert uids[0] != uids[1], uids
     print(f"base: a fork bomb beside threads, uids {uids}: the neighbour ok")
+    outcomes = Outcomes("base")
+    outcomes.saw("bomb", violation_text(bomb))
+    outcomes.saw("bomb_forks", int(bomb["stdout"]))
+    outcomes.saw("bomb_neighbour", violation_text(other))
+    outcomes.saw("bomb_uids", " and ".join(u.removeprefix("uid:") for u in uids), figure=True)
 
 
 def _beside_a_neighbour(pod: Pod, script: str, *limits: str) -> dict[str, Any]:
     """Runs ``script`` while another execution prints; the other must end untouched."""
-    neighbour = pod.start_run(NEIGHBOUR)
-    assert neighbour.stdin is not None
-    neighbour.stdin.write(NEIGHBOUR)
-    neighbour.stdin.close()  # the script is read whole: it runs from here on
+    neighbour = pod.started(NEIGHBOUR)
     result = pod.run(script, *limits)[1]
-    assert neighbour.stdout is not None and neighbour.stderr is not None
-    with neighbour:
-        out = neighbour.stdout.read()
-        neighbour.stderr.read()
-    other = json.loads(out)
+    other = pod.finished(neighbour)
     assert (other["status"], other["stdout"], other["violations"]) == ("ok", NEIGHBOUR_OUT, [])
     return result
 
@@ -361,6 +218,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
 
     returncode, result = pod.run(THREADS_AND_SUBPROCESSES)
     assert (returncode, result["status"], result["stdout"]) == (0, "ok", "8 [0, 0, 0, 0]\n"), result
+    outcomes = Outcomes("base")
+    outcomes.saw("threads", violation_text(result))
     mechanisms = [item for item in result["isolation"] if item.startswith("limit:")]
     assert mechanisms == [
         "limit:memory=host+rlimit",
@@ -380,6 +239,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert violation["limit_value"] == 256 * 1024**2
     assert 256 * 1024**2 < violation["observed"] < 4 * 256 * 1024**2
     print(f"base: 4 x 200 MiB stopped at {int(violation['observed']) >> 20} MiB")
+    outcomes.saw("holders", violation_text(result))
+    outcomes.saw("holders_mib", int(violation["observed"]) >> 20, figure=True)
 
     before = time.monotonic()
     result = _beside_a_neighbour(pod, BURNERS, "cpu_time=1", "wall_time=60")
@@ -393,6 +254,8 @@ def test_in_the_degraded_base_threads_memory_and_cpu_hold_for_the_whole_sandbox(
     assert 1 <= violation["observed"] < 1 + CPU_SLACK_S, violation
     assert time.monotonic() - before < 10
     print(f"base: 4 CPU burners stopped at {violation['observed']} s of CPU")
+    outcomes.saw("burners", violation_text(result))
+    outcomes.saw("burners_s", violation["observed"], figure=True)
 
     _fork_bomb_beside_threads(pod)
 

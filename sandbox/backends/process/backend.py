@@ -37,7 +37,7 @@ from sandbox.backends.process.sandbox import (
     spawn_sandbox,
 )
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
-from sandbox.backends.process.uid_claims import UidClaims
+from sandbox.backends.process.uid_claims import UidClaims, counts_per_namespace
 from sandbox.backends.process.uid_range import DEFAULT_COUNT, DEFAULT_FIRST, UidPool, find_range
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor
 from sandbox.errors import Unavailable
@@ -216,6 +216,16 @@ class ProcessBackend:
             log.warning("every process sandbox runs as uid %d: %s", config.uid, claims)
             return
         self.uids = UidPool(found, claims)
+        release = os.uname().release
+        if not counts_per_namespace(release):
+            log.warning(
+                "sandbox uids %d-%d: Linux %s counts a uid's processes host-wide (before 5.14):"
+                " a server in another container giving the same uids shares RLIMIT_NPROC with"
+                " this one; give each its own range (sandbox_uid_first)",
+                config.sandbox_uid_first,
+                config.sandbox_uid_first + config.sandbox_uid_count - 1,
+                release,
+            )
 
     def _new_pool(
         self, factory: Callable[[bool], Awaitable[ProcessSandbox]], size: int, max_idle: int

@@ -27,10 +27,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["ProcessTreeMeter", "TreeSample"]
+__all__ = ["ProcessTreeMeter", "TreeSample", "children", "running"]
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# The kernel's flag (stat field 9) on a task that has begun to exit (include/linux/sched.h).
+_PF_EXITING = 0x4
 # A sandbox holds at most `processes` (<= 1024) tasks; a walk that finds more than this is not
 # looking at one sandbox any more (a reused pid): it stops rather than read the host's /proc.
 _MAX_PROCESSES = 4096
@@ -43,6 +45,8 @@ class TreeSample:
     cpu_time_s: float  # user + system, live processes and their reaped children
     memory_bytes: int  # resident anonymous memory, summed
     processes: int  # processes found (threads are not counted here)
+    # The live ones (zombies and exiting processes are going: `oom_victims` watches them go).
+    pids: frozenset[int] = frozenset()
 
 
 class ProcessTreeMeter:
@@ -61,25 +65,41 @@ class ProcessTreeMeter:
         cpu_ticks = 0
         resident_pages = 0
         found = 0
+        live: list[int] = []
         pending = [self.root_pid]
         while pending and found < _MAX_PROCESSES:
             pid = pending.pop()
             read = _read_process(pid)
             if read is None:
                 continue
-            ticks, pages, threads = read
+            ticks, pages, threads, ending = read
             cpu_ticks += ticks
             resident_pages += pages
             found += 1
+            if not ending:
+                live.append(pid)
             pending.extend(_children(pid, threads))
         if not found:
             return self.last
         cpu = max(self.cpu_time_s, cpu_ticks / _TICKS_PER_S)
-        sample = TreeSample(cpu, resident_pages * _PAGE_BYTES, found)
+        sample = TreeSample(cpu, resident_pages * _PAGE_BYTES, found, frozenset(live))
         self.cpu_time_s = cpu
         self.peak_memory_bytes = max(self.peak_memory_bytes, sample.memory_bytes)
         self.last = sample
         return sample
+
+
+def children(pid: int) -> list[int]:
+    """The children of every thread of ``pid``."""
+    return _children(pid, 2)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not begun to exit: a walk through the `children`
+    files can miss a live process while a sibling exits or forks (the kernel lists them by
+    position), so a process missing from a walk is asked for directly."""
+    read = _read_process(pid)
+    return read is not None and not read[3]
 
 
 def _read(path: str) -> bytes:
@@ -108,9 +128,10 @@ def _children(pid: int, threads: int) -> list[int]:
     return out
 
 
-def _read_process(pid: int) -> tuple[int, int, int] | None:
-    """(CPU ticks with reaped children's, resident anonymous pages, threads) of one process,
-    or None when it is gone."""
+def _read_process(pid: int) -> tuple[int, int, int, bool] | None:
+    """(CPU ticks with reaped children's, resident anonymous pages, threads, whether it is a
+    ending: a zombie, or exiting, as a process killed with SIGKILL is once it runs) of one
+    process, or None when it is gone."""
     try:
         raw = _read(f"/proc/{pid}/stat")
         pages = _read(f"/proc/{pid}/statm").split()
@@ -126,4 +147,5 @@ def _read_process(pid: int) -> tuple[int, int, int] | None:
         resident, shared = int(pages[1]), int(pages[2])
     except (IndexError, ValueError):
         return None
-    return ticks, max(0, resident - shared), threads
+    ending = fields[0] == b"Z" or bool(int(fields[6]) & _PF_EXITING)
+    return ticks, max(0, resident - shared), threads, ending

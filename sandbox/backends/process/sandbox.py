@@ -43,6 +43,7 @@ from sandbox.backends.process.capabilities import process_capabilities, sandbox_
 from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
+from sandbox.backends.process.oom_victims import OomVictims
 from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.capture import OutputStream
@@ -111,8 +112,11 @@ class ProcessSandbox:
         oom_counter: EnclosingOomCounter | None = None,
     ) -> None:
         self._started = started
-        self._oom_counter = oom_counter if started.cgroup is None else None
-        self._oom_kills_at_start = self._oom_counter.read() if self._oom_counter else 0
+        self._oom = (
+            OomVictims(oom_counter, started.pid, reaper=started.status_fd >= 0)
+            if oom_counter and started.cgroup is None
+            else None
+        )
         self.pid = started.pid
         self.cgroup = started.cgroup
         self.isolation = started.isolation
@@ -234,7 +238,11 @@ class ProcessSandbox:
                 # The private /tmp and /dev/shm are memory too (tmpfs pages: a memory cgroup
                 # charges them), which no process's resident anonymous memory shows.
                 tmpfs = self._last_usage.tmpfs
+                if self._oom is not None and not self._final_usage:
+                    self._oom.before_walk()
                 now = self.meter.sample()
+                if self._oom is not None and not self._final_usage:
+                    self._oom.after_walk(now.pids)
                 memory = now.memory_bytes + sum(t.used_bytes for t in tmpfs)
                 self._host_peak_bytes = max(self._host_peak_bytes, memory)
                 self._last_usage = ResourceUsage(
@@ -244,10 +252,14 @@ class ProcessSandbox:
                     memory_bytes=memory,
                     tmpfs=tmpfs,
                 )
-            if self._final_usage and self._oom_counter is not None:
-                # After the exit only: the kernel counts a kill before its victim dies.
-                kills = self._oom_counter.read() - self._oom_kills_at_start
-                self._last_usage = replace(self._last_usage, enclosing_oom_kills=max(0, kills))
+            if self._oom is not None and (self._final_usage or self._oom.victims):
+                # After the exit (the kernel counts a kill before its victim dies), or once a
+                # victim was seen (a run that ends at its guest's hang-up reads before the exit).
+                self._last_usage = replace(
+                    self._last_usage,
+                    enclosing_oom_kills=self._oom.kills_since_start(),
+                    enclosing_oom_victims=self._oom.victims,
+                )
             return self._last_usage
         with contextlib.suppress(OSError):
             usage = self.cgroup.usage()

@@ -8,9 +8,14 @@ could signal each other's processes). Each claim is an exclusive flock(2) on a f
 the uid in a directory only root can enter, held for as long as the uid is given (or in
 quarantine) and released by closing it; the kernel releases the claims of a backend whose
 process died, whose sandboxes its zygote kills when that process's end closes its control
-socket. Backends in separate containers or user namespaces share no such directory: each needs
-a range of its own there (`ProcessBackendConfig.sandbox_uid_first`; in Kubernetes every pod with
-a user namespace has host uids of its own).
+socket. Backends in separate containers or user namespaces share no such directory, and for
+RLIMIT_NPROC need none: since Linux 5.14 the kernel counts processes per user namespace and
+uid, and each backend's zygote has a user namespace of its own, so two servers' sandboxes at
+one host uid are counted apart (tests/deploy/test_kubernetes_pod_oom.py: two containers of the
+Kubernetes base, a fork bomb and another sandbox's threads at the same uid, the other `ok`);
+separate pid namespaces keep them from signalling each other. On an older kernel a uid's count
+is host-wide: there each needs a range of its own (`ProcessBackendConfig.sandbox_uid_first`; in
+Kubernetes every pod with a user namespace has host uids of its own).
 """
 
 from __future__ import annotations
@@ -21,11 +26,28 @@ import os
 import stat
 import tempfile
 
-__all__ = ["CLAIM_DIRS", "UidClaims"]
+__all__ = ["CLAIM_DIRS", "UidClaims", "counts_per_namespace"]
 
 # /run where it is writable (a host); else the temporary directory (a read-only container root
 # with a writable /tmp, as the Kubernetes base has).
 CLAIM_DIRS = ("/run/ptc-sandbox-uids", os.path.join(tempfile.gettempdir(), "ptc-sandbox-uids"))
+
+
+# Linux 5.14 counts RLIMIT_NPROC per user namespace and uid (ucounts); before, per uid host-wide.
+_PER_NAMESPACE_SINCE = (5, 14)
+
+
+def counts_per_namespace(release: str) -> bool:
+    """Whether a kernel of this release (`os.uname().release`, e.g. ``6.1.0-18-amd64``) counts a
+    uid's processes per user namespace: then servers in separate containers may give the same
+    uids; else they share each uid's count and need ranges of their own. An unreadable release
+    counts as the older kernel (the warning errs towards being said)."""
+    parts = release.split(".", 2)
+    try:
+        version = (int(parts[0]), int("".join(c for c in parts[1][:3] if c.isdigit())))
+    except (IndexError, ValueError):
+        return False
+    return version >= _PER_NAMESPACE_SINCE
 
 
 class UidClaims:

@@ -1,0 +1,108 @@
+"""Which sandbox lost a process to the enclosing cgroup's OOM killer, when the script survives.
+
+Where sandboxes have no memory cgroup of their own (the degraded process backend), the kernel's
+OOM killer of the cgroup enclosing the server (the pod's) kills a sandbox process and counts it in
+the pod's ``oom_kill`` counter (`enclosing_oom`), but the counter says neither which process nor
+which sandbox. A killed pid 1 is told apart by its SIGKILL death (`sandbox.execution.evidence`);
+a killed child is reaped by the script, which goes on, and its exit status never reaches the
+host. So the host correlates in time, at each sample of its accounting (`host_meter`, every
+`sandbox.execution.drive.CPU_POLL_S`): it reads the pod's counter first, then walks the
+sandbox's processes; a process of the sandbox that was alive at one walk and gone (exited,
+exiting or a zombie) at the next, while the counter rose at that reading or at one of the two
+before it, or within the last `WINDOW_S` (a kill is counted before its victim exits, and the
+victim exits only once it is scheduled, which under memory pressure on a loaded machine may
+take a few samples; other readers of the usage, such as progress reports, sample more often),
+is taken as a victim (one missing from the walk but still running was only missed: the
+`children` files the walk reads can skip a live process). Each kill the counter rose by is given
+to at most one process of this sandbox.
+
+Its first processes (pid 1, and its reaper where it has one) are never taken: once one of them
+ends, the sandbox is ending, every other process dies with it, and nothing more is taken (a kill
+of pid 1 is told by its exit status instead).
+
+What this cannot tell apart, and docs/limits.md says: a process of this sandbox that exited on
+its own within that window of a kill elsewhere in the pod is reported as a victim too (the
+report errs towards the kill); a process that forked, was killed and was reaped entirely
+between two walks is not seen, nor one killed within a sample of the sandbox's end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
+from sandbox.backends.process.host_meter import children, running
+
+__all__ = ["WINDOW_S", "OomVictims"]
+
+# Five host-accounting periods (`sandbox.execution.drive.CPU_POLL_S`, 50 ms): an OOM victim
+# exits once it is scheduled, which on a loaded machine under memory pressure takes a while.
+WINDOW_S = 0.25
+
+
+@dataclass
+class _Kills:
+    """Kills the counter rose by at one reading, not yet given to a process."""
+
+    count: int
+    seen_at: float
+    walks: int = 0  # walks since that reading
+
+
+class OomVictims:
+    """One sandbox's processes taken by the enclosing cgroup's OOM killer, counted per sample."""
+
+    def __init__(self, counter: EnclosingOomCounter, root_pid: int, reaper: bool) -> None:
+        """``root_pid``: the process the host walks from, the sandbox's pid 1 or, with
+        ``reaper``, the reaper whose one child pid 1 is."""
+        self._counter = counter
+        self._root = root_pid
+        self._reaper = reaper
+        self.kills_at_start = counter.read()
+        self._count = self.kills_at_start
+        self._unclaimed: list[_Kills] = []
+        self._pids: frozenset[int] = frozenset()
+        self._first: frozenset[int] = frozenset()
+        self._ending = False
+        self.victims = 0
+
+    def before_walk(self) -> None:
+        """Reads the counter: call it just before the host walks the sandbox's processes."""
+        count = self._counter.read()
+        if not self._pids:
+            # No process seen yet (the first walk of a warm sandbox): no process of it can have
+            # ended, and kills counted while it waited in the pool are another sandbox's.
+            self._count = max(count, self._count)
+        elif count > self._count:
+            self._unclaimed.append(_Kills(count - self._count, time.monotonic()))
+            self._count = count
+
+    def after_walk(self, pids: frozenset[int]) -> None:
+        """The live processes the walk found: the ones gone since the last walk may be victims."""
+        if not self._first:
+            below = children(self._root) if self._reaper else []
+            self._first = frozenset([self._root, *below])
+        missing = self._pids - pids
+        still = {pid for pid in missing if running(pid)}  # missed by the walk, not gone
+        self._pids = pids | still
+        if self._ending or (missing - still) & self._first:
+            # Its first process is ending, and every other dies with it: the sandbox's own end
+            # (or the kernel's kill of that process, which its exit status tells).
+            self._ending = True
+            return
+        gone = len(missing - still)
+        now = time.monotonic()
+        for kills in self._unclaimed:
+            kills.walks += 1
+            claimed = min(gone, kills.count)
+            kills.count -= claimed
+            self.victims += claimed
+            gone -= claimed
+        self._unclaimed = [
+            k for k in self._unclaimed if k.count and (k.walks < 3 or now - k.seen_at < WINDOW_S)
+        ]
+
+    def kills_since_start(self) -> int:
+        """The kills the enclosing cgroup counted while this sandbox lived (any sandbox's)."""
+        return max(0, self._counter.read() - self.kills_at_start)
