@@ -220,20 +220,18 @@ class Engine:
         (`sandbox.sessions`), not in a fresh single-use one. ``tenant`` names who runs it, for
         its trace span (`sandbox.telemetry`)."""
         request, effective = prepared.request, prepared.limits
-        cancel = hooks.cancel
         backend = self.backend(prepared.backend)
-        place: Place = (
-            SingleUse(backend, effective, prepared.runtime)
-            if session is None
-            else SessionCell(
-                session, request.labels.get("ptc.session_id", ""), prepared.manifest.sha256
-            )
-        )
+        place: Place
+        if session is None:
+            place = SingleUse(backend, effective, prepared.runtime, hooks)
+        else:
+            session_id = request.labels.get("ptc.session_id", "")
+            place = SessionCell(session, session_id, prepared.manifest.sha256, hooks)
         result = assemble.start(prepared, backend.name, place.session_id)
         if prepared.rejection is not None:
             return assemble.rejected(result, prepared.rejection)
         stubs = self.stubs(prepared.manifest)
-        handle = await place.take(cancel)
+        handle = await place.take()
         if handle is None:
             return assemble.cancelled_before_start(result)
         result.isolation = list(handle.isolation)
@@ -249,9 +247,7 @@ class Engine:
             self.config.max_call_bytes,
             request.files,
         )
-        outcome, result.session_lost = await place.drive(
-            handle, job, broker, hooks.on_output, cancel
-        )
+        outcome, result.session_lost = await place.drive(handle, job, broker)
         in_session = place.session_id is not None
         return assemble.finish(
             result, outcome, broker, request.expected_calls, in_session=in_session
