@@ -20,7 +20,8 @@ checkout's), so that the same benchmark measures two revisions of the code under
 
 Printed (and kept in this run's record): for every figure both runs report (a timing's p50, a
 rate, a ratio; keyed by section and label), the median over the blocks in each checkout and
-``this / other``. A benchmark's own ratios against its in-run baselines (the floor, a bare RPC)
+``this / other``, with the range of that ratio block by block (each block's two runs ran back to
+back). A benchmark's own ratios against its in-run baselines (the floor, a bare RPC)
 are the figures least disturbed by the load: compare those first.
 """
 
@@ -109,7 +110,12 @@ def compare(report: Report, names: tuple[str, str], runs: tuple[Runs, Runs]) -> 
         theirs = statistics.median(r[key][0] for r in other)
         ratio = mine / theirs if theirs else float("nan")
         unit = this[0][key][1]
-        report.figure(key[1], ratio, "x", note=f"{mine:.4g} vs {theirs:.4g} {unit}", fmt=".3f")
+        # Block by block (the two runs of a block ran back to back): the ratio's spread.
+        ratios = [a[key][0] / b[key][0] for a, b in zip(this, other, strict=True) if b[key][0]]
+        spread = f"; blocks {min(ratios):.3f}-{max(ratios):.3f}" if ratios else ""
+        report.figure(
+            key[1], ratio, "x", note=f"{mine:.4g} vs {theirs:.4g} {unit}{spread}", fmt=".3f"
+        )
 
 
 def main() -> None:

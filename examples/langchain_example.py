@@ -13,6 +13,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from weather_task import QUESTION, get_weather
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.langchain import as_langchain_tool
@@ -21,11 +22,6 @@ CODE = """import tools
 temps = {c: tools.get_weather(city=c)["temp_c"] for c in ["Paris", "Oslo", "Lima"]}
 print(max(temps, key=temps.get))
 """
-
-
-def get_weather(city: str) -> dict[str, Any]:
-    """Current weather for a city."""
-    return {"city": city, "temp_c": {"Paris": 21.5, "Oslo": 4.0, "Lima": 18.0}.get(city, 0.0)}
 
 
 class ScriptedModel(FakeMessagesListChatModel):
@@ -47,7 +43,7 @@ def main() -> None:
     )
     with EmbeddedRunner() as runner:
         agent = create_agent(model, [as_langchain_tool(ExecuteTool(runner, [get_weather]))])
-        state = agent.invoke({"messages": [HumanMessage("Which of Paris, Oslo, Lima is warmest?")]})
+        state = agent.invoke({"messages": [HumanMessage(QUESTION)]})
     for message in state["messages"]:
         if isinstance(message, ToolMessage):
             print(message.content, end="\n\n")

@@ -14,6 +14,7 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
+from weather_task import QUESTION, get_weather
 
 from sandbox.integrations import EmbeddedRunner, ExecuteTool
 from sandbox.integrations.openai_agents import as_function_tool
@@ -22,11 +23,6 @@ CODE = """import tools
 temps = {c: tools.get_weather(city=c)["temp_c"] for c in ["Paris", "Oslo", "Lima"]}
 print(max(temps, key=temps.get))
 """
-
-
-def get_weather(city: str) -> dict[str, Any]:
-    """Current weather for a city."""
-    return {"city": city, "temp_c": {"Paris": 21.5, "Oslo": 4.0, "Lima": 18.0}.get(city, 0.0)}
 
 
 class ScriptedModel(Model):
@@ -62,7 +58,7 @@ def main() -> None:
         )
         result = Runner.run_sync(
             agent,
-            "Which of Paris, Oslo, Lima is warmest?",
+            QUESTION,
             run_config=RunConfig(tracing_disabled=True),
         )
         for item in result.new_items:

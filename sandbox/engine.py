@@ -34,13 +34,13 @@ from typing import Any, Literal
 from sandbox.backends.base import Backend, Job
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.execution import assemble
-from sandbox.execution.acquire import acquire_sandbox, acquire_unless_cancelled
+from sandbox.execution.acquire import acquire_sandbox
 from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
+from sandbox.execution.place import Place, SessionCell, SingleUse
 from sandbox.execution.request import ExecutionRequest, PreparedExecution, StartedInfo
-from sandbox.execution.single_use import run_single_use
 from sandbox.files import check_inputs
 from sandbox.handlers import ToolHandler, builtin_handlers
 from sandbox.limits import (
@@ -220,24 +220,22 @@ class Engine:
         (`sandbox.sessions`), not in a fresh single-use one. ``tenant`` names who runs it, for
         its trace span (`sandbox.telemetry`)."""
         request, effective = prepared.request, prepared.limits
-        cancel, on_output = hooks.cancel, hooks.on_output
         backend = self.backend(prepared.backend)
-        session_id = request.labels.get("ptc.session_id", "") if session is not None else None
-        result = assemble.start(prepared, backend.name, session_id)
+        place: Place
+        if session is None:
+            place = SingleUse(backend, effective, prepared.runtime, hooks)
+        else:
+            session_id = request.labels.get("ptc.session_id", "")
+            place = SessionCell(session, session_id, prepared.manifest.sha256, hooks)
+        result = assemble.start(prepared, backend.name, place.session_id)
         if prepared.rejection is not None:
             return assemble.rejected(result, prepared.rejection)
         stubs = self.stubs(prepared.manifest)
-        if session is None:
-            with step_span("ptc.sandbox.acquire"):
-                taken = await acquire_unless_cancelled(backend, effective, prepared.runtime, cancel)
-            if taken is None:
-                return assemble.cancelled_before_start(result)
-            handle = taken
-            result.isolation = list(handle.isolation)
-            probe = LiveProbe(handle)
-        else:
-            result.isolation = session.isolation
-            probe = LiveProbe(session.handle)
+        handle = await place.take()
+        if handle is None:
+            return assemble.cancelled_before_start(result)
+        result.isolation = list(handle.isolation)
+        probe = LiveProbe(handle)
         if hooks.on_started is not None:
             hooks.on_started(StartedInfo(prepared.execution_id, effective, result.isolation, probe))
         probe.broker = broker = self._broker(prepared, hooks)
@@ -249,14 +247,10 @@ class Engine:
             self.config.max_call_bytes,
             request.files,
         )
-        if session is None:
-            outcome = await run_single_use(handle, job, broker, on_output, cancel)
-        else:
-            cell = await session.run(job, broker, prepared.manifest.sha256, on_output, cancel)
-            outcome = cell.outcome
-            result.session_lost = cell.lost or ""
+        outcome, result.session_lost = await place.drive(handle, job, broker)
+        in_session = place.session_id is not None
         return assemble.finish(
-            result, outcome, broker, request.expected_calls, in_session=session is not None
+            result, outcome, broker, request.expected_calls, in_session=in_session
         )
 
     def _broker(self, prepared: PreparedExecution, hooks: RunHooks) -> Broker:

@@ -37,6 +37,7 @@ from sandbox.audit.checkpoints import (
     verify_checkpoint,
 )
 from sandbox.audit.merkle import consistency_proof
+from sandbox.commands._audit_store import open_named_store
 
 __all__ = ["CheckpointReport"]
 
@@ -158,10 +159,9 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _sign(args: argparse.Namespace) -> int:
     from sandbox.audit.publisher import CheckpointPublisher
-    from sandbox.commands.audit import _open
 
     key = load_private_key(args.key)
-    store = _open(args)
+    store = open_named_store(args)
     try:
         publisher = CheckpointPublisher(store, key, directory=args.dir, origin=args.origin)
         for checkpoint in publisher.publish_once():

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from sandbox.audit import AuditQuery, SqlAuditStore, is_postgres_url, open_store
+from sandbox.audit import AuditQuery, SqlAuditStore
 from sandbox.audit.base import AuditRecord
 from sandbox.audit.export import export_jsonl, iter_records, record_to_json
 from sandbox.audit.retention import apply_retention
@@ -29,6 +29,7 @@ from sandbox.commands._audit_checkpoints import (
     _verify_checkpoints,
     _verify_since,
 )
+from sandbox.commands._audit_store import open_named_store
 from sandbox.errors import InvalidArgument
 
 __all__ = ["register"]
@@ -92,15 +93,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     prune.set_defaults(handler=_prune)
 
 
-def _open(args: argparse.Namespace) -> SqlAuditStore:
-    target = args.db
-    if not target:
-        raise InvalidArgument("no audit store: pass --db PATH|URL or set PTC_AUDIT_DB")
-    if not is_postgres_url(target) and not os.path.exists(target.removeprefix("sqlite://")):
-        raise InvalidArgument(f"no audit store at {target}")
-    return open_store(target)
-
-
 def _tenants(store: SqlAuditStore, args: argparse.Namespace) -> list[str]:
     return [args.tenant] if args.tenant else store.tenants()
 
@@ -126,7 +118,7 @@ def _session_id(value: str | None) -> str | None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = _open(args)
+    store = open_named_store(args)
     try:
         shown = 0
         for tenant in _tenants(store, args):
@@ -158,7 +150,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    store = _open(args)
+    store = open_named_store(args)
     try:
         if args.tenant:
             record = store.get(args.tenant, args.execution_id)
@@ -180,7 +172,7 @@ def _as_json(record: AuditRecord) -> dict[str, Any]:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    store = _open(args)
+    store = open_named_store(args)
     try:
         if args.since_checkpoint:
             report, checked = _verify_since(store, args)
@@ -207,7 +199,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    store = _open(args)
+    store = open_named_store(args)
     try:
         tenants = _tenants(store, args)
         if args.output == "-":
@@ -229,7 +221,7 @@ def _prune(args: argparse.Namespace) -> int:
         for config in load_tenants(args.tenants).tenants
         if not args.tenant or config.tenant.id == args.tenant
     ]
-    store = _open(args)
+    store = open_named_store(args)
     try:
         for tenant_id, pruned in apply_retention(store, tenants).items():
             print(f"{tenant_id}: pruned {pruned} records")

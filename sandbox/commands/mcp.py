@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
+from sandbox.commands._expect import parse_expect
 from sandbox.commands._manifest_file import read_manifest
-from sandbox.commands.run import parse_expect
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
 

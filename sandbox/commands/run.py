@@ -42,10 +42,10 @@ from sandbox.backends.base import Backend
 from sandbox.backends.factory import command_backend
 from sandbox.capture import OutputCallback
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
+from sandbox.commands._expect import parse_expect
 from sandbox.commands._manifest_file import read_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, PreparedExecution, RunHooks
 from sandbox.errors import InvalidArgument, PtcError
-from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile
 from sandbox.integrations.runners import execution_request
 from sandbox.limits import parse_limit_args
@@ -178,20 +178,6 @@ def _read(path: str, what: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"{what} {path}: {exc}") from exc
-
-
-def parse_expect(items: list[str]) -> tuple[ExpectedCalls, ...]:
-    out = []
-    for item in items:
-        tool, sep, counts = item.rpartition("=")
-        low, _, high = counts.partition(":")
-        try:
-            if not sep or not tool:
-                raise ValueError
-            out.append(ExpectedCalls(tool, int(low) if low else None, int(high) if high else None))
-        except ValueError:
-            raise InvalidArgument(f"--expect {item!r}: expected TOOL=MIN[:MAX]") from None
-    return tuple(out)
 
 
 async def _execute(

@@ -31,111 +31,100 @@ DEFAULT_AUDIT_DB = "ptc-audit.db"
 LEFTOVER_GRACE_S = 5.0  # what a task still running at exit gets after its cancel
 
 
+# `ptc serve`'s options, as the tables they are. Each one is None when not given, so that
+# `ServerConfig.with_overrides` keeps the config file's value for it.
+_VALUE_OPTIONS = (  # (flag, metavar, help)
+    ("--config", "TOML", "server config file"),
+    ("--listen", "HOST:PORT", "address (default 127.0.0.1:50051)"),
+    (
+        "--audit-db",
+        "PATH|URL",
+        "audit store: SQLite file or postgresql:// URL (default ./ptc-audit.db; "
+        "'memory' keeps records in memory only)",
+    ),
+    ("--tenants", "TOML", "tenants file (default: one tenant)"),
+    (
+        "--runtimes-dir",
+        "DIR",
+        "where the runtimes requests may name are (`ptc runtime --dir`; default "
+        "$PTC_RUNTIMES_DIR, as for `ptc run --runtime`)",
+    ),
+    ("--instance-id", None, "this server's id in a shared audit store"),
+    (
+        "--metrics-listen",
+        "HOST:PORT",
+        "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
+    ),
+    ("--checkpoint-key", "PEM", "Ed25519 signing key (default: $PTC_CHECKPOINT_KEY)"),
+    ("--checkpoint-dir", "DIR", "write signed audit checkpoints here"),
+    ("--tls-cert", "PEM", "serve TLS with this certificate chain (needs --tls-key)"),
+    ("--tls-key", "PEM", "the private key of --tls-cert"),
+    ("--tls-client-ca", "PEM", "mTLS: require a client certificate issued by one of these CAs"),
+    (
+        "--fleet-ca",
+        "PEM",
+        "the CA that issues the fleet's servers their client certificates (needs "
+        "--tls-client-ca); only its certificates may carry calls between servers",
+    ),
+    (
+        "--fleet-cert",
+        "PEM",
+        "this server's client certificate issued by the fleet CA, presented when it carries "
+        "a session call to the server holding the session (needs --fleet-key and TLS)",
+    ),
+    ("--fleet-key", "PEM", "the private key of --fleet-cert"),
+    (
+        "--fleet-peer-ca",
+        "PEM",
+        "the CAs of the other servers' TLS certificates (default: the system's)",
+    ),
+    (
+        "--advertise",
+        "HOST:PORT",
+        "where the other servers of the fleet reach this one (default: the listen address)",
+    ),
+)
+_SECONDS_OPTIONS = (  # (flag, help)
+    ("--grace", "time in-flight runs get at shutdown"),
+    (
+        "--quota-lease-ttl",
+        "with a PostgreSQL store: a crashed server's quota slots return after this",
+    ),
+    (
+        "--member-lease-ttl",
+        "a server sharing the audit store that is silent this long is dead: a survivor "
+        "marks its running records interrupted (default 15)",
+    ),
+    (
+        "--checkpoint-interval",
+        "sign an audit checkpoint per tenant this often (default 300 once enabled)",
+    ),
+)
+_SWITCHES = (  # (flag, help)
+    ("--docker", "also offer the Docker backend"),
+    ("--gvisor", "also offer the Docker backend under gVisor (runsc), as backend 'gvisor'"),
+    (
+        "--allow-degraded",
+        "run without cgroup limits or the seccomp filter when the host cannot provide them",
+    ),
+)
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser("serve", help="run the gRPC server")
-    parser.add_argument("--config", metavar="TOML", help="server config file")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="address (default 127.0.0.1:50051)")
+    for flag, metavar, text in _VALUE_OPTIONS:
+        parser.add_argument(flag, metavar=metavar, help=text)
+    for flag, text in _SECONDS_OPTIONS:
+        parser.add_argument(flag, type=float, metavar="SECONDS", help=text)
+    for flag, text in _SWITCHES:
+        parser.add_argument(flag, action="store_true", default=None, help=text)
     parser.add_argument("--pool-size", type=int, help="warm sandboxes kept ready")
-    parser.add_argument(
-        "--grace", type=float, metavar="SECONDS", help="time in-flight runs get at shutdown"
-    )
     parser.add_argument(
         "--host-handler",
         action="append",
         default=[],
         metavar="TOOL=MODULE:FUNCTION",
         help="serve a host-mode tool with this callable (repeatable)",
-    )
-    parser.add_argument(
-        "--audit-db",
-        metavar="PATH|URL",
-        help="audit store: SQLite file or postgresql:// URL (default ./ptc-audit.db; "
-        "'memory' keeps records in memory only)",
-    )
-    parser.add_argument("--tenants", metavar="TOML", help="tenants file (default: one tenant)")
-    parser.add_argument(
-        "--runtimes-dir",
-        metavar="DIR",
-        help="where the runtimes requests may name are (`ptc runtime --dir`; default "
-        "$PTC_RUNTIMES_DIR, as for `ptc run --runtime`)",
-    )
-    parser.add_argument("--instance-id", help="this server's id in a shared audit store")
-    parser.add_argument(
-        "--docker", action="store_true", default=None, help="also offer the Docker backend"
-    )
-    parser.add_argument(
-        "--gvisor",
-        action="store_true",
-        default=None,
-        help="also offer the Docker backend under gVisor (runsc), as backend 'gvisor'",
-    )
-    parser.add_argument(
-        "--allow-degraded",
-        action="store_true",
-        default=None,
-        help="run without cgroup limits or the seccomp filter when the host cannot provide them",
-    )
-    parser.add_argument(
-        "--metrics-listen",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464)",
-    )
-    parser.add_argument(
-        "--quota-lease-ttl",
-        type=float,
-        metavar="SECONDS",
-        help="with a PostgreSQL store: a crashed server's quota slots return after this",
-    )
-    parser.add_argument(
-        "--member-lease-ttl",
-        type=float,
-        metavar="SECONDS",
-        help="a server sharing the audit store that is silent this long is dead: a survivor "
-        "marks its running records interrupted (default 15)",
-    )
-    parser.add_argument(
-        "--checkpoint-interval",
-        type=float,
-        metavar="SECONDS",
-        help="sign an audit checkpoint per tenant this often (default 300 once enabled)",
-    )
-    parser.add_argument(
-        "--checkpoint-key", metavar="PEM", help="Ed25519 signing key (default: $PTC_CHECKPOINT_KEY)"
-    )
-    parser.add_argument(
-        "--checkpoint-dir", metavar="DIR", help="write signed audit checkpoints here"
-    )
-    parser.add_argument(
-        "--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)"
-    )
-    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-    parser.add_argument(
-        "--tls-client-ca",
-        metavar="PEM",
-        help="mTLS: require a client certificate issued by one of these CAs",
-    )
-    parser.add_argument(
-        "--fleet-ca",
-        metavar="PEM",
-        help="the CA that issues the fleet's servers their client certificates (needs "
-        "--tls-client-ca); only its certificates may carry calls between servers",
-    )
-    parser.add_argument(
-        "--fleet-cert",
-        metavar="PEM",
-        help="this server's client certificate issued by the fleet CA, presented when it carries "
-        "a session call to the server holding the session (needs --fleet-key and TLS)",
-    )
-    parser.add_argument("--fleet-key", metavar="PEM", help="the private key of --fleet-cert")
-    parser.add_argument(
-        "--fleet-peer-ca",
-        metavar="PEM",
-        help="the CAs of the other servers' TLS certificates (default: the system's)",
-    )
-    parser.add_argument(
-        "--advertise",
-        metavar="HOST:PORT",
-        help="where the other servers of the fleet reach this one (default: the listen address)",
     )
     parser.set_defaults(handler=run)
 
@@ -164,8 +153,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         allow_degraded=args.allow_degraded,
         host_handlers=handlers,
         metrics_listen=args.metrics_listen,
-        quota_lease_ttl_s=getattr(args, "quota_lease_ttl", None),
-        member_lease_ttl_s=getattr(args, "member_lease_ttl", None),
+        quota_lease_ttl_s=args.quota_lease_ttl,
+        member_lease_ttl_s=args.member_lease_ttl,
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
         checkpoint_dir=args.checkpoint_dir,

@@ -2,12 +2,15 @@
 
 Everything in this folder runs *inside* the sandbox, under the sandbox's own interpreter, with
 the standard library only. It imports nothing from the host side, and the host imports nothing
-from it but this file's `GUEST_FILES` and `ZYGOTE_FILES`, the lists of files the backends copy
-into the sandbox, and `fork_loop_library`, the zygote's fork loop in C (`forkloop.c`) as the
-package's install built it.
+from it but what this file exports: where the files are (`GUEST_DIR`), the lists of files the
+backends copy into the sandbox (`GUEST_FILES`, `ZYGOTE_FILES`), and the zygote's fork loop in C
+(`forkloop.c`) as the package's install built it (`fork_loop_library`), copied in as
+`FORK_LOOP_FILE`.
 """
 
 from pathlib import Path
+
+__all__ = ["FORK_LOOP_FILE", "GUEST_DIR", "GUEST_FILES", "ZYGOTE_FILES", "fork_loop_library"]
 
 GUEST_DIR = Path(__file__).resolve().parent
 GUEST_FILES = ("bootstrap.py", "_ptc_runtime.py", "_files.py", "_threads.py")

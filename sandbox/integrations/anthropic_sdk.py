@@ -37,23 +37,13 @@ def _result(block: Any, observation: Observation) -> dict[str, Any]:
     }
 
 
-def _unknown(execute: ExecuteTool, name: Any) -> Observation:
-    return Observation(f"error: unknown tool {name!r}; the only tool is {execute.name!r}", None)
-
-
 def handle_tool_use(execute: ExecuteTool, block: Any) -> dict[str, Any]:
     """Runs one `tool_use` block; returns its `tool_result` block."""
-    name = _field(block, "name")
-    if name != execute.name:
-        return _result(block, _unknown(execute, name))
-    return _result(block, execute.run_arguments(_field(block, "input")))
+    return _result(block, execute.run_call(_field(block, "name"), _field(block, "input")))
 
 
 async def ahandle_tool_use(execute: ExecuteTool, block: Any) -> dict[str, Any]:
-    name = _field(block, "name")
-    if name != execute.name:
-        return _result(block, _unknown(execute, name))
-    return _result(block, await execute.arun_arguments(_field(block, "input")))
+    return _result(block, await execute.arun_call(_field(block, "name"), _field(block, "input")))
 
 
 def handle_message(execute: ExecuteTool, message: Any) -> dict[str, Any]:

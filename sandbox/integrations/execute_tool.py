@@ -238,6 +238,24 @@ class ExecuteTool:
             return Observation(_BAD_ARGUMENTS, None)
         return await self.arun(code)
 
+    def run_call(self, name: object, arguments: str | Mapping[str, Any] | None) -> Observation:
+        """Runs a tool call a model addressed to ``name`` (as an SDK adapter reads it off the
+        model's message): a model may call a tool it was never given, which is answered with an
+        error observation naming this one, so that it can correct itself."""
+        if name != self.name:
+            return self._unknown(name)
+        return self.run_arguments(arguments)
+
+    async def arun_call(
+        self, name: object, arguments: str | Mapping[str, Any] | None
+    ) -> Observation:
+        if name != self.name:
+            return self._unknown(name)
+        return await self.arun_arguments(arguments)
+
+    def _unknown(self, name: object) -> Observation:
+        return Observation(f"error: unknown tool {name!r}; the only tool is {self.name!r}", None)
+
 
 _BAD_ARGUMENTS = 'error: the tool takes one argument, {"code": "<a Python script>"}'
 

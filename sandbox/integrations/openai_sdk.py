@@ -44,28 +44,19 @@ def _field(obj: Any, *path: str) -> Any:
     return obj
 
 
-def _unknown(execute: ExecuteTool, name: Any) -> Observation:
-    return Observation(f"error: unknown tool {name!r}; the only tool is {execute.name!r}", None)
-
-
 def _chat_message(call: Any, observation: Observation) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": _field(call, "id"), "content": observation.text}
 
 
 def handle_chat_tool_call(execute: ExecuteTool, call: Any) -> dict[str, Any]:
     """Runs one Chat Completions tool call; returns the `tool` message that answers it."""
-    name = _field(call, "function", "name")
-    if name != execute.name:
-        return _chat_message(call, _unknown(execute, name))
-    return _chat_message(call, execute.run_arguments(_field(call, "function", "arguments")))
+    name, arguments = _field(call, "function", "name"), _field(call, "function", "arguments")
+    return _chat_message(call, execute.run_call(name, arguments))
 
 
 async def achat_tool_call(execute: ExecuteTool, call: Any) -> dict[str, Any]:
-    name = _field(call, "function", "name")
-    if name != execute.name:
-        return _chat_message(call, _unknown(execute, name))
-    arguments = _field(call, "function", "arguments")
-    return _chat_message(call, await execute.arun_arguments(arguments))
+    name, arguments = _field(call, "function", "name"), _field(call, "function", "arguments")
+    return _chat_message(call, await execute.arun_call(name, arguments))
 
 
 def _output_item(call: Any, observation: Observation) -> dict[str, Any]:
@@ -78,14 +69,9 @@ def _output_item(call: Any, observation: Observation) -> dict[str, Any]:
 
 def handle_response_function_call(execute: ExecuteTool, call: Any) -> dict[str, Any]:
     """Runs one Responses API `function_call` item; returns its `function_call_output`."""
-    name = _field(call, "name")
-    if name != execute.name:
-        return _output_item(call, _unknown(execute, name))
-    return _output_item(call, execute.run_arguments(_field(call, "arguments")))
+    return _output_item(call, execute.run_call(_field(call, "name"), _field(call, "arguments")))
 
 
 async def ahandle_response_function_call(execute: ExecuteTool, call: Any) -> dict[str, Any]:
-    name = _field(call, "name")
-    if name != execute.name:
-        return _output_item(call, _unknown(execute, name))
-    return _output_item(call, await execute.arun_arguments(_field(call, "arguments")))
+    observation = await execute.arun_call(_field(call, "name"), _field(call, "arguments"))
+    return _output_item(call, observation)

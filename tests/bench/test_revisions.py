@@ -46,6 +46,9 @@ def test_compare_reports_the_median_of_each_side_and_this_over_other(tmp_path: P
     assert ratios == {"print(1)": pytest.approx(1.25), "executions/s": pytest.approx(1.125)}
     notes = [e["note"] for e in section["figures"] if "value" not in e]
     assert notes == ["  throughput"]  # the section of the figures that follow, by its title
+    # Each block's ratio (this block's run over the other's): their range is the spread.
+    spreads = {e["label"]: e["note"].partition("; ")[2] for e in section["figures"] if "value" in e}
+    assert spreads == {"print(1)": "blocks 0.750-9000.000", "executions/s": "blocks 0.750-2.500"}
 
 
 def test_a_checkout_with_uncommitted_changes_is_another_revision(tmp_path: Path) -> None:

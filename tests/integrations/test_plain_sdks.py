@@ -164,3 +164,35 @@ def test_anthropic_failed_script_sets_is_error(embedded: EmbeddedRunner) -> None
     block = {"type": "tool_use", "id": "t9", "name": "execute_python", "input": {"code": "1/0"}}
     result = anthropic_sdk.handle_tool_use(execute, block)
     assert result["is_error"] is True and "ZeroDivisionError" in result["content"]
+
+
+def test_a_call_of_another_tool_is_answered_without_running(embedded: EmbeddedRunner) -> None:
+    """Every adapter, sync and async, answers a call of a tool the model was never given with
+    the same error observation (`ExecuteTool.run_call`), and runs nothing for it."""
+    import asyncio
+
+    execute = ExecuteTool(embedded, [get_weather])
+    said = "error: unknown tool 'get_weather'; the only tool is 'execute_python'"
+    code = {"code": "print('ran')"}
+    use = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": code}
+    chat = {"id": "c1", "function": {"name": "get_weather", "arguments": json.dumps(code)}}
+    item = {"call_id": "r1", "name": "get_weather", "arguments": json.dumps(code)}
+
+    async def answers() -> list[str]:
+        return [
+            (await anthropic_sdk.ahandle_tool_use(execute, use))["content"],
+            (await openai_sdk.achat_tool_call(execute, chat))["content"],
+            (await openai_sdk.ahandle_response_function_call(execute, item))["output"],
+        ]
+
+    assert anthropic_sdk.handle_tool_use(execute, use) == {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": said,
+        "is_error": True,
+    }
+    assert openai_sdk.handle_chat_tool_call(execute, chat)["content"] == said
+    assert openai_sdk.handle_response_function_call(execute, item)["output"] == said
+    assert asyncio.run(answers()) == [said, said, said]
+    # The right name runs the script: the refusal above came from the name alone.
+    assert "ran" in execute.run_call("execute_python", code).text

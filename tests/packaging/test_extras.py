@@ -34,14 +34,20 @@ EXAMPLES = {
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The top-level modules ``path`` imports, besides the standard library and this package."""
+    """The top-level modules ``path`` imports, besides the standard library and this package,
+    with those of the modules beside it that it imports."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name.partition(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.partition(".")[0])
-    return found - set(sys.stdlib_module_names) - {"__future__", "sandbox"}
+    # A module beside it (`weather_task`: examples/ is on the path of an example run from
+    # there) counts by what it imports in turn.
+    siblings = {p.stem for p in path.parent.glob("*.py")} & found
+    for name in siblings:
+        found |= imported_modules(path.parent / f"{name}.py")
+    return found - set(sys.stdlib_module_names) - {"__future__", "sandbox"} - siblings
 
 
 def brought(requirements: Iterable[str]) -> set[str]:

@@ -7,8 +7,13 @@ break the sandbox's start-up (or log "skipping fork() handlers" at every fork); 
 at once and never uses gRPC. gRPC reads the setting when it is first initialized (the first
 channel or server), so a program that also uses gRPC imports this backend, or sets
 ``GRPC_ENABLE_FORK_SUPPORT=0`` itself, before that; the `ptc` command sets it before anything.
+
+The package re-exports nothing: its modules are imported by name (`backend.ProcessBackend`,
+`pidfd`, ...), so that importing it for the setting above costs nothing more.
 """
 
 import os as _os
+
+__all__: list[str] = []
 
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
