@@ -67,8 +67,10 @@ def test_serve_publishes_checkpoints_that_detect_truncation(tmp_path: Path) -> N
     )
     history = out / "checkpoints.jsonl"
     sizes = [c.tree_size for c in read_checkpoints(str(history))]
-    assert sizes == sorted(sizes) and sizes[0] == 2 and sizes[-1] == 6
-    assert 4 in sizes
+    # A round may also fall between an execution's admission and its completion (size 1, 3
+    # or 5): each such checkpoint is signed and verified like the others.
+    assert sizes == sorted(sizes) and sizes[-1] == 6
+    assert {2, 4} <= set(sizes) and set(sizes) <= {1, 2, 3, 4, 5, 6}
 
     verified = _ptc(
         "audit", "verify", "--db", str(db), "--checkpoint", str(history), "--public-key",
