@@ -202,7 +202,16 @@ print("left")
 
 
 def test_a_uid_returns_only_when_no_process_of_its_sandbox_is_left() -> None:
-    h = EngineHarness(pool_size=1, allow_degraded=True, cgroups=False, sandbox_uid_count=4)
+    # Four uids at the top of the mapped range: other backends on the host (another test's,
+    # another engineer's) claim from its bottom, and any claim of theirs would keep a uid of
+    # these four from going round.
+    h = EngineHarness(
+        pool_size=1,
+        allow_degraded=True,
+        cgroups=False,
+        sandbox_uid_first=DEFAULT_FIRST + DEFAULT_COUNT - 4,
+        sandbox_uid_count=4,
+    )
     try:
         pool = h.backend.uids
         assert pool is not None
