@@ -8,13 +8,16 @@ in one snapshot and checked (`sandbox.audit._verify`). From a signed checkpoint 
 the checkpoint's root (`sandbox.audit.frontier`), only entries after ``n`` are read, linked to
 that hash, and the index rows of the executions admitted after ``n``: the cost is what was
 appended since. Entries after ``n`` that end executions admitted before it are checked as
-entries (hash, link, order) but their index rows only by a full verification.
+entries (hash, link, order) but their index rows only by a full verification. The text an
+admission names by digest is checked against it (`sandbox.audit._contents.ContentCheck`): every
+row of the tenant read once from the first entry, each row an entry names from a checkpoint.
 """
 
 from __future__ import annotations
 
 from sandbox.audit import _sessions
 from sandbox.audit._codec import Entry
+from sandbox.audit._contents import ContentCheck
 from sandbox.audit._db import Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow
 from sandbox.audit._verify import ChainState, verify_tenant
@@ -38,6 +41,7 @@ def verify_in(tx: Tx, tenant: str, since: tuple[int, str] | None) -> tuple[int, 
         since = None
         state = _chain_state(tx, tenant, None)
     after = since[0] if since is not None else 0
+    state.contents = ContentCheck(tx, tenant, preload=since is None)
     entries = (
         Entry(
             str(r[0]), int(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), str(r[6]), str(r[7])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 
-from sandbox.audit import _frontiers
+from sandbox.audit import _contents, _frontiers
 from sandbox.audit._chain import BATCH, Chain
 from sandbox.audit._checking import verify_in
 from sandbox.audit._codec import canonical
@@ -44,7 +44,8 @@ class Upkeep(Chain):
         return VerifyReport(tenant=tenant, records=total, problems=problems)
 
     def prune(self, tenant: str, before: float) -> int:
-        """Deletes the tenant's oldest finished records admitted before ``before``.
+        """Deletes the tenant's oldest finished records admitted before ``before``, and the
+        stored text (`sandbox.audit._contents`) that no entry it keeps names.
 
         Only a prefix of the chain is removed: it ends at the last entry before which every
         execution is finished and old enough. The prefix's last hash becomes the tenant's
@@ -91,6 +92,7 @@ class Upkeep(Chain):
             )
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
             _drop_rows(tx, tenant, sorted(pruned))
+            _contents.prune_before(tx, tenant, cut[0])  # the text no kept entry names
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
