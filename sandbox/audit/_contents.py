@@ -210,10 +210,19 @@ def _state(digest: object, body: object, last: object) -> tuple[bool, int]:
 
 def prune_before(tx: Tx, tenant: str, through_seq: int) -> None:
     """Removes the tenant's rows that no entry after ``through_seq`` names (retention has just
-    removed the entries up to it)."""
-    stale = "SELECT digest FROM content_uses WHERE tenant = ? AND last_seq <= ?"
-    tx.execute(
-        f"DELETE FROM contents WHERE tenant = ? AND digest IN ({stale})",
-        (tenant, tenant, through_seq),
-    )
-    tx.execute("DELETE FROM content_uses WHERE tenant = ? AND last_seq <= ?", (tenant, through_seq))
+    removed the entries up to it): an index walk to the rows last named by what it removed,
+    then each by its key."""
+    stale = [
+        str(r[0])
+        for r in tx.execute(
+            "SELECT digest FROM content_uses WHERE tenant = ? AND last_seq <= ?",
+            (tenant, through_seq),
+        )
+    ]
+    for start in range(0, len(stale), 500):
+        chunk = stale[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        for table in ("contents", "content_uses"):
+            tx.execute(
+                f"DELETE FROM {table} WHERE tenant = ? AND digest IN ({marks})", (tenant, *chunk)
+            )
