@@ -44,8 +44,7 @@ class Upkeep(Chain):
         return VerifyReport(tenant=tenant, records=total, problems=problems)
 
     def prune(self, tenant: str, before: float) -> int:
-        """Deletes the tenant's oldest finished records admitted before ``before``, and the
-        stored text (`sandbox.audit._contents`) that no entry it keeps names.
+        """Deletes the tenant's oldest finished records admitted before ``before``.
 
         Only a prefix of the chain is removed: it ends at the last entry before which every
         execution is finished and old enough. The prefix's last hash becomes the tenant's
@@ -91,8 +90,7 @@ class Upkeep(Chain):
                 (tenant, cut[0]),
             )
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
-            _drop_rows(tx, tenant, sorted(pruned))
-            _contents.prune_before(tx, tenant, cut[0])  # the text no kept entry names
+            _drop_rows(tx, tenant, sorted(pruned), cut[0])
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
@@ -138,8 +136,10 @@ class Upkeep(Chain):
         _frontiers.save_frontier(self._db, tenant, frontier)
 
 
-def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str]) -> None:
-    """Deletes the index, key and session rows of pruned records (their entries are gone)."""
+def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:
+    """Deletes the index, key and session rows of pruned records (their entries are gone, up to
+    ``through_seq``), and the stored text no kept entry names (`sandbox.audit._contents`)."""
+    _contents.prune_before(tx, tenant, through_seq)
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
         marks = ", ".join("?" for _ in chunk)
