@@ -16,8 +16,8 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
 admitted under one; ``merkle_frontiers`` the right edge of each tenant's Merkle tree at
 each signed checkpoint's size; ``sessions`` each session as a typed row; ``contents`` the text
-an admission names by its SHA-256 (its script and manifest) once per tenant, ``content_uses``
-the latest entry that names each (`sandbox.audit._contents`).
+an admission names by its SHA-256 (its script and manifest) once per tenant, with the latest
+entry that names each (`sandbox.audit._contents`).
 
 A step is SQL statements, or a function of the open transaction where a step must compute
 what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
@@ -262,7 +262,7 @@ _V9: tuple[Step, ...] = (
 
 # Version 10 (what repeats is stored once): an admission written from now on names its script and
 # manifest by their SHA-256 and their text is a ``contents`` row, written once per tenant
-# (`sandbox.audit._contents`); ``content_uses`` notes the latest entry naming each, which is what
+# (`sandbox.audit._contents`), with the latest entry naming it (``last_seq``), which is what
 # retention removes rows by. Entries written before stay as they are, text inline: an entry's
 # hash covers its payload's exact bytes, and every entry's hash is a leaf of its tenant's Merkle
 # tree and the link the next entry carries, so rewriting an old payload would change every
@@ -273,16 +273,11 @@ _V10: tuple[Step, ...] = (
     """CREATE TABLE IF NOT EXISTS contents (
         tenant TEXT NOT NULL,
         digest TEXT NOT NULL,
+        last_seq BIGINT NOT NULL,
         body TEXT NOT NULL,
         PRIMARY KEY (tenant, digest)
     )""",
-    """CREATE TABLE IF NOT EXISTS content_uses (
-        tenant TEXT NOT NULL,
-        digest TEXT NOT NULL,
-        last_seq BIGINT NOT NULL,
-        PRIMARY KEY (tenant, digest)
-    )""",
-    "CREATE INDEX IF NOT EXISTS content_uses_last ON content_uses (tenant, last_seq)",
+    "CREATE INDEX IF NOT EXISTS contents_last ON contents (tenant, last_seq)",
 )
 
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.

@@ -233,7 +233,7 @@ def test_each_filter_pages_through_exactly_its_matches(
 def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
     audit_db: AuditDb, filled: SqlAuditStore
 ) -> None:
-    """Every statement on ``contents`` and ``content_uses`` (`sandbox.audit._contents`) that a
+    """Every statement on ``contents`` (`sandbox.audit._contents`) that a
     request or a periodic job runs: a read that puts a script and manifest back (a store that
     has not cached them: another server's), the look-up of `verify` since a checkpoint, an
     admission's writes, and retention's walk to the rows it removes."""
