@@ -28,7 +28,7 @@ the smallest size to the largest (target at most 1.3x) and the store's bytes per
 (SQLite: the file after a WAL checkpoint; PostgreSQL: every table with its indexes).
 
 ``--workloads`` (each a store of its own): ``repeat``, an agent's history, where every
-execution carries the same 6 KB manifest and one of 16 scripts of about 1 KB (a retry, a
+execution carries the same 6 KB manifest and one of 16 scripts of about 1.3 KB (a retry, a
 scheduled run or a template filled in again repeats its script verbatim); ``unique``, the same
 manifest with a script no other execution has. The bytes per execution of the two bound what
 storing a repeated script or manifest once saves.
@@ -94,20 +94,45 @@ MANIFEST = canonical(
         for name in ("search", "fetch", *(f"tool_{k:02d}" for k in range(10)))
     ]
 )
-_SCRIPT = (
-    "import tools\n\n# variant {n}\nfound = {{}}\nfor q in ('a', 'b', 'c', 'd'):\n"
-    "    hits = tools.search(q=q, n={k})\n    for hit in hits.get('hits', []):\n"
-    "        found.setdefault(hit, []).append(q)\n"
-    "ranked = sorted(found.items(), key=lambda item: (-len(item[1]), item[0]))\n"
-    "for key, queries in ranked[:10]:\n    detail = tools.fetch(id=key)\n"
-    "    print(key, ','.join(queries), detail.get('title', ''))\n"
-    "summary = {{'variants': {n}, 'kept': len(ranked), 'queries': 4}}\n"
-    "print('summary', summary)\n"
-) * 3
+_SCRIPT = """import tools
+
+# variant {n}: rank what four searches found, fetch the best, report
+queries = ["open invoices", "overdue invoices", "disputed charges", "refunds this quarter"]
+found = {{}}
+for q in queries:
+    hits = tools.search(q=q, n={k})
+    for hit in hits.get("hits", []):
+        found.setdefault(hit["id"], {{"queries": [], "score": 0.0}})
+        found[hit["id"]]["queries"].append(q)
+        found[hit["id"]]["score"] += float(hit.get("score", 0.0))
+
+ranked = sorted(found.items(), key=lambda item: (-item[1]["score"], item[0]))
+details = []
+for key, seen in ranked[:10]:
+    detail = tools.fetch(id=key)
+    if detail.get("status") == "closed":
+        continue
+    details.append(
+        {{
+            "id": key,
+            "title": detail.get("title", ""),
+            "owner": detail.get("owner", "unknown"),
+            "amount": round(float(detail.get("amount", 0)), 2),
+            "matched": len(seen["queries"]),
+        }}
+    )
+
+total = sum(d["amount"] for d in details)
+owners = sorted({{d["owner"] for d in details}})
+print(f"{{len(details)}} open items over {{len(owners)}} owners, total {{total:.2f}}")
+for d in details:
+    line = f"- {{d['id']}} {{d['title'][:40]}} ({{d['owner']}}): {{d['amount']:.2f}}"
+    print(line, f"({{d['matched']}} queries)")
+"""
 
 
 def _script(workload: str, i: int) -> str:
-    """About 1 KB of script: one of `SCRIPTS` (``repeat``) or execution ``i``'s own."""
+    """About 1.3 KB of script: one of `SCRIPTS` (``repeat``) or execution ``i``'s own."""
     return _SCRIPT.format(n=i % SCRIPTS if workload == "repeat" else i, k=i % 7 + 1)
 
 
