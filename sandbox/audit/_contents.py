@@ -115,13 +115,13 @@ class Contents:
         Raises `PtcError` (INTERNAL: the store was edited, which `ptc audit verify` names) when
         a row is missing or holds other text than its digest fixes: a read never returns text
         the chain did not commit to."""
-        wanted: dict[str, str] = {}  # digest -> the execution that names it (for errors)
+        wanted: set[str] = set()  # digests not in memory
         found: dict[str, str] = {}
         for data in admissions:
             for _, digest in references(data) or ():
                 text = self._cached_text(tenant, digest)
                 if text is None:
-                    wanted.setdefault(digest, str(data.get("execution_id", "")))
+                    wanted.add(digest)
                 else:
                     found[digest] = text
         names = sorted(wanted)
@@ -228,7 +228,6 @@ def prune_before(tx: Tx, tenant: str, through_seq: int) -> None:
     for start in range(0, len(stale), 500):
         chunk = stale[start : start + 500]
         marks = ", ".join("?" for _ in chunk)
-        for table in ("contents",):
-            tx.execute(
-                f"DELETE FROM {table} WHERE tenant = ? AND digest IN ({marks})", (tenant, *chunk)
-            )
+        tx.execute(
+            f"DELETE FROM contents WHERE tenant = ? AND digest IN ({marks})", (tenant, *chunk)
+        )
