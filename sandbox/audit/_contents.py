@@ -12,16 +12,17 @@ what it proved when it held the text: `verify` checks each referenced row agains
 
 Each row keeps the sequence number of the latest admission that named it (``last_seq``, moved
 by the same statement that writes the row, which does nothing else when the text is there), so
-retention removes the rows no entry it keeps refers to (`prune_before`) by a walk of
-``(tenant, last_seq)`` over what it pruned, never a search of the history. One table, one
-statement: a second table for the last use cost an admission of a new script 25 us more CPU
-(two more statements' worth of B-trees), and SQLite rewrites only the changed page of a row
-whose record keeps its size.
+retention removes the rows no entry it keeps refers to (`prune_before`): of those the pruned
+admissions name, the ones no later entry names, each by its key, never a search of the history.
+One table, one statement, no index but the key: a second table for the last use cost an
+admission of a new script 25 us more CPU (two more statements' worth of B-trees), and SQLite
+rewrites only the changed page of a row whose record keeps its size.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -215,19 +216,20 @@ def _state(digest: object, body: object, last: object) -> tuple[bool, int]:
 
 
 def prune_before(tx: Tx, tenant: str, through_seq: int) -> None:
-    """Removes the tenant's rows that no entry after ``through_seq`` names (retention has just
-    removed the entries up to it): an index walk to the rows last named by what it removed,
-    then each by its key."""
-    stale = [
-        str(r[0])
-        for r in tx.execute(
-            "SELECT digest FROM contents WHERE tenant = ? AND last_seq <= ?",
-            (tenant, through_seq),
-        )
-    ]
+    """Removes the tenant's rows that no entry after ``through_seq`` names, retention being
+    about to remove the entries up to it: of the rows its admissions name (read from them:
+    what is pruned), those no later entry names (``last_seq``), each by its key."""
+    named: set[str] = set()
+    for (payload,) in tx.stream(
+        "SELECT payload FROM entries WHERE tenant = ? AND seq <= ? AND kind = 'admitted'",
+        (tenant, through_seq),
+    ):
+        named.update(digest for _, digest in references(json.loads(payload)) or ())
+    stale = sorted(named)
     for start in range(0, len(stale), 500):
         chunk = stale[start : start + 500]
         marks = ", ".join("?" for _ in chunk)
         tx.execute(
-            f"DELETE FROM contents WHERE tenant = ? AND digest IN ({marks})", (tenant, *chunk)
+            f"DELETE FROM contents WHERE tenant = ? AND digest IN ({marks}) AND last_seq <= ?",
+            (tenant, *chunk, through_seq),
         )

@@ -277,7 +277,6 @@ _V10: tuple[Step, ...] = (
         body TEXT NOT NULL,
         PRIMARY KEY (tenant, digest)
     )""",
-    "CREATE INDEX IF NOT EXISTS contents_last ON contents (tenant, last_seq)",
 )
 
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.

@@ -89,8 +89,8 @@ class Upkeep(Chain):
                 "ON CONFLICT (tenant, seq) DO NOTHING",
                 (tenant, cut[0]),
             )
+            _drop_rows(tx, tenant, sorted(pruned), cut[0])  # reads the admissions: first
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
-            _drop_rows(tx, tenant, sorted(pruned), cut[0])
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
@@ -137,8 +137,9 @@ class Upkeep(Chain):
 
 
 def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:
-    """Deletes the index, key and session rows of pruned records (their entries are gone, up to
-    ``through_seq``), and the stored text no kept entry names (`sandbox.audit._contents`)."""
+    """Deletes the index, key and session rows of pruned records (their entries, up to
+    ``through_seq``, go next), and the stored text no kept entry names
+    (`sandbox.audit._contents`, which reads the pruned admissions for it)."""
     _contents.prune_before(tx, tenant, through_seq)
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
