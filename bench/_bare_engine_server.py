@@ -5,7 +5,7 @@ checkout; it prints ``listening on HOST:PORT`` and serves until SIGTERM. Its one
 real ``Execute`` (the SDK's `AsyncClient` calls it as it calls ``ptc serve``), on the server's
 event loop (uvloop where installed), and it does what a served execution cannot do without: it
 runs the request's script through an `Engine` (the process backend, its default pool) and
-answers with `sandbox.wire.result_to_proto`. Nothing else: no interceptor, no tenancy or
+answers with `sandbox.codec.result.result_to_proto`. Nothing else: no interceptor, no tenancy or
 admission, no idempotency look-up, no audit, no metrics or tracing, no checks of the request
 beyond the engine's. `bench.serve_profile --bare` runs it beside ``ptc serve``: the difference
 is what our serving layers cost, the difference to the embedded engine what gRPC costs a
@@ -33,8 +33,8 @@ from grpc import aio
 from sandbox import eventloop
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
+from sandbox.codec.result import result_to_proto
 from sandbox.engine import Engine, ExecutionRequest
-from sandbox.wire import result_to_proto
 
 
 class BareServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]

@@ -277,6 +277,17 @@ class ResolvedLimits:
     output_file_bytes: int
     output_bytes: int
 
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, object], where: str = "limits") -> ResolvedLimits:
+        """The effective limits as results, audit records and sessions carry them (``{field:
+        value}``, the proto's unit-named fields: `sandbox.codec.limits`), checked as
+        `Limits.from_mapping` checks a request's, and every one present."""
+        limits = Limits.from_mapping(fields, where)
+        missing = [s.field for s in LIMIT_SPECS if getattr(limits, s.field) is None]
+        if missing:
+            raise InvalidLimits(f"{where}: lacks {', '.join(missing)}")
+        return cls(**{s.field: getattr(limits, s.field) for s in LIMIT_SPECS})
+
     def value(self, name: str) -> int:
         value: int = getattr(self, SPEC_BY_NAME[name].field)
         return value

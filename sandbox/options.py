@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
+from sandbox.backend_names import BACKEND_NAMES
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import FilesLike, InputFile, input_files
@@ -36,7 +37,6 @@ __all__ = [
     "SessionOverrides",
 ]
 
-BACKEND_NAMES = ("process", "docker", "gvisor")
 Policy = Literal["none", "restricted"]
 _POLICIES: tuple[Policy, ...] = ("none", "restricted")
 # A mapping of limits: short names in human units (``{"wall_time": 2, "memory": "256m"}``),

@@ -1,7 +1,8 @@
 """What one execution produced: status, output, the call log, violations, usage.
 
 These dataclasses are the single in-memory form of a result. `to_json` renders the
-`ptc run --json` contract of DESIGN.md; the server converts the same objects to protobuf.
+`ptc run --json` contract of DESIGN.md (and `from_json` reads it back, as the audit store keeps
+it); `sandbox.codec.result` converts the same objects to protobuf.
 Violation precedence, when several limits trip at once, is fixed by `VIOLATION_ORDER`: the one
 listed first explains the status (a wall-time kill is reported before the stdout truncation that
 preceded it, a memory kill before a cpu overrun it caused).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ __all__ = [
     "ExecutionResult",
     "ExecutionStatus",
     "ScriptError",
+    "SessionEnd",
+    "SessionEndState",
     "Usage",
     "Violation",
 ]
@@ -84,6 +88,21 @@ class CallRecord:
         else:
             out["error"] = self.error
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CallRecord:
+        """`to_json`'s inverse (records written before idempotency keys have none)."""
+        return cls(
+            seq=int(data["seq"]),
+            tool=data["tool"],
+            arguments=data["arguments"],
+            status=CallStatus(data["status"]),
+            result=data.get("result"),
+            error=data.get("error"),
+            start_offset_s=float(data["start_offset_s"]),
+            duration_s=float(data["duration_s"]),
+            idempotency_key=data.get("idempotency_key", ""),
+        )
 
 
 VIOLATION_ORDER = (
@@ -152,6 +171,17 @@ class Violation:
             "evidence": str(self.evidence),
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Violation:
+        """`to_json`'s inverse; records written before violations carried their evidence say
+        nothing of it."""
+        names = ("limit", "limit_value", "observed", "unit", "action")
+        limit, limit_value, observed, unit, action = (data[name] for name in names)
+        evidence = Evidence(data.get("evidence", Evidence.UNSPECIFIED))
+        return cls(
+            limit, limit_value, observed, unit, action, data.get("detail", ""), evidence=evidence
+        )
+
 
 @dataclass
 class Usage:
@@ -187,6 +217,34 @@ class ScriptError:
         return f" (line {self.line})" if self.line > 0 else ""
 
 
+class SessionEndState(enum.StrEnum):
+    """How a session ended (`sandbox.sessions.SessionState`, but for ``active``)."""
+
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a session ended, on its own record's completion: read by the store as it is
+    (`sandbox.audit._sessions`), where its error's message says the same in words."""
+
+    state: SessionEndState
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": str(self.state), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: object) -> SessionEnd | None:
+        """`to_json`'s inverse; None on every record but a session's own, and on a session's
+        record written before its end was typed (its end is then in its error's message alone)."""
+        if not isinstance(data, Mapping):
+            return None
+        return cls(SessionEndState(data["state"]), str(data["reason"]))
+
+
 @dataclass
 class ExecutionResult:
     execution_id: str
@@ -210,6 +268,7 @@ class ExecutionResult:
     session_id: str = ""
     value: str | None = None
     session_lost: str = ""
+    session_end: SessionEnd | None = None  # on a session's own record: how it ended
     # Files: the request's inputs by digest; what the script left under outputs/ (with its
     # bytes, except in an audit record); what it left there that was not returned, and why.
     input_files: list[FileDigest] = field(default_factory=list)
@@ -257,6 +316,36 @@ class ExecutionResult:
             **self._session_json(),
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExecutionResult:
+        """`to_json`'s inverse, as an audit record keeps it (`to_json(content=False)`: output
+        files without their bytes); records written before sessions or files have none."""
+        error = data.get("error")
+        return cls(
+            execution_id=data["execution_id"],
+            status=ExecutionStatus(data["status"]),
+            exit_code=int(data["exit_code"]),
+            stdout=data["stdout"],
+            stderr=data["stderr"],
+            calls=[CallRecord.from_json(c) for c in data["calls"]],
+            violations=[Violation.from_json(v) for v in data["violations"]],
+            usage=Usage(**data["usage"]),
+            error=ScriptError(**error) if error else None,
+            backend=data["backend"],
+            isolation=list(data["isolation"]),
+            effective_limits=dict(data["limits"]),
+            adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
+            started_at=float(data["started_at"]),
+            finished_at=float(data["finished_at"]),
+            session_id=str(data.get("session_id", "")),
+            value=data.get("value"),
+            session_lost=str(data.get("session_lost", "")),
+            session_end=SessionEnd.from_json(data.get("session_end")),
+            input_files=[FileDigest(**f) for f in data.get("input_files", [])],
+            output_files=[OutputFile(**f) for f in data.get("output_files", [])],
+            omitted_outputs=[OmittedOutput(**o) for o in data.get("omitted_outputs", [])],
+        )
+
     def _session_json(self) -> dict[str, Any]:
         """Only for executions in a session: single-use results keep their exact shape."""
         if not self.session_id:
@@ -265,4 +354,6 @@ class ExecutionResult:
             "session_id": self.session_id,
             "value": self.value,
             "session_lost": self.session_lost,
+            # A session's own record alone: its cells keep their shape.
+            **({"session_end": self.session_end.to_json()} if self.session_end else {}),
         }

@@ -9,7 +9,7 @@ the text recorded here, so the two languages cannot drift apart.
 
 A case's ``result`` is the wire form of a result (the proto's fields in snake case; a call's
 arguments and result as the JSON text the proto carries), turned into a protobuf message and
-read back with `sandbox.wire.result_from_proto`, the path every result of the Python client
+read back with `sandbox.codec.result.result_from_proto`, the path every result of the Python client
 takes, before it is rendered. Budgets, declared summary fields and the script's source are
 optional per case. The seeded cases at the end mix lines, unicode and budgets at random, with a
 fixed seed, so the file is the same at every run.
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.codec.result import result_from_proto
 from sandbox.integrations.observation import ObservationBudget, ScriptSource, render_observation
-from sandbox.wire import result_from_proto
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "data" / "observation_vectors.json"

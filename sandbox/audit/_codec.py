@@ -1,4 +1,5 @@
-"""How audit records become bytes: canonical JSON, entry hashes, and the result round trip.
+"""How audit records become bytes: canonical JSON, entry hashes, admissions and results (a
+result is read back with `ExecutionResult.from_json`).
 
 The hash chain is over immutable *entries*, never over mutable rows. An execution contributes
 an ``admitted`` entry when it is admitted and a ``completed`` (or ``interrupted``) entry when it
@@ -20,18 +21,7 @@ from typing import Any
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
-from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import LimitAdjustment
-from sandbox.result import (
-    CallRecord,
-    CallStatus,
-    Evidence,
-    ExecutionResult,
-    ExecutionStatus,
-    ScriptError,
-    Usage,
-    Violation,
-)
+from sandbox.result import ExecutionResult
 
 __all__ = [
     "ENTRY_VERSION",
@@ -41,7 +31,6 @@ __all__ = [
     "admission_to_json",
     "canonical",
     "entry_hash",
-    "result_from_json",
     "result_to_json",
     "sha256_text",
 ]
@@ -181,58 +170,3 @@ def result_to_json(result: ExecutionResult, cap: int = OUTPUT_CAP_BYTES) -> dict
     data["stdout"] = _cap(result.stdout, cap)
     data["stderr"] = _cap(result.stderr, cap)
     return data
-
-
-def _call_from_json(data: Mapping[str, Any]) -> CallRecord:
-    status = CallStatus(data["status"])
-    return CallRecord(
-        seq=int(data["seq"]),
-        tool=data["tool"],
-        arguments=data["arguments"],
-        status=status,
-        result=data.get("result"),
-        error=data.get("error"),
-        start_offset_s=float(data["start_offset_s"]),
-        duration_s=float(data["duration_s"]),
-        idempotency_key=data.get("idempotency_key", ""),
-    )
-
-
-def result_from_json(data: Mapping[str, Any]) -> ExecutionResult:
-    error = data.get("error")
-    return ExecutionResult(
-        execution_id=data["execution_id"],
-        status=ExecutionStatus(data["status"]),
-        exit_code=int(data["exit_code"]),
-        stdout=data["stdout"],
-        stderr=data["stderr"],
-        calls=[_call_from_json(c) for c in data["calls"]],
-        violations=[
-            Violation(
-                limit=v["limit"],
-                limit_value=v["limit_value"],
-                observed=v["observed"],
-                unit=v["unit"],
-                action=v["action"],
-                detail=v.get("detail", ""),
-                # Records written before violations carried their evidence say nothing of it.
-                evidence=Evidence(v.get("evidence", Evidence.UNSPECIFIED)),
-            )
-            for v in data["violations"]
-        ],
-        usage=Usage(**data["usage"]),
-        error=ScriptError(**error) if error else None,
-        backend=data["backend"],
-        isolation=list(data["isolation"]),
-        effective_limits=dict(data["limits"]),
-        adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
-        started_at=float(data["started_at"]),
-        finished_at=float(data["finished_at"]),
-        session_id=str(data.get("session_id", "")),
-        value=data.get("value"),
-        session_lost=str(data.get("session_lost", "")),
-        # Records written before files existed have none.
-        input_files=[FileDigest(**f) for f in data.get("input_files", [])],
-        output_files=[OutputFile(**f) for f in data.get("output_files", [])],
-        omitted_outputs=[OmittedOutput(**o) for o in data.get("omitted_outputs", [])],
-    )

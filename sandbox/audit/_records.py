@@ -21,7 +21,6 @@ from sandbox.audit._codec import (
     admission_from_json,
     admission_to_json,
     canonical,
-    result_from_json,
     result_to_json,
 )
 from sandbox.audit._db import Tx
@@ -224,7 +223,7 @@ def _record_from_entries(data: dict[str, Any], rows: Sequence[tuple[Any, ...]]) 
     interrupted_reason: str | None = None
     for _, kind, payload, _, _ in rows[1:]:
         if kind == "completed":
-            result = result_from_json(json.loads(payload))
+            result = ExecutionResult.from_json(json.loads(payload))
             status = str(result.status)
         elif kind == "interrupted" and result is None:
             status = "interrupted"

@@ -56,8 +56,13 @@ def settings_of(labels: Mapping[str, Any]) -> tuple[int, int, int] | None:
 
 
 def end_of(result: Mapping[str, Any]) -> tuple[str, str]:
-    """(state, reason) of a session record's completion: the manager writes its end as the
-    error ``SessionEnded`` with the message ``"<state>: <reason>"``."""
+    """(state, reason) of a session record's completion: its typed ``session_end``
+    (`sandbox.result.SessionEnd`). A record completed before the end was typed has it only
+    as its error's message, ``"<state>: <reason>"``, read back as such: those entries cannot
+    change, and the chain must still derive their rows."""
+    end = result.get("session_end")
+    if isinstance(end, Mapping) and end.get("state") in ENDED_STATES:
+        return str(end["state"]), str(end.get("reason", ""))
     error = result.get("error")
     message = str(error.get("message", "")) if isinstance(error, Mapping) else ""
     state, _, reason = message.partition(": ")

@@ -27,7 +27,7 @@ from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
 from sandbox.audit._sessions import derive_row, end_of
 from sandbox.audit.base import SessionRecord
 
-__all__ = ["ChainState", "verify_tenant"]
+__all__ = ["ChainState", "verify_late", "verify_tenant"]
 
 
 @dataclass
@@ -93,14 +93,16 @@ def verify_tenant(
     entries: Iterable[Entry],
     state: ChainState,
     since: tuple[int, str] | None = None,
-) -> tuple[int, list[str]]:
-    """Returns (records seen, problems); each problem names the record and what is wrong.
+) -> tuple[int, list[str], set[str]]:
+    """Returns (records seen, problems, late); each problem names the record and what is wrong.
 
     ``since``: the entries start after entry n, whose hash is given (proven by a signed
-    checkpoint); entries of executions admitted before it are checked as entries only, and
-    ``state`` holds the index rows of the executions admitted after it."""
+    checkpoint), and ``state`` holds the index rows of the executions admitted after it.
+    Entries of executions admitted before it are checked here as entries; those executions
+    are ``late``, whose index rows `verify_late` checks from their own entries."""
     problems: list[str] = []
     execs: dict[str, _Exec] = {}
+    late: set[str] = set()
     start = since or state.checkpoint or (0, "")
     expect_seq, prev = start[0] + 1, start[1]
     last: Entry | None = None
@@ -128,12 +130,47 @@ def verify_tenant(
         if not isinstance(payload, dict):
             problems.append(f"{where}: payload is not an object: edited")
             continue
-        _track(tenant, entry, payload, where, execs, problems, since is not None)
+        if (
+            since is not None
+            and entry.kind not in ("admitted", "pruned")
+            and entry.execution_id not in execs
+        ):
+            late.add(entry.execution_id)  # admitted before the checkpoint
+            continue
+        _track(tenant, entry, payload, where, execs, problems)
         if entry.kind == "admitted":
             _check_contents(entry, payload, where, state.contents, problems)
         if entry.kind == "pruned":
             last_pruned = payload
     _check_end(tenant, last, state, start, last_pruned, problems)
+    _check_index(execs, tenant, state, problems)
+    return len(execs), problems, late
+
+
+def verify_late(
+    tenant: str, entries: Iterable[Entry], state: ChainState, since_seq: int
+) -> tuple[int, list[str]]:
+    """(records seen, problems) of the executions admitted before a verification's starting
+    checkpoint (entry ``since_seq``) with entries after it: a completion, an interruption or a
+    take-over that changed their index rows after the checkpoint was signed. ``entries`` are
+    every entry of those executions in sequence order, read by their ids; ``state`` holds
+    their index rows alone. The entries at or before ``since_seq`` are hash-checked here (the
+    ones after it were, in order, by `verify_tenant`); each execution's rows are compared with
+    what its entries derive, as a full verification does."""
+    problems: list[str] = []
+    execs: dict[str, _Exec] = {}
+    for entry in entries:
+        where = f"record {entry.execution_id} (entry {entry.seq}, {entry.kind})"
+        if entry.seq <= since_seq and entry.expected_hash() != entry.entry_hash:
+            problems.append(f"{where}: content does not match its hash: edited or reordered")
+        try:
+            payload = json.loads(entry.payload)
+        except ValueError:
+            if entry.seq <= since_seq:
+                problems.append(f"{where}: payload is not JSON: edited")
+            continue
+        if isinstance(payload, dict):
+            _track(tenant, entry, payload, where, execs, problems)
     _check_index(execs, tenant, state, problems)
     return len(execs), problems
 
@@ -145,7 +182,6 @@ def _track(
     where: str,
     execs: dict[str, _Exec],
     problems: list[str],
-    partial: bool,
 ) -> None:
     if entry.kind == "pruned":
         return
@@ -165,8 +201,6 @@ def _track(
         execs[entry.execution_id].last_hash = entry.entry_hash
         return
     record = execs.get(entry.execution_id)
-    if record is None and partial:
-        return  # admitted before the checkpoint verification started from
     if record is None:
         problems.append(f"{where}: has no admission before it: deleted or reordered")
         return

@@ -18,6 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sandbox.backends.capacity import Capacity
 from sandbox.backends.channel import FrameChannel
 from sandbox.capture import CappedOutput, OutputStream
 from sandbox.files import InputFile, OmittedOutput, OutputFile
@@ -202,6 +203,11 @@ class Backend(Protocol):
     def pool(self) -> Pool | None:
         """The warm pool; None for a backend that keeps none. Raises `Unavailable` while the
         backend is not started (or, for Docker, has no engine)."""
+
+    @property
+    def capacity(self) -> Capacity | None:
+        """The `max_sandboxes` rooms its sandboxes share, which the metrics report; None for a
+        backend without such a cap."""
 
     async def start(self) -> None: ...
 

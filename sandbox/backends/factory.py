@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
+from sandbox.backend_names import BACKEND_NAMES, BackendName
 from sandbox.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -38,9 +39,6 @@ __all__ = [
     "build_backends",
     "command_backend",
 ]
-
-BackendName = Literal["process", "docker", "gvisor"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("process", "docker", "gvisor")
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,10 @@ class FakeBackend:
     def pool(self) -> None:
         return None  # every sandbox is started on demand
 
+    @property
+    def capacity(self) -> None:
+        return None  # no max_sandboxes: each acquire starts one
+
     async def start(self) -> None:
         return None
 

@@ -15,18 +15,18 @@ from sandbox.client.aio import (
     StreamCallbacks,
     Stubs,
 )
-from sandbox.client.records import (
+from sandbox.client.sessions import AsyncSession, SyncSession
+from sandbox.client.sync import Client, SyncExecution
+from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
+from sandbox.files import InputFile, OmittedOutput, OutputFile
+from sandbox.options import RunOptions, SessionOptions
+from sandbox.records import (
     ExecutionPage,
     ExecutionQuery,
     ExecutionRecord,
     SessionInfo,
     SessionState,
 )
-from sandbox.client.sessions import AsyncSession, SyncSession
-from sandbox.client.sync import Client, SyncExecution
-from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
-from sandbox.files import InputFile, OmittedOutput, OutputFile
-from sandbox.options import RunOptions, SessionOptions
 
 __all__ = [
     "ApprovalRequest",

@@ -31,19 +31,17 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client._retry import Deadline, RetryPolicy, new_key, retryable, unknown_outcome
-from sandbox.client.records import (
-    ExecutionPage,
-    ExecutionQuery,
-    ExecutionRecord,
-    SessionInfo,
-    page_from_proto,
-    query_to_proto,
-    record_from_proto,
-    session_from_proto,
-)
 from sandbox.client.sessions import AsyncSession
 from sandbox.client.tls import PemLike, channel_credentials
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
+from sandbox.codec.limits import limits_to_proto
+from sandbox.codec.query import query_to_proto
+from sandbox.codec.record import page_from_proto, record_from_proto
+from sandbox.codec.replay import report_from_proto
+from sandbox.codec.request import Request, request_to_proto
+from sandbox.codec.result import result_from_proto
+from sandbox.codec.session import session_from_proto
+from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import PtcError, Unavailable
 from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
 from sandbox.options import (
@@ -53,12 +51,11 @@ from sandbox.options import (
     SessionOptions,
     SessionOverrides,
 )
+from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.replay.report import ReplayReport
-from sandbox.replay.wire import report_from_proto
 from sandbox.result import ExecutionResult
 from sandbox.telemetry.progress import ProgressSnapshot as Progress
 from sandbox.telemetry.tracing import client_tool_context, inject_context
-from sandbox.wire import BACKEND_ENUM, limits_to_proto, request_to_proto, result_from_proto
 
 __all__ = [
     "ApprovalRequest",
@@ -342,7 +339,7 @@ class AsyncClient:
         ``options`` (`RunOptions`) or the same names as keywords say how to run it; the
         `StreamCallbacks` are called as it runs."""
         chosen, callbacks = split_keywords(options, keywords)
-        request, local = execute_request(script, tools, chosen)
+        request, local = _execute_request(script, tools, chosen)
         request.idempotency_key = request.idempotency_key or new_key()
         return await self._open(request, local, chosen.timeout, callbacks)
 
@@ -378,7 +375,7 @@ class AsyncClient:
         that reset it) is opened again with the same idempotency key, which asks for the
         execution instead of running it again (`sandbox.client._retry`)."""
         chosen, callbacks = split_keywords(options, keywords)
-        request, local = execute_request(script, tools, chosen)
+        request, local = _execute_request(script, tools, chosen)
         request.idempotency_key = request.idempotency_key or new_key()
 
         async def attempt(timeout: float | None) -> ExecutionResult:
@@ -425,7 +422,7 @@ class AsyncClient:
     ) -> ExecutionResult:
         """The unary `Execute`: every tool must be served by the server (echo, mock, host)."""
         chosen = RunOptions.of(options, **overrides)
-        request, local = execute_request(script, tools, chosen)
+        request, local = _execute_request(script, tools, chosen)
         if local:
             raise ValueError("execute() cannot run client functions; use run()")
         request.idempotency_key = request.idempotency_key or new_key()
@@ -527,11 +524,11 @@ class AsyncClient:
         return report_from_proto(message)
 
 
-def execute_request(
+def _execute_request(
     script: str, tools: str | Sequence[ToolLike] | None, options: RunOptions
 ) -> tuple[pb.ExecuteRequest, dict[str, ClientTool]]:
     """The request for ``script`` and the client's own functions among ``tools``; a session's
     cell given no ``tools`` (None) keeps the session's."""
     manifest, local = build_manifest(tools or ())
     keep = tools is None and bool(options.session_id)
-    return request_to_proto(script, None if keep else manifest, options), local
+    return request_to_proto(Request(script, None if keep else manifest, options)), local

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client._errors import translated
-from sandbox.client.records import SessionInfo, session_from_proto
 from sandbox.client.tools import build_manifest
+from sandbox.codec.limits import limits_to_proto
+from sandbox.codec.session import session_from_proto
+from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import FailedPrecondition, NotFound
 from sandbox.limits import check_labels
 from sandbox.options import RunOptions, RunOverrides, SessionOptions
+from sandbox.records import SessionInfo
 from sandbox.result import ExecutionResult
-from sandbox.wire import BACKEND_ENUM, limits_to_proto
 
 if TYPE_CHECKING:
     from sandbox.client.aio import AsyncClient

@@ -25,11 +25,11 @@ from sandbox.client.aio import (
     Stubs,
     split_keywords,
 )
-from sandbox.client.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
+from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.replay.report import ReplayReport
 from sandbox.result import ExecutionResult
 

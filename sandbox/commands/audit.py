@@ -118,7 +118,7 @@ def _query(args: argparse.Namespace, limit: int = 50) -> AuditQuery:
 
 
 def _session_id(value: str | None) -> str | None:
-    from sandbox.server.convert import SESSION_ID
+    from sandbox.codec.query import SESSION_ID
 
     if value is not None and not SESSION_ID.fullmatch(value):
         raise InvalidArgument(f"--session: {value[:80]!r} is not a session id")

@@ -301,7 +301,7 @@ class _LogBudget:
     """The call log's byte budget: what each record may keep, and what was cut.
 
     The broker's lock guards it. Sizes are those of the JSON the result carries (UTF-8, as
-    `sandbox.wire` and the audit codec write it). Each record is charged its tool name and
+    `sandbox.codec.result` and the audit codec write it). Each record is charged its tool name and
     `RECORD_OVERHEAD_BYTES`, which covers its other fields and the (at most two) markers it may
     get, so the kept records never hold more than the limit.
     """
@@ -416,8 +416,8 @@ def _result_frame(call_id: int, value: Any) -> bytes:
     return frame
 
 
-# Sizes as the wire writes JSON (`sandbox.wire`): compact enough, UTF-8, NaN allowed (the guest's
-# JSON parser accepts it), lone surrogates counted as their three bytes.
+# Sizes as the wire writes JSON (`sandbox.codec.values.json_text`): compact enough, UTF-8, NaN
+# allowed (the guest's JSON parser accepts it), lone surrogates counted as their three bytes.
 _SIZE_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 

@@ -59,6 +59,9 @@ class SessionSandbox:
         self.total_cpu_s = total_cpu_ms / 1000
         self.started = False  # the first job (which applies the rlimits) has been sent
         self.stubs_sha: str | None = None
+        # When that first job's frame went (`time.monotonic`): a rebuilt session's first
+        # replayed cell starts there (`sandbox.sessions.rebuild.RebuildClock`).
+        self.first_job_at: float | None = None
 
     @property
     def isolation(self) -> list[str]:
@@ -77,6 +80,8 @@ class SessionSandbox:
         cancel: asyncio.Event | None = None,
     ) -> CellOutcome:
         def sent() -> None:
+            if self.first_job_at is None:
+                self.first_job_at = time.monotonic()
             self.started = True
             self.stubs_sha = stubs_sha
 

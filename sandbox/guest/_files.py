@@ -158,59 +158,75 @@ def send_outputs(
 ) -> None:
     """Sends what the script wrote or changed under outputs/ as ``out`` frames (chunked) and
     what was not returned as ``omit`` frames, within ``caps`` (the job's output limits)."""
-    max_files, max_file, max_total = caps["files"], caps["file_bytes"], caps["bytes"]
-    chunk = max(1024, caps["frame_bytes"] - 4096) // 4 * 3
+    sending = _Sending(channel, caps)
     entries = _walk(workdir)
-    sent = total = omitted = unlisted = 0
-
-    def omit(name: str, reason: str, size: int | None, limit: int | None = None) -> None:
-        nonlocal omitted, unlisted
-        if omitted >= MAX_OMITTED_SENT:
-            unlisted += 1
-            return
-        omitted += 1
-        frame = {"t": "omit", "name": name, "reason": reason, "size": size, "limit": limit}
-        channel.send(frame)
-
     try:
         for name, dir_fd, info, kind in entries:
             if kind == "dir" or (info is None and kind != "symlink"):
                 continue
-            shown = OUTPUTS if info is None else name
             if info is not None and before.get(name) == _signature(info):
                 continue  # there before the script, untouched
             if kind != "file":
-                omit(_shown(shown), kind, None if info is None else info.st_size)
+                shown = OUTPUTS if info is None else name
+                sending.omit(_shown(shown), kind, None if info is None else info.st_size)
                 continue
             assert info is not None
-            if sent >= max_files:
-                omit(name, "output_files", info.st_size, max_files)
-                continue
-            data = _read(name.rpartition("/")[2], dir_fd, max_file)
-            if isinstance(data, str):
-                omit(name, data, info.st_size)
-                continue
-            if len(data) > max_file:
-                omit(name, "output_file_bytes", max(len(data), info.st_size), max_file)
-                continue
-            if total + len(data) > max_total:
-                omit(name, "output_bytes", len(data), max_total)
-                continue
-            sent += 1
-            total += len(data)
-            offset = 0
-            while True:
-                piece = data[offset : offset + chunk]
-                encoded = base64.b64encode(piece).decode("ascii")
-                channel.send(
-                    {"t": "out", "name": name, "size": len(data), "offset": offset, "data": encoded}
-                )
-                offset += len(piece)
-                if offset >= len(data):
-                    break
-        if unlisted:
-            channel.send(
-                {"t": "omit", "name": "", "reason": "more", "size": unlisted, "limit": None}
-            )
+            sending.file(name, dir_fd, info.st_size)
+        sending.finish()
     finally:
         _close(entries)
+
+
+class _Sending:
+    """One `send_outputs`: what it has sent and omitted so far, against the job's caps."""
+
+    def __init__(self, channel: Any, caps: dict[str, int]) -> None:
+        self.channel = channel
+        self.max_files, self.max_file = caps["files"], caps["file_bytes"]
+        self.max_total = caps["bytes"]
+        self.chunk = max(1024, caps["frame_bytes"] - 4096) // 4 * 3  # base64 fits a frame
+        self.sent = self.total = self.omitted = self.unlisted = 0
+
+    def omit(self, name: str, reason: str, size: int | None, limit: int | None = None) -> None:
+        """An ``omit`` frame, or past `MAX_OMITTED_SENT` a count for the closing ``more``."""
+        if self.omitted >= MAX_OMITTED_SENT:
+            self.unlisted += 1
+            return
+        self.omitted += 1
+        frame = {"t": "omit", "name": name, "reason": reason, "size": size, "limit": limit}
+        self.channel.send(frame)
+
+    def file(self, name: str, dir_fd: int, size: int) -> None:
+        """Sends one regular file in chunks, or omits it naming the cap it would pass."""
+        if self.sent >= self.max_files:
+            self.omit(name, "output_files", size, self.max_files)
+            return
+        data = _read(name.rpartition("/")[2], dir_fd, self.max_file)
+        if isinstance(data, str):
+            self.omit(name, data, size)
+        elif len(data) > self.max_file:
+            self.omit(name, "output_file_bytes", max(len(data), size), self.max_file)
+        elif self.total + len(data) > self.max_total:
+            self.omit(name, "output_bytes", len(data), self.max_total)
+        else:
+            self.sent += 1
+            self.total += len(data)
+            self._chunks(name, data)
+
+    def _chunks(self, name: str, data: bytes) -> None:
+        offset = 0
+        while True:
+            piece = data[offset : offset + self.chunk]
+            encoded = base64.b64encode(piece).decode("ascii")
+            self.channel.send(
+                {"t": "out", "name": name, "size": len(data), "offset": offset, "data": encoded}
+            )
+            offset += len(piece)
+            if offset >= len(data):
+                break
+
+    def finish(self) -> None:
+        """The closing ``more`` frame, counting the omissions not listed one by one."""
+        if self.unlisted:
+            more = {"t": "omit", "name": "", "reason": "more", "size": self.unlisted, "limit": None}
+            self.channel.send(more)

@@ -47,6 +47,9 @@ import _ptc_runtime  # type: ignore[import-not-found]
 
 if typing.TYPE_CHECKING:
     import importlib.abc
+    import queue
+
+    Jobs = queue.SimpleQueue[dict[str, object]]
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -359,63 +362,91 @@ def _serve_session(
     Each cell's input files are placed before it runs, and what it wrote or changed under
     `outputs/` (since it began) goes back before its end report."""
     import queue
+
+    jobs: Jobs = queue.SimpleQueue()
+    in_cell = _interruptible_cells(channel, jobs)
+    namespace = _main_namespace()
+    placing_failed: Exception | None = None
+    while True:
+        end, exit_code = _run_job(job, namespace, in_cell, placing_failed)
+        if not _report(channel, workdir, outputs_before, job, end):
+            os._exit(exit_code or 1)
+        job = _next_job(jobs)
+        if job.get("t") != "job":
+            os._exit(0)
+        try:
+            _files.place_inputs(workdir, job.pop("files", []))
+            outputs_before, placing_failed = _files.snapshot(workdir), None
+        except Exception as exc:  # reported as this cell's failure; the session lives
+            outputs_before, placing_failed = {}, exc
+
+
+def _interruptible_cells(channel: object, jobs: Jobs) -> dict[str, bool]:
+    """Starts the channel's session reader, which queues jobs on ``jobs`` and, on the host's
+    interrupt, raises KeyboardInterrupt in the main thread while a cell runs (never between
+    cells). Returns the flag the loop sets around each cell."""
     import signal
     import threading
 
     main_thread = threading.main_thread().ident
-    state = {"in_cell": False}
+    in_cell = {"in_cell": False}
 
     def interrupt() -> None:
-        if state["in_cell"] and main_thread is not None:
+        if in_cell["in_cell"] and main_thread is not None:
             with contextlib.suppress(OSError):
                 signal.pthread_kill(main_thread, signal.SIGINT)
 
     # Whatever the sandbox inherited (an ignored SIGINT survives exec), an interrupt raises
     # KeyboardInterrupt in the cell.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    jobs: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
     channel.serve_session(jobs, interrupt)  # type: ignore[attr-defined]
+    return in_cell
+
+
+def _main_namespace() -> dict[str, object]:
+    """A fresh ``__main__`` whose globals every cell of the session shares."""
     module = types.ModuleType("__main__")
     module.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = module
-    namespace = module.__dict__
-    placing_failed: Exception | None = None
+    return module.__dict__
+
+
+def _run_job(
+    job: dict[str, object],
+    namespace: dict[str, object],
+    in_cell: dict[str, bool],
+    placing_failed: Exception | None,
+) -> tuple[dict[str, object], int]:
+    """Runs one cell (its stubs installed first) and returns its end report and exit code;
+    a failure to place its input files is the cell's failure, reported without running it."""
+    status, exit_code, error, value = "ok", 0, None, None
+    try:
+        if placing_failed is not None:
+            raise placing_failed
+        stubs = job.get("stubs")
+        if isinstance(stubs, str) and stubs:
+            _install_tools_in_place(stubs)
+        _line_buffered_output()
+        in_cell["in_cell"] = True
+        value = _run_cell(str(job["script"]), namespace)
+    except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
+        status, exit_code, error = _ending(exc)
+    finally:
+        in_cell["in_cell"] = False
+    end: dict[str, object] = {"t": "end", "status": status, "exit_code": exit_code}
+    end["error"] = error
+    if value is not None:
+        end["value"] = value
+    return end, exit_code
+
+
+def _next_job(jobs: Jobs) -> dict[str, object]:
+    """The next job from the host; an interrupt that raced the cell's end is dropped."""
     while True:
-        status, exit_code, error, value = "ok", 0, None, None
         try:
-            if placing_failed is not None:
-                failed, placing_failed = placing_failed, None
-                raise failed
-            stubs = job.get("stubs")
-            if isinstance(stubs, str) and stubs:
-                _install_tools_in_place(stubs)
-            _line_buffered_output()
-            state["in_cell"] = True
-            value = _run_cell(str(job["script"]), namespace)
-        except BaseException as exc:  # the cell's own failure (or an interrupt) is a result
-            status, exit_code, error = _ending(exc)
-        finally:
-            state["in_cell"] = False
-        end: dict[str, object] = {"t": "end", "status": status, "exit_code": exit_code}
-        end["error"] = error
-        if value is not None:
-            end["value"] = value
-        if not _report(channel, workdir, outputs_before, job, end):
-            os._exit(exit_code or 1)
-        while True:
-            try:
-                job = jobs.get()
-                break
-            except KeyboardInterrupt:  # an interrupt that raced the cell's end
-                continue
-        if job.get("t") != "job":
-            os._exit(0)
-        try:
-            _files.place_inputs(workdir, job.pop("files", []))
-            outputs_before = _files.snapshot(workdir)
-        except Exception as exc:  # reported as this cell's failure; the session lives
-            placing_failed = exc
-            outputs_before = {}
+            return jobs.get()
+        except KeyboardInterrupt:
+            continue
 
 
 def _hang_up(channel: object) -> None:

@@ -30,15 +30,30 @@ from sandbox.expectations import ExpectedCalls
 from sandbox.files import FilesLike, input_files
 from sandbox.integrations.observation import ObservationBudget, ScriptSource, render_observation
 from sandbox.integrations.runners import RunRequest, ScriptRunner
+from sandbox.integrations.session_runners import ClientSessionRunner, EmbeddedSessionRunner
 from sandbox.options import RunOptions, RunOverrides
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.telemetry.progress import ProgressSnapshot
 from stubs_gen import Manifest, load_manifest, render_compact
 
-__all__ = ["CALLING_CONVENTION", "CODE_PARAMETER", "ExecuteTool", "Observation"]
+__all__ = [
+    "CALLING_CONVENTION",
+    "CODE_PARAMETER",
+    "SESSION_CALLING_CONVENTION",
+    "ExecuteTool",
+    "Observation",
+]
 
-CALLING_CONVENTION = """\
-Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).
+# The first line says what a run keeps: nothing over a single-use runner, everything the
+# earlier cells left over a session runner (`session_runners`), so that a model neither redoes
+# work that is still there nor counts on state that is gone. The TypeScript package's tool says
+# the same (tests/data/execute_tool_description_vectors.json holds both descriptions).
+_FRESH = "Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).\n"
+_IN_SESSION = (
+    "Run a Python 3 script as the next cell of one sandbox session (no network). State persists\n"
+    "between runs: the names, imports and files of earlier runs are still there.\n"
+)
+_CONVENTION = """\
 The tools below are typed functions of the module `tools`: `import tools`, then call
 `tools.NAME(arg=...)` with keyword arguments. Use loops and branches, and for many independent
 calls fan out with `await asyncio.gather(*(tools.aio.NAME(...) for ...))` (top-level await
@@ -46,6 +61,9 @@ works). A failing call raises `tools.ToolError` (subclasses: `InvalidArguments`,
 `CallDenied`); catch it where a failure is expected. Only what you print() comes back, with a
 one-line summary of each tool call, so print the reduced answer, not raw results.
 """
+
+CALLING_CONVENTION = _FRESH + _CONVENTION
+SESSION_CALLING_CONVENTION = _IN_SESSION + _CONVENTION
 
 CODE_PARAMETER: dict[str, Any] = {
     "type": "object",
@@ -104,10 +122,12 @@ class ExecuteTool:
         self.description = self._describe(instructions)
 
     def _describe(self, instructions: str) -> str:
+        in_session = isinstance(self.runner, (ClientSessionRunner, EmbeddedSessionRunner))
+        convention = SESSION_CALLING_CONVENTION if in_session else CALLING_CONVENTION
         extra = instructions.strip() + "\n" if instructions.strip() else ""
         if not self.manifest.tools:
-            return CALLING_CONVENTION + extra + "No tools are available to this script.\n"
-        return f"{CALLING_CONVENTION}{extra}\n```python\n{self.stubs.rstrip()}\n```\n"
+            return convention + extra + "No tools are available to this script.\n"
+        return f"{convention}{extra}\n```python\n{self.stubs.rstrip()}\n```\n"
 
     # -- definitions ---------------------------------------------------------------------------
     @property

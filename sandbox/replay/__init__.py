@@ -12,7 +12,7 @@ code, error, stdout, stderr, violations and the call sequence.
 
 Modules: `report` (the result a caller gets; light, the client imports it), `source` (what a
 record must hold to be replayed), `dispatch` (the record-answered handlers and approver),
-`compare` (the differences), `run` (the embedded flow), `wire` (protobuf conversions).
+`compare` (the differences), `run` (the embedded flow); its protobuf form is `sandbox.codec.replay`.
 """
 
 from __future__ import annotations

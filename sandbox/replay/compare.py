@@ -67,142 +67,106 @@ def compare(
 ) -> list[Difference]:
     """Every difference, in a fixed order: status, exit code, error, stdout, stderr,
     violations, then the calls (in the replay's order, then the recorded calls it missed)."""
-    out: list[Difference] = []
-    if recorded.status != replayed.status:
-        out.append(
-            Difference(
-                "status",
-                "changed",
-                str(recorded.status),
-                str(replayed.status),
-                f"status was {recorded.status}, is {replayed.status}",
-            )
-        )
-    if recorded.exit_code != replayed.exit_code:
-        out.append(
-            Difference(
-                "exit_code",
-                "changed",
-                recorded.exit_code,
-                replayed.exit_code,
-                f"exit code was {recorded.exit_code}, is {replayed.exit_code}",
-            )
-        )
-    old_error = recorded.error.to_json() if recorded.error else None
-    new_error = replayed.error.to_json() if replayed.error else None
-    if old_error != new_error:
-        say = {None: "none"}
-        out.append(
-            Difference(
-                "error",
-                "changed",
-                old_error,
-                new_error,
-                "error was "
-                + (say[None] if recorded.error is None else _error_text(old_error))
-                + ", is "
-                + (say[None] if replayed.error is None else _error_text(new_error)),
-            )
-        )
     kept = result_to_json(replayed, OUTPUT_CAP_BYTES)  # the replay as its record keeps it
-    for stream in ("stdout", "stderr"):
-        old_text: str = getattr(recorded, stream)
-        new_text: str = kept[stream]
-        if old_text != new_text:
-            out.append(
-                Difference(
-                    stream,
-                    "changed",
-                    old_text,
-                    new_text,
-                    f"{stream} differs: {_first_line_difference(old_text, new_text)}",
-                )
-            )
-    old_violations = [_violation(v) for v in recorded.violations]
-    new_violations = [_violation(v) for v in replayed.violations]
-    if old_violations != new_violations:
-        names = [v["limit"] for v in old_violations] or ["none"]
-        new_names = [v["limit"] for v in new_violations] or ["none"]
-        out.append(
-            Difference(
-                "violations",
-                "changed",
-                old_violations,
-                new_violations,
-                f"violations were {', '.join(names)}, are {', '.join(new_names)}",
-            )
-        )
-    out += _compare_calls(replayed.calls, calls)
-    return out
+    found = [
+        _status(recorded, replayed),
+        _exit_code(recorded, replayed),
+        _error(recorded, replayed),
+        *(_stream(name, getattr(recorded, name), kept[name]) for name in ("stdout", "stderr")),
+        _violations(recorded, replayed),
+    ]
+    return [d for d in found if d is not None] + _compare_calls(replayed.calls, calls)
+
+
+def _status(recorded: ExecutionResult, replayed: ExecutionResult) -> Difference | None:
+    if recorded.status == replayed.status:
+        return None
+    old, new = str(recorded.status), str(replayed.status)
+    return Difference("status", "changed", old, new, f"status was {old}, is {new}")
+
+
+def _exit_code(recorded: ExecutionResult, replayed: ExecutionResult) -> Difference | None:
+    old, new = recorded.exit_code, replayed.exit_code
+    if old == new:
+        return None
+    return Difference("exit_code", "changed", old, new, f"exit code was {old}, is {new}")
+
+
+def _error(recorded: ExecutionResult, replayed: ExecutionResult) -> Difference | None:
+    old = recorded.error.to_json() if recorded.error else None
+    new = replayed.error.to_json() if replayed.error else None
+    if old == new:
+        return None
+    said = f"error was {_error_text(old)}, is {_error_text(new)}"
+    return Difference("error", "changed", old, new, said)
+
+
+def _stream(name: str, old: str, new: str) -> Difference | None:
+    if old == new:
+        return None
+    said = f"{name} differs: {_first_line_difference(old, new)}"
+    return Difference(name, "changed", old, new, said)
+
+
+def _violations(recorded: ExecutionResult, replayed: ExecutionResult) -> Difference | None:
+    old = [_violation(v) for v in recorded.violations]
+    new = [_violation(v) for v in replayed.violations]
+    if old == new:
+        return None
+    names = ", ".join([v["limit"] for v in old] or ["none"])
+    new_names = ", ".join([v["limit"] for v in new] or ["none"])
+    said = f"violations were {names}, are {new_names}"
+    return Difference("violations", "changed", old, new, said)
 
 
 def _error_text(error: dict[str, Any] | None) -> str:
-    assert error is not None
+    if error is None:
+        return "none"
     line = f" (line {error['line']})" if error.get("line") else ""
     return f"{error['type']}: {error['message']}{line}"
 
 
 def _compare_calls(replayed: list[CallRecord], calls: RecordedCalls) -> list[Difference]:
-    out: list[Difference] = []
-    for call in replayed:
-        what = f"calls[{call.seq}]"
-        match = calls.take(call.seq, call.tool, call.arguments)
-        if match is None:
-            out.append(
-                Difference(
-                    what,
-                    "unmatched",
-                    None,
-                    _call(call),
-                    f"call {call.seq} of {call.tool!r} has no recorded call with the same tool "
-                    f"and arguments; it was {call.status}: {call.error or ''}".rstrip(": "),
-                )
-            )
-            continue
-        if cut_by_call_log(match):
-            out.append(
-                Difference(
-                    what,
-                    "inexact",
-                    _call(match),
-                    _call(call),
-                    f"recorded call {match.seq} of {call.tool!r} kept a marker instead of its "
-                    "result or error (call_log_bytes), so it could not be replayed exactly",
-                )
-            )
-        elif _outcome(match) != _outcome(call):
-            out.append(
-                Difference(
-                    what,
-                    "changed",
-                    _call(match),
-                    _call(call),
-                    f"call {call.seq} of {call.tool!r} ended {match.status} when recorded, "
-                    f"{call.status} now" + (f": {call.error}" if call.error else ""),
-                )
-            )
-        elif match.seq != call.seq:
-            out.append(
-                Difference(
-                    what,
-                    "reordered",
-                    _call(match),
-                    _call(call),
-                    f"call {call.seq} of {call.tool!r} was call {match.seq} when recorded",
-                )
-            )
+    """The replay's calls in its order, each against the recorded call with the same tool and
+    arguments, then each recorded call the replay did not make."""
+    out = [
+        difference
+        for call in replayed
+        if (difference := _call_difference(call, calls.take(call.seq, call.tool, call.arguments)))
+        is not None
+    ]
     for missed in calls.untaken():
-        out.append(
-            Difference(
-                f"calls[{missed.seq}]",
-                "missing",
-                _call(missed),
-                None,
-                f"recorded call {missed.seq} of {missed.tool!r} "
-                f"({_arguments(missed.arguments)}) was not made by the replay",
-            )
+        said = (
+            f"recorded call {missed.seq} of {missed.tool!r} "
+            f"({_arguments(missed.arguments)}) was not made by the replay"
         )
+        out.append(Difference(f"calls[{missed.seq}]", "missing", _call(missed), None, said))
     return out
+
+
+def _call_difference(call: CallRecord, match: CallRecord | None) -> Difference | None:
+    """How a replayed call differs from the recorded call it matched (None: it does not)."""
+    what, tool = f"calls[{call.seq}]", repr(call.tool)
+    if match is None:
+        said = (
+            f"call {call.seq} of {tool} has no recorded call with the same tool "
+            f"and arguments; it was {call.status}: {call.error or ''}".rstrip(": ")
+        )
+        return Difference(what, "unmatched", None, _call(call), said)
+    if cut_by_call_log(match):
+        said = (
+            f"recorded call {match.seq} of {tool} kept a marker instead of its "
+            "result or error (call_log_bytes), so it could not be replayed exactly"
+        )
+        return Difference(what, "inexact", _call(match), _call(call), said)
+    if _outcome(match) != _outcome(call):
+        said = f"call {call.seq} of {tool} ended {match.status} when recorded, {call.status} now"
+        said += f": {call.error}" if call.error else ""
+        return Difference(what, "changed", _call(match), _call(call), said)
+    if match.seq != call.seq:
+        said = f"call {call.seq} of {tool} was call {match.seq} when recorded"
+        return Difference(what, "reordered", _call(match), _call(call), said)
+    return None
 
 
 def _arguments(arguments: Any) -> str:

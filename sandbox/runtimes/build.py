@@ -138,12 +138,49 @@ def _build(
     max_bytes: int,
     bwrap: str,
 ) -> Runtime:
-    requirements = build / "requirements.in"
-    requirements.write_text(requirements_text, encoding="utf-8")
-    wheels = build / "wheels"
+    """Locks, installs, compiles and checks a runtime in ``build``, then publishes it in
+    ``store`` by one rename: a failure at any step leaves nothing in the store."""
     target = ["--only-binary=:all:"]
     if version != f"{sys.version_info[0]}.{sys.version_info[1]}":
         target += ["--python-version", version]
+    packages = _install(name, requirements_text, build, target, wheelhouse, max_bytes)
+    site = build / SITE
+    _run_guest(name, python, ["-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
+    _check_imports(name, bwrap, python, site, preload)
+    size = _tree_bytes(build)
+    if size > max_bytes:
+        raise _too_large(name, size, max_bytes, "installed")
+    metadata = {
+        "name": name,
+        "python": version,
+        "abi": "cp" + version.replace(".", ""),
+        "packages": packages,
+        "preload": list(preload),
+        "size_bytes": size,
+        "requirements": requirements_text,
+    }
+    (build / METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    _make_readable(build)
+    try:
+        os.rename(build, store.root / name)
+    except OSError as exc:  # built twice at once: the other one won
+        raise InvalidArgument(f"runtime: {name!r} could not be published: {exc}") from exc
+    return store.get(name)
+
+
+def _install(
+    name: str,
+    requirements_text: str,
+    build: Path,
+    target: list[str],
+    wheelhouse: Path | str | None,
+    max_bytes: int,
+) -> list[dict[str, str]]:
+    """Downloads the wheels, writes the hash-pinned lock, installs from it into the site
+    directory (none of the wheels is kept) and returns the locked packages."""
+    requirements = build / "requirements.in"
+    requirements.write_text(requirements_text, encoding="utf-8")
+    wheels = build / "wheels"
     sources = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse is not None else []
     wheels.mkdir()
     _pip(name, "download", "-r", str(requirements), "--dest", str(wheels), *target, *sources)
@@ -164,7 +201,11 @@ def _build(
         )  # fmt: skip
     shutil.rmtree(wheels)
     site.mkdir(exist_ok=True)  # an empty requirements file still makes a (bare) runtime
-    _run_guest(name, python, ["-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
+    return packages
+
+
+def _check_imports(name: str, bwrap: str, python: str, site: Path, preload: Sequence[str]) -> None:
+    """Every installed package, and the preload, must import with no network."""
     for package, modules in _top_level_modules(site).items():
         failed = _import_offline(name, bwrap, python, site, modules, f"package {package}")
         if failed:
@@ -180,25 +221,6 @@ def _build(
                 f"preload: runtime {name!r}: importing {', '.join(preload)} without network "
                 f"failed: {failed[0][1]}"
             )
-    size = _tree_bytes(build)
-    if size > max_bytes:
-        raise _too_large(name, size, max_bytes, "installed")
-    metadata = {
-        "name": name,
-        "python": version,
-        "abi": "cp" + version.replace(".", ""),
-        "packages": packages,
-        "preload": list(preload),
-        "size_bytes": size,
-        "requirements": requirements_text,
-    }
-    (build / METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-    _make_readable(build)
-    try:
-        os.rename(build, store.root / name)
-    except OSError as exc:  # built twice at once: the other one won
-        raise InvalidArgument(f"runtime: {name!r} could not be published: {exc}") from exc
-    return store.get(name)
 
 
 def _pip(name: str, *args: str) -> None:

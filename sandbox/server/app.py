@@ -30,6 +30,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -161,6 +162,42 @@ class SandboxServer:
 
     async def start(self) -> str:
         """Starts the backends and the server; returns the address it listens on."""
+        tls, credentials = self._transport_security()
+        fleet_identity = FleetIdentity(None if tls is None else tls.fleet_ca)
+        self.forwarder = await self._forwarder(fleet_identity, tls is not None)
+        if self.config.metrics_listen:  # first: a bad address fails before anything starts
+            self._serve_metrics(self.config.metrics_listen)
+        try:
+            await self.engine.start()
+        except PtcError as exc:
+            self.backend_error = exc.message
+            log.error("the sandbox backend cannot serve: %s", exc.message)
+        await fleet.start_tenancy(self.tenancy)
+        server = self._grpc_server(fleet_identity)
+        host, _, _port = self.config.listen.rpartition(":")
+        port = (
+            server.add_insecure_port(self.config.listen)
+            if credentials is None
+            else server.add_secure_port(self.config.listen, credentials)
+        )
+        if port == 0:
+            raise Unavailable(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        self.address = f"{host}:{port}"
+        if self.config.audit_db is not None:  # in memory there is no fleet to join
+            self._join_fleet()
+        await self._set_health()
+        self._monitor = asyncio.create_task(self._watch_health())
+        if self.checkpoints is not None:
+            interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
+        return self.address
+
+    def _transport_security(self) -> tuple[ServerTls | None, grpc.ServerCredentials | None]:
+        """The TLS settings and the credentials they make, read and checked before anything
+        starts (a bad file fails with its name, at once); refuses an address off loopback where
+        nothing authenticates callers, and warns where nothing encrypts them."""
         host = self.config.listen.rpartition(":")[0].strip("[]")
         if not self.tenancy.requires_auth and not _is_loopback(host):
             raise InvalidArgument(
@@ -173,7 +210,6 @@ class SandboxServer:
             self.config.tls_client_ca,
             self.config.fleet_ca,
         )
-        # Read and checked before anything starts: a bad file fails with its name, at once.
         credentials = None if tls is None else server_credentials(tls)
         if tls is None and not _is_loopback(host):
             log.warning(
@@ -181,16 +217,10 @@ class SandboxServer:
                 "serve TLS (--tls-cert, --tls-key) unless a proxy in front terminates it",
                 self.config.listen,
             )
-        fleet_identity = FleetIdentity(None if tls is None else tls.fleet_ca)
-        self.forwarder = await self._forwarder(fleet_identity, tls is not None)
-        if self.config.metrics_listen:  # first: a bad address fails before anything starts
-            self._serve_metrics(self.config.metrics_listen)
-        try:
-            await self.engine.start()
-        except PtcError as exc:
-            self.backend_error = exc.message
-            log.error("the sandbox backend cannot serve: %s", exc.message)
-        await fleet.start_tenancy(self.tenancy)
+        return tls, credentials
+
+    def _grpc_server(self, fleet_identity: FleetIdentity) -> aio.Server:
+        """The gRPC server with its services (sandbox, health, reflection), not yet listening."""
         limit = self.config.max_message_bytes
         server = aio.server(
             interceptors=[ErrorInterceptor(self.tenancy, fleet_identity)],
@@ -210,31 +240,15 @@ class SandboxServer:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, fleet.READINESS_SERVICE),
             server,
         )
-        host, _, _port = self.config.listen.rpartition(":")
-        port = (
-            server.add_insecure_port(self.config.listen)
-            if credentials is None
-            else server.add_secure_port(self.config.listen, credentials)
-        )
-        if port == 0:
-            raise Unavailable(f"cannot listen on {self.config.listen}")
-        await server.start()
-        self._server = server
-        self.address = f"{host}:{port}"
-        if self.config.audit_db is not None:  # in memory there is no fleet to join
-            advertised = self.config.advertise or _reachable(self.address)
-            if self.forwarder is not None:
-                self.forwarder.address = advertised
-            self.membership = fleet.Membership(
-                self.writes, advertised, self.config.member_lease_ttl_s
-            )
-            self.membership.start()
-        await self._set_health()
-        self._monitor = asyncio.create_task(self._watch_health())
-        if self.checkpoints is not None:
-            interval = self.config.checkpoint_interval_s or DEFAULT_CHECKPOINT_INTERVAL_S
-            self._checkpointing = asyncio.create_task(self.checkpoints.run(interval))
-        return self.address
+        return server
+
+    def _join_fleet(self) -> None:
+        """Advertises this server to the fleet sharing its store, under a renewed lease."""
+        advertised = self.config.advertise or _reachable(self.address)
+        if self.forwarder is not None:
+            self.forwarder.address = advertised
+        self.membership = fleet.Membership(self.writes, advertised, self.config.member_lease_ttl_s)
+        self.membership.start()
 
     async def _forwarder(self, identity: FleetIdentity, tls: bool) -> Forwarder | None:
         """What carries session calls to the server holding them; None without a shared store

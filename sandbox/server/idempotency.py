@@ -31,9 +31,9 @@ import time
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditRecord, AuditStore
+from sandbox.codec.record import record_to_proto
 from sandbox.engine import Engine
 from sandbox.errors import FailedPrecondition, StoreUnavailable, Unavailable, quote
-from sandbox.server.convert import record_to_proto
 
 __all__ = ["WAIT_GRACE_S", "admitted", "answer"]
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.codec.limits import limits_from_proto
+from sandbox.codec.replay import report_to_proto
+from sandbox.codec.values import BACKENDS
 from sandbox.engine import RunHooks
 from sandbox.errors import InvalidArgument, NotFound, quote
 from sandbox.replay.dispatch import ReplayDispatch
 from sandbox.replay.run import report
 from sandbox.replay.source import recording_from
-from sandbox.replay.wire import report_to_proto
 from sandbox.server.runner import Prepared, Runner
 from sandbox.tenants.base import Tenant
 from sandbox.tenants.policy import check_backend, check_runtime, effective_limits
-from sandbox.wire import BACKENDS, limits_from_proto
 
 __all__ = ["serve_replay"]
 

@@ -19,16 +19,13 @@ from grpc import aio
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit.base import Holder, KeyTaken
+from sandbox.codec.record import record_to_proto
+from sandbox.codec.result import result_to_proto
 from sandbox.engine import RunHooks
 from sandbox.errors import InvalidArgument, NotFound, PtcError, quote
 from sandbox.server import idempotency, sessions
 from sandbox.server.boundary import authenticate, checked
-from sandbox.server.convert import (
-    query_from_proto,
-    record_to_proto,
-    request_from_proto,
-    result_to_proto,
-)
+from sandbox.server.convert import audit_query, execution_request
 from sandbox.server.forwarding import Forwarder
 from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner, rebuild_bounds
@@ -58,7 +55,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
                 holder, "Execute", request, context
             )
             return carried
-        execution = request_from_proto(request, tenant.script_policy)
+        execution = execution_request(request, tenant.script_policy)
         # A key already admitted, by any server: that execution's result, nothing run again.
         earlier = await idempotency.admitted(
             self.runner.store, tenant.id, execution.idempotency_key
@@ -152,7 +149,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
         self, request: pb.ListExecutionsRequest, context: Context
     ) -> pb.ListExecutionsResponse:
         tenant = self._tenant(context)
-        records, token = self.runner.store.list(tenant.id, query_from_proto(request))
+        records, token = self.runner.store.list(tenant.id, audit_query(request))
         return pb.ListExecutionsResponse(
             records=[record_to_proto(r) for r in records], next_page_token=token or ""
         )

@@ -12,15 +12,18 @@ import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditQuery, AuditStore, SessionRows
+from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto, limits_to_proto
+from sandbox.codec.session import session_to_proto
+from sandbox.codec.values import BACKENDS
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
 from sandbox.limits import check_labels
-from sandbox.server.convert import limits_from_proto, limits_to_proto
+from sandbox.records import SessionInfo
+from sandbox.records import SessionState as InfoState
 from sandbox.server.runner import Runner
-from sandbox.sessions.manager import Session, SessionSettings, SessionState, check_allowed
+from sandbox.sessions.manager import Session, SessionSettings, check_allowed
 from sandbox.tenants.base import Tenant
 from sandbox.tenants.policy import check_backend, check_runtime, check_tool_modes, effective_limits
-from sandbox.wire import BACKEND_ENUM, BACKENDS, timestamp
 
 __all__ = [
     "close_session",
@@ -28,17 +31,10 @@ __all__ = [
     "get_session",
     "list_sessions",
     "merged",
-    "session_to_proto",
+    "session_info",
 ]
 
 MAX_LISTED_CELLS = 10_000  # an ended session's cells listed by GetSession, newest kept
-
-_STATES = {
-    SessionState.ACTIVE: pb.SESSION_STATE_ACTIVE,
-    SessionState.CLOSED: pb.SESSION_STATE_CLOSED,
-    SessionState.EXPIRED: pb.SESSION_STATE_EXPIRED,
-    SessionState.LOST: pb.SESSION_STATE_LOST,
-}
 
 
 def _seconds(tenant: Tenant, request: pb.CreateSessionRequest, field: str, ceiling_s: int) -> float:
@@ -97,7 +93,7 @@ async def create_session(
         max_sessions=tenant.max_sessions,
         runtime=runtime,
     )
-    return session_to_proto(session)
+    return session_to_proto(session_info(session))
 
 
 async def get_session(
@@ -107,7 +103,7 @@ async def get_session(
     this server restarted, as the store's session row says it ended (until retention prunes
     it); otherwise the manager's NOT_FOUND, which says why the session is gone."""
     try:
-        return session_to_proto(runner.sessions.get(tenant.id, request.session_id))
+        return session_to_proto(session_info(runner.sessions.get(tenant.id, request.session_id)))
     except NotFound:
         store = runner.store
         if not isinstance(store, SessionRows):
@@ -124,25 +120,7 @@ def _ended_session(
     row = rows.session(tenant, session_id)
     if row is None or not row.ended:
         return None  # open in the record: the manager's answer (rebuilt by its next cell)
-    info = pb.SessionInfo(
-        session_id=row.session_id,
-        state=_STATES[SessionState(row.state)],
-        end_reason=row.end_reason,
-        backend=BACKEND_ENUM.get(row.backend, pb.BACKEND_UNSPECIFIED),
-        idle_timeout_ms=row.idle_timeout_ms,
-        max_lifetime_ms=row.max_lifetime_ms,
-        max_executions=row.max_executions,
-        runtime=row.runtime,
-        created_at=timestamp(row.created_at),
-    )
-    if row.ended_at is not None:
-        info.ended_at.CopyFrom(timestamp(row.ended_at))
-        info.last_used_at.CopyFrom(timestamp(row.ended_at))
     record = store.get(tenant, session_id)
-    if record is not None:
-        info.limits.CopyFrom(limits_to_proto(dict(record.admission.effective_limits)))
-        if record.result is not None:
-            info.isolation.extend(record.result.isolation)
     cells: list[str] = []
     token: str | None = None
     while len(cells) < MAX_LISTED_CELLS:
@@ -150,15 +128,33 @@ def _ended_session(
         cells += [r.admission.execution_id for r in page]
         if token is None:
             break
-    info.execution_ids.extend(reversed(cells[:MAX_LISTED_CELLS]))  # oldest first
-    return info
+    limits = {} if record is None else record.admission.effective_limits
+    return session_to_proto(
+        SessionInfo(
+            session_id=row.session_id,
+            state=InfoState(row.state),
+            end_reason=row.end_reason,
+            backend=row.backend,
+            # Field-keyed, also from a record that keeps limit names in report units.
+            limits=limits_fields_from_proto(limits_to_proto(limits)),
+            idle_timeout_ms=row.idle_timeout_ms,
+            max_lifetime_ms=row.max_lifetime_ms,
+            max_executions=row.max_executions,
+            execution_ids=list(reversed(cells[:MAX_LISTED_CELLS])),  # oldest first
+            created_at=row.created_at,
+            last_used_at=row.ended_at or 0.0,
+            ended_at=row.ended_at,
+            isolation=[] if record is None or record.result is None else record.result.isolation,
+            runtime=row.runtime,
+        )
+    )
 
 
 def list_sessions(
     runner: Runner, tenant: Tenant, request: pb.ListSessionsRequest
 ) -> pb.ListSessionsResponse:
     found = runner.sessions.list(tenant.id, include_ended=request.include_ended)
-    return pb.ListSessionsResponse(sessions=[session_to_proto(s) for s in found])
+    return pb.ListSessionsResponse(sessions=[session_to_proto(session_info(s)) for s in found])
 
 
 def merged(
@@ -174,35 +170,34 @@ def merged(
 async def close_session(
     runner: Runner, tenant: Tenant, request: pb.CloseSessionRequest
 ) -> pb.SessionInfo:
-    return session_to_proto(await runner.sessions.close(tenant.id, request.session_id))
+    return session_to_proto(
+        session_info(await runner.sessions.close(tenant.id, request.session_id))
+    )
 
 
-def session_to_proto(session: Session) -> pb.SessionInfo:
-    settings = session.settings
-    info = pb.SessionInfo(
+def session_info(session: Session) -> SessionInfo:
+    """A live session as the client reads it; its limits are the whole-sandbox ones."""
+    limits = session.settings.limits
+    return SessionInfo(
         session_id=session.id,
-        state=_STATES[session.state],
+        state=InfoState(session.state),
         end_reason=session.reason,
-        backend=BACKEND_ENUM.get(session.backend, pb.BACKEND_UNSPECIFIED),
-        limits=limits_to_proto(
-            {
-                "memory_bytes": settings.limits.memory_bytes,
-                "processes": settings.limits.processes,
-                "file_size_bytes": settings.limits.file_size_bytes,
-                "open_files": settings.limits.open_files,
-                "cpu_time_ms": settings.limits.cpu_time_ms,
-            }
-        ),
-        idle_timeout_ms=round(settings.idle_timeout_s * 1000),
-        max_lifetime_ms=round(settings.max_lifetime_s * 1000),
-        max_executions=settings.max_executions,
+        backend=session.backend,
+        limits={
+            "cpu_time_ms": limits.cpu_time_ms,
+            "memory_bytes": limits.memory_bytes,
+            "processes": limits.processes,
+            "file_size_bytes": limits.file_size_bytes,
+            "open_files": limits.open_files,
+        },
+        idle_timeout_ms=round(session.settings.idle_timeout_s * 1000),
+        max_lifetime_ms=round(session.settings.max_lifetime_s * 1000),
+        max_executions=session.settings.max_executions,
         execution_ids=list(session.executions),
         running_execution_id=session.running or "",
-        runtime=session.runtime or "",
-        created_at=timestamp(session.created_at),
-        last_used_at=timestamp(session.last_used_at),
+        created_at=session.created_at,
+        last_used_at=session.last_used_at,
+        ended_at=session.ended_at,
         isolation=session.sandbox.isolation,
+        runtime=session.runtime or "",
     )
-    if session.ended_at is not None:
-        info.ended_at.CopyFrom(timestamp(session.ended_at))
-    return info

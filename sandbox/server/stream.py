@@ -35,13 +35,15 @@ from grpc import aio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import KeyTaken
-from sandbox.engine import RunHooks, StartedInfo
+from sandbox.codec.limits import limits_to_proto
+from sandbox.codec.result import result_to_proto
+from sandbox.engine import ExecutionRequest, RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument
 from sandbox.handlers import Approval, ToolCall, ToolFailure
 from sandbox.server import idempotency
 from sandbox.server.boundary import checked
-from sandbox.server.convert import limits_to_proto, request_from_proto, result_to_proto
-from sandbox.server.runner import Runner, rebuild_bounds
+from sandbox.server.convert import execution_request
+from sandbox.server.runner import Prepared, Runner, rebuild_bounds
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
 from sandbox.telemetry.tracing import inject_current
 from sandbox.tenants.base import Tenant
@@ -83,24 +85,13 @@ class StreamSession:
         kind = first.WhichOneof("message")
         if kind != "start":
             raise InvalidArgument(f"start: the first message must be `start`, not `{kind}`")
-        request = request_from_proto(first.start, self.tenant.script_policy)
+        request = execution_request(first.start, self.tenant.script_policy)
         store, tenant_id = self.runner.store, self.tenant.id
         earlier = await idempotency.admitted(store, tenant_id, request.idempotency_key)
         if earlier is not None:  # admitted before, by any server: its result, not a rerun
             await self._keyed(first.start, earlier)
             return
-        session = None
-        if first.start.session_id:
-            session = await self.runner.sessions.resume(
-                self.tenant.id,
-                first.start.session_id,
-                rebuild_bounds(self.tenant),
-                admit=lambda: self.runner.tenancy.admit(self.tenant),
-            )
-            request = self.runner.sessions.request_for(
-                session, request, manifest_given=first.start.HasField("manifest")
-            )
-        prepared = self.runner.prepare(self.tenant, request, streamed=True, session=session)
+        prepared = await self._prepare(first.start, request)
         hooks = RunHooks(
             handlers={"client": self._client_tool},
             approver=self._approve,
@@ -115,40 +106,60 @@ class StreamSession:
             await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if self._failed.done():
                 raise self._failed.result()
-            if isinstance(run.exception(), KeyTaken):  # another server admitted the key first
-                taken = run.exception()
-                assert isinstance(taken, KeyTaken)
-                result = await idempotency.answer(
-                    self.runner.store,
-                    self.runner.engine,
-                    self.tenant.id,
-                    first.start,
-                    taken.execution_id,
-                )
-                final = pb.ServerEvent(result=result)
-            else:
-                final = pb.ServerEvent(result=result_to_proto(run.result()))
+            final = await self._final_event(first.start, run)
             while self._writing:  # another writer holds the stream: let it finish first
                 await self._quiet.wait()
             await self._write(final)  # after whatever is still queued
         finally:
-            if self._ticker is not None:
-                self._ticker.cancel()
-            self._closing = True
-            if not run.done():
-                self.cancel.set()
-            reader.cancel()
-            # gRPC allows one write in flight per call, and cancelling the task that awaits it
-            # does not withdraw it: let it complete before the RPC ends (an abort would
-            # otherwise collide with it).
-            # asyncio.timeout, not wait_for, which on Python 3.11 may swallow a cancel.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WRITE_SETTLE_S):
-                    await self._quiet.wait()
-            for task in (reader, *self._writers):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.gather(reader, *self._writers)
+            await self._wind_down(run, reader)
+
+    async def _prepare(self, start: pb.ExecuteRequest, request: ExecutionRequest) -> Prepared:
+        """The run the start asks for: in its session (resumed, or rebuilt here) when it names
+        one, single-use otherwise."""
+        session = None
+        if start.session_id:
+            session = await self.runner.sessions.resume(
+                self.tenant.id,
+                start.session_id,
+                rebuild_bounds(self.tenant),
+                admit=lambda: self.runner.tenancy.admit(self.tenant),
+            )
+            request = self.runner.sessions.request_for(
+                session, request, manifest_given=start.HasField("manifest")
+            )
+        return self.runner.prepare(self.tenant, request, streamed=True, session=session)
+
+    async def _final_event(self, start: pb.ExecuteRequest, run: asyncio.Task[Any]) -> Any:
+        """The stream's last event: the run's result, or, where another server admitted the
+        same key first, that execution's (`idempotency.answer`)."""
+        taken = run.exception()
+        if isinstance(taken, KeyTaken):
+            result = await idempotency.answer(
+                self.runner.store, self.runner.engine, self.tenant.id, start, taken.execution_id
+            )
+            return pb.ServerEvent(result=result)
+        return pb.ServerEvent(result=result_to_proto(run.result()))
+
+    async def _wind_down(self, run: asyncio.Task[Any], reader: asyncio.Task[Any]) -> None:
+        """Stops what the stream started: the ticker, the run (cancelled if it has not ended),
+        the reader and every writer."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self._closing = True
+        if not run.done():
+            self.cancel.set()
+        reader.cancel()
+        # gRPC allows one write in flight per call, and cancelling the task that awaits it
+        # does not withdraw it: let it complete before the RPC ends (an abort would
+        # otherwise collide with it).
+        # asyncio.timeout, not wait_for, which on Python 3.11 may swallow a cancel.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WRITE_SETTLE_S):
+                await self._quiet.wait()
+        for task in (reader, *self._writers):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.gather(reader, *self._writers)
 
     async def _keyed(self, request: pb.ExecuteRequest, execution_id: str) -> None:
         """Answers a start whose key was admitted before: `Started` with that execution's id,

@@ -51,7 +51,13 @@ from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
+from sandbox.sessions.session import (
+    RebuildClock,
+    Session,
+    SessionSettings,
+    SessionState,
+    error_text,
+)
 from sandbox.telemetry import metrics
 
 
@@ -172,6 +178,7 @@ async def rebuild(
     that cannot move sessions, or a holder that is alive). ``admit`` is the tenant's admission
     (concurrency, queue, rate), entered before the claim and held while the cells replay: a
     rebuild counts as one execution of the tenant's."""
+    asked = time.monotonic()
     store = manager.store
     if store is None or not store.holds_sessions:
         return None
@@ -181,24 +188,24 @@ async def rebuild(
     if record.result is not None:
         return None  # ended: the caller says how
     async with admit() if admit is not None else contextlib.nullcontext():
-        return await _claim_and_rebuild(manager, record, bounds)
+        return await _claim_and_rebuild(manager, record, bounds, asked)
 
 
 async def _claim_and_rebuild(
-    manager: SessionHost, record: AuditRecord, bounds: RebuildBounds
+    manager: SessionHost, record: AuditRecord, bounds: RebuildBounds, asked: float
 ) -> Session | None:
     store: Any = manager.store  # a `SessionHolding` store (checked by `rebuild`)
     tenant, session_id = record.admission.tenant, record.admission.execution_id
     previous = await asyncio.to_thread(store.take_over, tenant, session_id)
     if previous is None:
         return None
+    started = time.monotonic()  # the take-over's commit: this server holds the session now
     here = str(store.instance)
-    started = time.monotonic()
     log.warning("sessions: rebuilding session %s (held by %s) on %s", session_id, previous, here)
     admission = record.admission
     labels = dict(admission.labels)
     try:
-        limits = ResolvedLimits(**{k: int(v) for k, v in admission.effective_limits.items()})
+        limits = ResolvedLimits.from_fields(admission.effective_limits, "recorded effective_limits")
         settings = SessionSettings(
             limits=limits,
             idle_timeout_s=int(labels["ptc.idle_timeout_ms"]) / 1000,
@@ -230,6 +237,7 @@ async def _claim_and_rebuild(
         runtime=runtime,
         created_at=admission.admitted_at,
         _created_mono=time.monotonic() - wall_elapsed,  # its lifetime runs from its creation
+        rebuilt=RebuildClock(asked=asked, taken_over=started),
     )
     session.running = "rebuild"  # not yet in the manager: nothing else can reach it
     try:
@@ -258,14 +266,21 @@ async def _claim_and_rebuild(
     session._used_mono = time.monotonic()
     manager.adopt(session)
     metrics.session_rebuilt("rebuilt", time.monotonic() - started)
-    log.warning(
-        "sessions: session %s rebuilt on %s: %d cells replayed in %.2f s",
-        session_id,
-        here,
-        len(cells),
-        time.monotonic() - started,
-    )
+    _log_rebuilt(session, here, len(cells), started)
     return session
+
+
+def _log_rebuilt(session: Session, here: str, cells: int, taken_over: float) -> None:
+    first_job = session.sandbox.first_job_at
+    log.warning(
+        "sessions: session %s rebuilt on %s: %d cells replayed in %.2f s, the first started "
+        "%.1f ms after the take-over",
+        session.id,
+        here,
+        cells,
+        time.monotonic() - taken_over,
+        (first_job - taken_over) * 1000 if first_job is not None else float("nan"),
+    )
 
 
 async def _not_started(store: Any, session_id: str, here: str, exc: Exception) -> PtcError:

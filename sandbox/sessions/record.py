@@ -59,8 +59,9 @@ def complete_record(
     cpu_s: float,
     peak_memory: int,
 ) -> None:
-    """Completes the record of ``session``, which has ended: its state and reason as the
-    error, its usage. A store that refuses is logged: the session has ended either way."""
+    """Completes the record of ``session``, which has ended: its state and reason (typed, in
+    ``session_end``, and in words as the error), its usage. A store that refuses is logged:
+    the session has ended either way."""
     if store is None:
         return
     ended = session.ended_at or time.time()
@@ -82,6 +83,7 @@ def complete_record(
         finished_at=ended,
         session_id=session.id,
         session_lost="" if session.state is SessionState.CLOSED else session.reason,
+        session_end=session.end(),
     )
     try:
         store.complete(session.id, result)
@@ -103,7 +105,9 @@ def gone_error(store: AuditStore | None, tenant: str, session_id: str) -> NotFou
         how = f"{record.status}: {record.interrupted_reason}"
     elif record.result is None:
         how = f"{record.status}: the server that held it stopped before ending it"
-    elif record.result.error is not None:
+    elif record.result.session_end is not None:
+        how = f"{record.result.session_end.state}: {record.result.session_end.reason}"
+    elif record.result.error is not None:  # written before the end was typed
         how = record.result.error.message
     else:
         how = record.status

@@ -15,9 +15,10 @@ from enum import StrEnum
 from sandbox.errors import FailedPrecondition, NotFound, PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import ResolvedLimits
+from sandbox.result import SessionEnd, SessionEndState
 from stubs_gen import Manifest
 
-__all__ = ["Session", "SessionSettings", "SessionState", "error_text"]
+__all__ = ["RebuildClock", "Session", "SessionSettings", "SessionState", "error_text"]
 
 
 class SessionState(StrEnum):
@@ -35,6 +36,17 @@ class SessionSettings:
     idle_timeout_s: float
     max_lifetime_s: float
     max_executions: int  # 0: no limit
+
+
+@dataclass(frozen=True)
+class RebuildClock:
+    """When a session rebuilt on this server (`sandbox.sessions.rebuild`) passed its first two
+    clock points, on `time.monotonic`'s clock; the third, its first replayed cell's start, is
+    its sandbox's `SessionSandbox.first_job_at` (the first job frame sent). What a take-over
+    costs before anything runs is read from these (`bench.session_rebuild`)."""
+
+    asked: float  # a request found no holder of the session here and began its rebuild
+    taken_over: float  # the store's take-over committed: this server is the session's holder
 
 
 @dataclass
@@ -59,10 +71,15 @@ class Session:
     _created_mono: float = field(default_factory=time.monotonic)
     _used_mono: float = field(default_factory=time.monotonic)
     _doom: str | None = None  # why the sweeper killed the sandbox under a running execution
+    rebuilt: RebuildClock | None = None  # set when this server rebuilt it from its record
 
     @property
     def active(self) -> bool:
         return self.state is SessionState.ACTIVE
+
+    def end(self) -> SessionEnd:
+        """How this ended session ended, as its record's completion carries it (typed)."""
+        return SessionEnd(SessionEndState(self.state.value), self.reason[:2000])
 
     def gone_error(self) -> FailedPrecondition | NotFound:
         message = f"session_lost: session {self.id!r} is {self.state.value}: {self.reason}"

@@ -201,9 +201,8 @@ class Metrics:
     def rooms(self) -> Iterator[tuple[str, Capacity]]:
         """(backend, its `max_sandboxes` rooms) for the backends that have such a cap."""
         for name, backend in self._backends.items():
-            capacity = getattr(backend, "capacity", None)
-            if isinstance(capacity, Capacity):
-                yield name, capacity
+            if backend.capacity is not None:
+                yield name, backend.capacity
 
     def watch(self, backends: Mapping[str, Backend]) -> None:
         """Reads these backends' pools from now on."""

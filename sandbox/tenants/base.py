@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sandbox.backend_names import BACKEND_NAMES
 from sandbox.limits import CEILINGS, DEFAULTS, ResolvedLimits
 
 __all__ = ["Tenancy", "Tenant"]
@@ -30,7 +31,7 @@ class Tenant:
     rate_per_minute: int = 600
     # Every backend, as a tenants file's default: a server offers only those it was started
     # with, so the single tenant of a server without a tenants file may use each of them.
-    backends: frozenset[str] = frozenset({"process", "docker", "gvisor"})
+    backends: frozenset[str] = frozenset(BACKEND_NAMES)
     tool_modes: frozenset[str] = frozenset({"echo", "mock", "host", "client"})
     script_policy: Literal["none", "restricted"] = "none"
     audit_retention_days: int = 30

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from sandbox.backend_names import BACKEND_NAMES
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.limits import CEILINGS, DEFAULTS, LIMIT_SPECS, SPEC_BY_NAME, ResolvedLimits
 from sandbox.tenants.base import Tenant
@@ -49,7 +50,7 @@ from sandbox.tenants.keys import KeyHash
 
 __all__ = ["TenantConfig", "TenantConfigError", "TenantsFile", "load_tenants", "parse_tenants"]
 
-BACKENDS = frozenset({"process", "docker", "gvisor"})
+BACKENDS = frozenset(BACKEND_NAMES)
 TOOL_MODES = frozenset({"echo", "mock", "host", "client"})
 _ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FIELDS = frozenset(

@@ -12,13 +12,14 @@ checked against the root of the whole tree built from scratch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sandbox.audit import SqlAuditStore
-from sandbox.audit.checkpoints import generate_key, load_private_key, tenant_tree
+from sandbox.audit.checkpoints import Checkpoint, generate_key, load_private_key, tenant_tree
 from sandbox.audit.publisher import HISTORY_FILE, CheckpointPublisher
 from tests.audit.audit_support import admission, result
 from tests.audit.conftest import AuditDb
@@ -130,7 +131,9 @@ def test_verify_since_checkpoint_starts_after_the_signed_entry(
     assert since.returncode == 0, since.stderr
     assert since.stdout.splitlines() == [
         f"since checkpoint: tenant acme from entry 12 (key {kid})",
-        "ok: 3 records verified",  # the executions admitted after it: nothing before was read
+        # The executions admitted after it, and the one admitted before it and completed
+        # after it (its rows, read by its id): nothing else before it was read.
+        "ok: 4 records verified",
     ]
     assert store.verify("acme", (11, _entry(audit_db, 11))).ok
 
@@ -161,3 +164,74 @@ def test_verify_since_checkpoint_starts_after_the_signed_entry(
 def _entry(audit_db: AuditDb, seq: int) -> str:
     rows = audit_db.raw("SELECT entry_hash FROM entries WHERE tenant = 'acme' AND seq = ?", (seq,))
     return str(rows[0][0])
+
+
+def _since(store: SqlAuditStore, signed: Checkpoint) -> tuple[int, str]:
+    """Where `verify` starts after ``signed``: its size and the hash of its last entry, from
+    the stored frontier whose root is the signed root (as `ptc audit verify` proves it)."""
+    frontier = store.frontier_at("acme", signed.tree_size)
+    assert frontier is not None and frontier.root() == signed.root_hash
+    return signed.tree_size, frontier.last_hash
+
+
+def test_verify_since_checkpoint_checks_the_rows_of_a_record_ended_after_it(
+    audit_db: AuditDb, tmp_path: Path
+) -> None:
+    """An execution admitted before the checkpoint and completed after it had its index rows
+    rewritten after the checkpoint was signed: verifying from the checkpoint compares them
+    with its entries, and names it when they were tampered with."""
+    store = audit_db.open()
+    publisher = CheckpointPublisher(store, Ed25519PrivateKey.generate(), directory=tmp_path)
+    _fill(store, "acme", 3)
+    running = admission("acme", "late-one")
+    store.admit(running)
+    (signed,) = publisher.publish_once()
+    store.complete(running.execution_id, result(running.execution_id, tools=("search", "fetch")))
+    _fill(store, "acme", 2)
+    since = _since(store, signed)
+    clean = store.verify("acme", since)
+    assert clean.ok and clean.records == 3, clean
+
+    audit_db.raw("UPDATE executions SET status = 'error' WHERE execution_id = 'late-one'")
+    assert store.verify("acme", since).problems == [
+        "record late-one: executions index differs from the chain in status: edited"
+    ]
+    audit_db.raw("UPDATE executions SET status = 'ok' WHERE execution_id = 'late-one'")
+    assert store.verify("acme", since).ok
+    audit_db.raw("DELETE FROM calls WHERE execution_id = 'late-one' AND tool = 'fetch'")
+    assert store.verify("acme", since).problems == [
+        "record late-one: calls index differs from the chain: edited"
+    ]
+    # What a full verification says of the same tampering: the same problem.
+    assert store.verify("acme").problems == [
+        "record late-one: calls index differs from the chain: edited"
+    ]
+
+
+def test_verify_since_checkpoint_checks_a_session_taken_over_after_it(
+    audit_db: AuditDb, tmp_path: Path
+) -> None:
+    """A session admitted before the checkpoint, handed over and taken over after it: its
+    executions and sessions rows name the new holder, and an edit of either is named."""
+    a, b = audit_db.open("srv-a"), audit_db.open("srv-b")
+    publisher = CheckpointPublisher(a, Ed25519PrivateKey.generate(), directory=tmp_path)
+    settings = {
+        "ptc.kind": "session",
+        "ptc.idle_timeout_ms": "60000",
+        "ptc.max_lifetime_ms": "600000",
+        "ptc.max_executions": "0",
+    }
+    a.admit(replace(admission("acme", "s-late", script=""), labels=settings))
+    _fill(a, "acme", 2)
+    (signed,) = publisher.publish_once()
+    assert a.hand_over("s-late", "draining")
+    assert b.take_over("acme", "s-late") == "srv-a"
+    since = _since(a, signed)
+    clean = a.verify("acme", since)
+    assert clean.ok and clean.records == 1, clean
+    audit_db.raw("UPDATE sessions SET holder = 'srv-a' WHERE session_id = 's-late'")
+    audit_db.raw("UPDATE executions SET instance = 'srv-a' WHERE execution_id = 's-late'")
+    assert a.verify("acme", since).problems == [
+        "record s-late: executions index differs from the chain in instance: edited",
+        "session s-late: sessions index differs from the chain in holder: edited",
+    ]

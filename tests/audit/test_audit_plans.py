@@ -273,3 +273,28 @@ def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
     assert filled.verify().ok
     kept = store.get("big", "big-new")
     assert kept is not None and kept.admission.script == "print('new')"
+
+
+def test_the_tenants_are_read_through_the_index_not_the_executions(
+    audit_db: AuditDb, filled: SqlAuditStore
+) -> None:
+    """`tenants()` walks the executions index one tenant at a time (each step a descent to the
+    smallest tenant above the last, a LIMIT 1 on PostgreSQL), never a scan of its rows; it
+    still finds a tenant that has executions rows and no chain (an inserted row)."""
+    audit_db.raw(
+        "INSERT INTO executions (execution_id, tenant, admit_seq, status, admitted_at, backend, "
+        "script_sha256, manifest_sha256, instance, prev_hash, record_hash) "
+        "VALUES ('x-1', 'no-chain', 1, 'ok', 0, 'process', '', '', 'h', '', '')"
+    )
+    assert filled.tenants() == ["big", "no-chain", "small"]
+    ((_, sql, params),) = _statements(filled, [("tenants", filled.tenants)])
+    plan = _explain(audit_db, sql, params)
+    if audit_db.kind == "sqlite":
+        reads = [step for step in plan if "executions" in step]
+        assert reads and all(step.startswith("SEARCH ") for step in reads), plan
+        assert not [step for step in plan if step.startswith("SCAN e")], plan
+    else:
+        scans = [n for n, line in enumerate(plan) if " on executions" in line]
+        assert scans, plan
+        for n in scans:
+            assert "Index Only Scan" in plan[n] and "Limit" in plan[n - 1], plan

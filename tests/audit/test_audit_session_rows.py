@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sandbox.audit import SqlAuditStore
-from sandbox.result import ExecutionStatus, ScriptError
+from sandbox.audit._codec import result_to_json
+from sandbox.result import (
+    ExecutionResult,
+    ExecutionStatus,
+    ScriptError,
+    SessionEnd,
+    SessionEndState,
+)
 from tests.audit.audit_support import admission, result
 from tests.audit.conftest import AuditDb
 
@@ -24,6 +31,7 @@ def _open_session(store: SqlAuditStore, session_id: str, at: float = 1000.0) -> 
 
 
 def _end(store: SqlAuditStore, session_id: str, how: str, at: float = 2000.0) -> None:
+    """A session record completed as before its end was typed: in its error's message alone."""
     ended = replace(
         result(session_id, tools=()),
         error=ScriptError("SessionEnded", how),
@@ -112,3 +120,33 @@ def test_verify_compares_each_session_row_with_the_chain(audit_db: AuditDb) -> N
         "session s-0bad: in the sessions index but not in the chain: inserted, or its entries "
         "were deleted",
     ]
+
+
+def test_the_row_takes_the_typed_end_not_the_message(audit_db: AuditDb) -> None:
+    """A session record's completion carries its end as a typed field (`SessionEnd`), which
+    the row takes as it is: a reason with ": " in it, or an error message that says something
+    else, changes nothing. It survives the record's JSON both ways."""
+    store = audit_db.open()
+    _open_session(store, "s-0006")
+    reason = "cell 3 (execution id e-3): lifetime: reached its maximum lifetime of 60 s"
+    end = SessionEnd(SessionEndState.EXPIRED, reason)
+    ended = replace(
+        result("s-0006", tools=()),
+        error=ScriptError("SessionEnded", "not the state: nor the reason"),
+        session_id="s-0006",
+        session_end=end,
+        finished_at=3000.0,
+    )
+    assert ExecutionResult.from_json(result_to_json(ended)).session_end == end
+    store.complete("s-0006", ended)
+    row = store.session("acme", "s-0006")
+    assert row is not None
+    assert (row.state, row.end_reason, row.ended_at) == ("expired", reason, 3000.0)
+    record = store.get("acme", "s-0006")
+    assert record is not None and record.result is not None
+    assert record.result.session_end == end
+    assert store.verify().ok
+    # A cell's result has no end of its own: its JSON keeps the shape it had.
+    cell = replace(result("c-1"), session_id="s-0006")
+    assert "session_end" not in result_to_json(cell)
+    assert ExecutionResult.from_json(result_to_json(cell)).session_end is None

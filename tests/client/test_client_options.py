@@ -23,8 +23,8 @@ from sandbox.client import (
     SyncExecution,
     SyncSession,
 )
-from sandbox.client.aio import execute_request
-from sandbox.client.records import query_to_proto
+from sandbox.client.aio import _execute_request as execute_request
+from sandbox.codec.query import query_to_proto
 from sandbox.errors import InvalidArgument
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile

@@ -171,7 +171,7 @@ def test_import_client_loads_no_server_side_module() -> None:
         [PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
     )
     loaded = json.loads(done.stdout)
-    assert "sandbox.client" in loaded and "sandbox.wire" in loaded
+    assert "sandbox.client" in loaded and "sandbox.codec.result" in loaded
     server_side = (
         "sandbox.server",
         "sandbox.engine",

@@ -30,6 +30,7 @@ class _BrokenBackend:
     """Starts, but cannot give a sandbox: what a backend does when its host breaks mid-run."""
 
     name = "process"
+    capacity = None
 
     async def start(self) -> None:
         return None

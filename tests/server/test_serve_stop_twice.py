@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.client import Client, ExecutionQuery
-from sandbox.client.records import RUNNING
 from sandbox.errors import Unavailable
+from sandbox.records import RUNNING
 from tests.ptc_serve import ptc_serve
 
 pytestmark = pytest.mark.requires_bwrap

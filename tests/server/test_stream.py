@@ -18,8 +18,8 @@ from sandbox.client import (
     OutputChunk,
     tool,
 )
-from sandbox.client.records import RUNNING
 from sandbox.errors import PtcError
+from sandbox.records import RUNNING
 from sandbox.result import ExecutionResult
 from tests.server.conftest import ServerHarness
 from tests.server.server_support import manifest

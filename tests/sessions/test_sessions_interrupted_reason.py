@@ -15,8 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sandbox.client import Client
-from sandbox.client.records import ExecutionQuery
+from sandbox.client import Client, ExecutionQuery
 from sandbox.tenants import hash_key
 from tests.ptc_serve import PYTHON, ROOT, ptc_serve
 

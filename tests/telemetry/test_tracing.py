@@ -306,11 +306,11 @@ def test_a_malformed_traceparent_starts_a_new_trace(
     import grpc
 
     from sandbox._proto import sandbox_pb2_grpc as pb_grpc
-    from sandbox.wire import request_to_proto
+    from sandbox.codec.request import Request, request_to_proto
 
     with grpc.insecure_channel(server.address) as channel:
         reply = pb_grpc.SandboxServiceStub(channel).Execute(
-            request_to_proto("print(1)", "[]"), metadata=(("traceparent", traceparent),)
+            request_to_proto(Request("print(1)", "[]")), metadata=(("traceparent", traceparent),)
         )
     assert reply.stdout == "1\n"
     execution = next(s for s in _finished(exporter, 2) if s.name == "ptc.execution")

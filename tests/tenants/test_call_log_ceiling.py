@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox.codec.limits import limits_from_proto, limits_to_proto
 from sandbox.limits import CEILINGS, DEFAULTS, Limits, apply_ceilings, parse_limit_args
 from sandbox.tenants.config import TenantConfigError, parse_tenants
-from sandbox.wire import limits_from_proto, limits_to_proto
 
 MiB = 1 << 20
 KEY = "sha256:" + "0" * 64

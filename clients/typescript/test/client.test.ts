@@ -6,13 +6,12 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { z } from "zod";
-import { clientTool, PtcClient, PtcError, type StreamEvent } from "../src/index.js";
-import { type Serving, startServe } from "./support/serve.js";
+import { clientTool, PtcError, type StreamEvent } from "../src/index.js";
+import { servedClient } from "./support/served.js";
 
-let serving: Serving;
-let client: PtcClient;
+const served = servedClient("--allow-degraded");
 
 const ECHO = [
   {
@@ -22,23 +21,14 @@ const ECHO = [
   },
 ];
 
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-  assert.doesNotMatch(stopped.stderr, /Traceback/);
-});
-
 describe("execute", () => {
   test("ok: stdout, exit code, the call log with parsed arguments", async () => {
-    const result = await client.execute("import tools\nprint(tools.lookup(q='x')['q'] * 2)", {
-      tools: ECHO,
-    });
+    const result = await served.client.execute(
+      "import tools\nprint(tools.lookup(q='x')['q'] * 2)",
+      {
+        tools: ECHO,
+      },
+    );
     assert.equal(result.status, "ok");
     assert.equal(result.exitCode, 0);
     assert.equal(result.stdout, "xx\n");
@@ -53,7 +43,7 @@ describe("execute", () => {
   });
 
   test("error: a raising script is a result with its ScriptError", async () => {
-    const result = await client.execute("raise ValueError('boom')");
+    const result = await served.client.execute("raise ValueError('boom')");
     assert.equal(result.status, "error");
     assert.equal(result.exitCode, 1);
     assert.equal(result.error?.type, "ValueError");
@@ -62,7 +52,9 @@ describe("execute", () => {
   });
 
   test("limit_exceeded: a wall_time violation, typed", async () => {
-    const result = await client.execute("while True:\n    pass", { limits: { wallTimeMs: 400 } });
+    const result = await served.client.execute("while True:\n    pass", {
+      limits: { wallTimeMs: 400 },
+    });
     assert.equal(result.status, "limit_exceeded");
     const violation = result.violations.find((v) => v.limit === "wall_time");
     assert.ok(violation, JSON.stringify(result.violations));
@@ -77,7 +69,7 @@ describe("execute", () => {
   test("the call's deadline is an error, distinct from the script's wall-time limit", async () => {
     const started = Date.now();
     await assert.rejects(
-      client.execute("import time\ntime.sleep(5)", { deadlineMs: 500 }),
+      served.client.execute("import time\ntime.sleep(5)", { deadlineMs: 500 }),
       (error: unknown) =>
         error instanceof PtcError && error.code === "deadline_exceeded" && error.grpcCode === 4,
     );
@@ -86,7 +78,7 @@ describe("execute", () => {
 
   test("a bad request is invalid_argument naming the field", async () => {
     await assert.rejects(
-      client.execute("print(1)", { tools: "{not json" }),
+      served.client.execute("print(1)", { tools: "{not json" }),
       (error: unknown) =>
         error instanceof PtcError &&
         error.code === "invalid_argument" &&
@@ -94,23 +86,23 @@ describe("execute", () => {
     );
     // A limit the SDK can tell is wrong never leaves the process.
     await assert.rejects(
-      client.execute("print(1)", { limits: { wallTimeMs: -1 } }),
+      served.client.execute("print(1)", { limits: { wallTimeMs: -1 } }),
       /limits.wallTimeMs/,
     );
   });
 
   test("idempotency: the same key replays the execution, another script with it is refused", async () => {
     const key = `ts-${Date.now()}`;
-    const first = await client.execute("import random\nprint(random.random())", {
+    const first = await served.client.execute("import random\nprint(random.random())", {
       idempotencyKey: key,
     });
-    const again = await client.execute("import random\nprint(random.random())", {
+    const again = await served.client.execute("import random\nprint(random.random())", {
       idempotencyKey: key,
     });
     assert.equal(again.executionId, first.executionId);
     assert.equal(again.stdout, first.stdout);
     await assert.rejects(
-      client.execute("print('other')", { idempotencyKey: key }),
+      served.client.execute("print('other')", { idempotencyKey: key }),
       (error: unknown) =>
         error instanceof PtcError &&
         error.code === "idempotency_key_reused" &&
@@ -119,7 +111,7 @@ describe("execute", () => {
   });
 
   test("expectedCalls: a shortfall is an expected_calls violation, reported", async () => {
-    const result = await client.execute("import tools\ntools.lookup(q='once')", {
+    const result = await served.client.execute("import tools\ntools.lookup(q='once')", {
       tools: ECHO,
       expectedCalls: [{ tool: "lookup", min: 2, max: 3 }],
     });
@@ -131,7 +123,7 @@ describe("execute", () => {
   });
 
   test("input files in, output files out", async () => {
-    const result = await client.execute(
+    const result = await served.client.execute(
       "import os\ndata = open('in/data.txt').read()\nos.makedirs('outputs', exist_ok=True)\n" +
         "open('outputs/upper.txt', 'w').write(data.upper())\nprint(len(data))",
       { files: [{ name: "in/data.txt", content: "héllo" }] },
@@ -165,7 +157,7 @@ describe("stream", () => {
         return a + b;
       },
     });
-    const run = client.stream(
+    const run = served.client.stream(
       "import sys, tools\nfor i in range(5):\n    print(i, tools.add(a=i, b=10), flush=True)\n" +
         "print('done', file=sys.stderr)",
       { tools: [add] },
@@ -198,7 +190,7 @@ describe("stream", () => {
       inputSchema: z.object({ text: z.string().refine((t) => t !== "bad", "not bad") }),
       execute: async ({ text }) => text.toUpperCase(),
     });
-    const result = await client.execute(
+    const result = await served.client.execute(
       "import tools\nprint(tools.shout(text='hi'))\ntry:\n    tools.shout(text='bad')\n" +
         "except Exception as e:\n    print(type(e).__name__)",
       { tools: [shout] },
@@ -208,7 +200,9 @@ describe("stream", () => {
     assert.equal(result.calls[1]?.status, "error");
     assert.match(result.calls[1]?.error ?? "", /invalid arguments: text: not bad/);
     // The schema the server got is zod's JSON Schema: a missing field is refused there.
-    const missing = await client.execute("import tools\ntools.shout(text=5)", { tools: [shout] });
+    const missing = await served.client.execute("import tools\ntools.shout(text=5)", {
+      tools: [shout],
+    });
     assert.equal(missing.calls[0]?.status, "invalid_arguments");
   });
 
@@ -220,7 +214,7 @@ describe("stream", () => {
         throw new RangeError("out of range");
       },
     });
-    const result = await client.execute("import tools\ntools.fail()", { tools: [fail] });
+    const result = await served.client.execute("import tools\ntools.fail()", { tools: [fail] });
     assert.equal(result.status, "error");
     assert.equal(result.error?.type, "ToolError");
     assert.match(result.error?.message ?? "", /RangeError: out of range/);
@@ -234,7 +228,7 @@ describe("stream", () => {
       needsApproval: true,
       execute: async ({ to }) => `sent to ${String(to)}`,
     });
-    const result = await client.execute(
+    const result = await served.client.execute(
       "import tools\nprint(tools.send(to='ann'))\ntry:\n    tools.send(to='bob')\n" +
         "except Exception as e:\n    print(type(e).__name__, e)",
       {
@@ -259,7 +253,7 @@ describe("server tools that need approval", () => {
     const script =
       "import tools\ntry:\n    print(tools.lookup(q='a')['q'])\nexcept Exception as e:\n    print('no')";
     const asked: number[] = [];
-    const approved = await client.execute(script, {
+    const approved = await served.client.execute(script, {
       tools: guarded,
       onApproval: (request) => {
         asked.push(request.seq);
@@ -269,7 +263,7 @@ describe("server tools that need approval", () => {
     assert.deepEqual(asked, [1]);
     assert.equal(approved.stdout, "a\n");
     assert.equal(approved.calls[0]?.status, "ok");
-    const denied = await client.execute(script, { tools: guarded, onApproval: () => false });
+    const denied = await served.client.execute(script, { tools: guarded, onApproval: () => false });
     assert.equal(denied.stdout, "no\n");
     assert.equal(denied.calls[0]?.status, "denied");
   });
@@ -277,7 +271,7 @@ describe("server tools that need approval", () => {
 
 describe("sessions", () => {
   test("state across cells, files, get, list, close; a closed session is session_lost", async () => {
-    const session = await client.createSession({ tools: ECHO });
+    const session = await served.client.createSession({ tools: ECHO });
     assert.equal(session.info.state, "active");
     await session.run("x = 41");
     const cell = await session.run("x + 1");
@@ -289,12 +283,12 @@ describe("sessions", () => {
     assert.equal(withFile.stdout, "seven\n");
     const info = await session.get();
     assert.equal(info.executionIds.length, 3);
-    const listed = await client.listSessions();
+    const listed = await served.client.listSessions();
     assert.ok(listed.some((s) => s.sessionId === session.id));
     const closed = await session.close();
     assert.equal(closed.state, "closed");
-    assert.ok(!(await client.listSessions()).some((s) => s.sessionId === session.id));
-    const ended = await client.listSessions({ includeEnded: true });
+    assert.ok(!(await served.client.listSessions()).some((s) => s.sessionId === session.id));
+    const ended = await served.client.listSessions({ includeEnded: true });
     assert.equal(ended.find((s) => s.sessionId === session.id)?.state, "closed");
     await assert.rejects(session.run("x"), (error: unknown) => {
       assert.ok(error instanceof PtcError);
@@ -312,16 +306,19 @@ describe("a session and client tools", () => {
       inputSchema: { type: "object", properties: { n: { type: "integer" } }, required: ["n"] },
       execute: ({ n }: { n: number }) => n * 2,
     });
-    await assert.rejects(client.createSession({ tools: [double] as never }), (error: unknown) => {
-      assert.ok(error instanceof PtcError);
-      assert.equal(error.code, "invalid_argument");
-      assert.match(
-        error.message,
-        /^manifest: tools\[0\] 'double': 'client'-mode tools are not served in sessions/,
-      );
-      return true;
-    });
-    const session = await client.createSession({ tools: ECHO });
+    await assert.rejects(
+      served.client.createSession({ tools: [double] as never }),
+      (error: unknown) => {
+        assert.ok(error instanceof PtcError);
+        assert.equal(error.code, "invalid_argument");
+        assert.match(
+          error.message,
+          /^manifest: tools\[0\] 'double': 'client'-mode tools are not served in sessions/,
+        );
+        return true;
+      },
+    );
+    const session = await served.client.createSession({ tools: ECHO });
     try {
       await session.run("import tools\nx = tools.double(n=4)", { tools: [double, ...ECHO] });
       const cell = await session.run("print(x, tools.double(n=x), tools.lookup(q='k')['q'])");
@@ -339,7 +336,7 @@ describe("a session and client tools", () => {
 
 describe("stubs and records", () => {
   test("generateStubs renders the module and its compact form", async () => {
-    const stubs = await client.generateStubs([
+    const stubs = await served.client.generateStubs([
       {
         name: "get-weather",
         description: "Weather.",
@@ -355,15 +352,15 @@ describe("stubs and records", () => {
   test("getExecution, and listExecutions filtered and paged by token", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++)
-      ids.push((await client.execute(`print(${i})`, { labels: { page: "t" } })).executionId);
-    const record = await client.getExecution(ids[0] ?? "");
+      ids.push((await served.client.execute(`print(${i})`, { labels: { page: "t" } })).executionId);
+    const record = await served.client.getExecution(ids[0] ?? "");
     assert.equal(record.script, "print(0)");
     assert.equal(record.result.stdout, "0\n");
     assert.equal(record.interruptedReason, ""); // only an interrupted record without a result has one
-    const first = await client.listExecutions({ status: "ok", pageSize: 2 });
+    const first = await served.client.listExecutions({ status: "ok", pageSize: 2 });
     assert.equal(first.records.length, 2);
     assert.notEqual(first.nextPageToken, "");
-    const second = await client.listExecutions({
+    const second = await served.client.listExecutions({
       status: "ok",
       pageSize: 2,
       pageToken: first.nextPageToken,
@@ -371,17 +368,17 @@ describe("stubs and records", () => {
     assert.ok(second.records.length >= 1);
     const seen = [...first.records, ...second.records].map((r) => r.result.executionId);
     assert.equal(new Set(seen).size, seen.length, "a record came on two pages");
-    const future = await client.listExecutions({ since: new Date(Date.now() + 3_600_000) });
+    const future = await served.client.listExecutions({ since: new Date(Date.now() + 3_600_000) });
     assert.deepEqual(future.records, []);
-    const recent = await client.listExecutions({
+    const recent = await served.client.listExecutions({
       since: Date.now() - 60_000,
       until: new Date(Date.now() + 60_000),
     });
     assert.ok(recent.records.some((r) => r.result.executionId === ids[2]));
-    const errors = await client.listExecutions({ status: "error" });
+    const errors = await served.client.listExecutions({ status: "error" });
     assert.ok(errors.records.every((r) => r.result.status === "error"));
     await assert.rejects(
-      client.getExecution("0".repeat(32)),
+      served.client.getExecution("0".repeat(32)),
       (error: unknown) => error instanceof PtcError && error.code === "not_found",
     );
   });
@@ -389,7 +386,7 @@ describe("stubs and records", () => {
 
 describe("a long stream", () => {
   test("progress events while it runs; cancel() ends it as cancelled", async () => {
-    const run = client.stream(
+    const run = served.client.stream(
       "import time\nprint('start', flush=True)\ntime.sleep(1.6)\nprint('late')\ntime.sleep(30)",
     );
     const kinds: string[] = [];

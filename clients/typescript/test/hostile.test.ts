@@ -228,3 +228,33 @@ test("a signal aborted before the call: aborted_by_signal at once, nothing sent"
   await assert.rejects(client.getExecution("x", { signal }), typed(["aborted_by_signal"]));
   client.close();
 });
+
+// The unary Execute is the SDK's own gRPC path (src/transport/unary.ts), not connect's: the
+// same guarantees, checked on it. The script sleeps far past the test, so only the cut ends it.
+for (const [name, code, cut] of [
+  [
+    "the AbortSignal fires",
+    "aborted_by_signal",
+    (controller: AbortController) => ({
+      signal: controller.signal,
+      timer: setTimeout(() => controller.abort(new Error("user pressed stop")), 300),
+    }),
+  ],
+  ["the deadline passes", "deadline_exceeded", () => ({ deadlineMs: 300, timer: undefined })],
+] as const) {
+  test(`${name} during a unary Execute: ${code}, no handle left, the server serves on`, async () => {
+    const baseline = await activeResources();
+    const client = new PtcClient({ address: serving.address });
+    const { timer, ...options } = cut(new AbortController());
+    const started = Date.now();
+    await assert.rejects(
+      settlesWithin(client.execute("import time\ntime.sleep(60)", options), 5000).then(unwrap),
+      typed([code]),
+    );
+    assert.ok(Date.now() - started < 3000, "the call outlived its cut");
+    clearTimeout(timer);
+    client.close();
+    assert.deepEqual(await activeResources(), baseline);
+    await stillServes();
+  });
+}

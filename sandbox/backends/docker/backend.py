@@ -217,6 +217,10 @@ class DockerBackend:
                 await asyncio.sleep(0.2 * (attempt + 1))
 
     @property
+    def capacity(self) -> None:
+        return None  # the engine's own resources bound its containers, not max_sandboxes
+
+    @property
     def pool(self) -> WarmPool[DockerSandbox]:
         if self._pool is None:
             raise Unavailable(self.unavailable_reason or "the docker backend is not started")

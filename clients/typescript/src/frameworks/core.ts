@@ -29,15 +29,30 @@ import type { OnApproval } from "../stream.js";
 import { isClientTool } from "../tools.js";
 import type { ExecutionResult, ExpectedCalls, InputFile, Limits } from "../types.js";
 
-/** The calling convention, word for word the Python SDK's. */
-export const CALLING_CONVENTION = `Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).
-The tools below are typed functions of the module \`tools\`: \`import tools\`, then call
+/**
+ * What a run keeps, the description's first line: nothing for a single-use tool, everything the
+ * earlier cells left for one over a session, so that a model neither redoes work that is still
+ * there nor counts on state that is gone. Word for word the Python SDK's
+ * (tests/data/execute_tool_description_vectors.json holds both descriptions, checked by both).
+ */
+const FRESH =
+  "Run a Python 3 script in a fresh sandbox (no network, nothing persists between runs).\n";
+const IN_SESSION =
+  "Run a Python 3 script as the next cell of one sandbox session (no network). State persists\n" +
+  "between runs: the names, imports and files of earlier runs are still there.\n";
+
+const CONVENTION = `The tools below are typed functions of the module \`tools\`: \`import tools\`, then call
 \`tools.NAME(arg=...)\` with keyword arguments. Use loops and branches, and for many independent
 calls fan out with \`await asyncio.gather(*(tools.aio.NAME(...) for ...))\` (top-level await
 works). A failing call raises \`tools.ToolError\` (subclasses: \`InvalidArguments\`, \`CallRefused\`,
 \`CallDenied\`); catch it where a failure is expected. Only what you print() comes back, with a
 one-line summary of each tool call, so print the reduced answer, not raw results.
 `;
+
+/** The calling convention of a single-use tool, word for word the Python SDK's. */
+export const CALLING_CONVENTION = FRESH + CONVENTION;
+/** The calling convention of a tool over a session (`session` given). */
+export const SESSION_CALLING_CONVENTION = IN_SESSION + CONVENTION;
 
 /** The tool's one argument. */
 export function codeParameter(): {
@@ -176,12 +191,19 @@ export class ExecuteTool {
     return this.options.name ?? "execute_python";
   }
 
-  /** The calling convention, the builder's instructions and the stubs, as in Python. */
+  /** Whether the runs are cells of one session (`session` given), so state persists. */
+  get inSession(): boolean {
+    return this.options.session !== undefined && this.options.session !== false;
+  }
+
+  /** The calling convention (of its mode), the builder's instructions and the stubs, as in
+   * Python. */
   get description(): string {
+    const convention = this.inSession ? SESSION_CALLING_CONVENTION : CALLING_CONVENTION;
     const instructions = (this.options.instructions ?? "").trim();
     const extra = instructions ? `${instructions}\n` : "";
-    if (!this.stubs) return `${CALLING_CONVENTION}${extra}No tools are available to this script.\n`;
-    return `${CALLING_CONVENTION}${extra}\n\`\`\`python\n${this.stubs.trimEnd()}\n\`\`\`\n`;
+    if (!this.stubs) return `${convention}${extra}No tools are available to this script.\n`;
+    return `${convention}${extra}\n\`\`\`python\n${this.stubs.trimEnd()}\n\`\`\`\n`;
   }
 
   /** The JSON Schema of the tool's arguments (a fresh object: callers may change it). */
@@ -257,7 +279,7 @@ export class ExecuteTool {
    * the service is an error observation; the caller's signal firing ends the run by throwing.
    */
   async *stream(code: string, run: RunOptions = {}): AsyncGenerator<RunEvent, Observation> {
-    const inSession = this.options.session !== undefined && this.options.session !== false;
+    const inSession = this.inSession;
     let observation: Observation;
     try {
       const session = await this.sessionOf(run);

@@ -181,8 +181,9 @@ class Reader {
 }
 
 /**
- * What the Python client holds for a call's JSON text (`sandbox.wire._loads`): nothing for an
- * empty text, the value read, or the text itself when Python cannot read it.
+ * What the Python client holds for a call's JSON text
+ * (`sandbox.codec.values.value_of_json_text`): nothing for an empty text, the value read, or the
+ * text itself when Python cannot read it.
  */
 export function loadsLikePython(text: string): PyValue {
   if (text === "") return null;

@@ -1,6 +1,7 @@
 /**
- * `ptc-sandbox/node`: the gRPC transport over HTTP/2 for Node (connect-node's gRPC transport,
- * speaking the real gRPC protocol to the grpcio server), with TLS and mTLS. The only module of
+ * `ptc-sandbox/node`: the gRPC transport over HTTP/2 for Node, speaking the real gRPC protocol
+ * to the grpcio server, with TLS and mTLS: the streaming call by connect-node's gRPC transport,
+ * the unary calls by our own (`unary.ts`, which says why) on the same connection. The only module of
  * the package that imports Node built-ins; the root entry loads it lazily at the first call
  * when no `transport` is given.
  *
@@ -24,6 +25,7 @@ import {
 type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
 import { PtcError } from "../errors.js";
+import { createUnary } from "./unary.js";
 
 /** A PEM file's path, its text, or its bytes. */
 export type PemLike = string | Uint8Array;
@@ -148,14 +150,17 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
   // Our own session manager, so that `close()` can end the connection: an idle HTTP/2 session
   // would otherwise keep the process alive until connect-node's idle timeout.
   const sessionManager = guarded(new Http2SessionManager(url, {}, nodeOptions));
+  const readMaxBytes = options.readMaxBytes ?? 64 * 1024 * 1024;
   const transport = createGrpcTransport({
     baseUrl: url,
     sessionManager,
     nodeOptions,
-    readMaxBytes: options.readMaxBytes ?? 64 * 1024 * 1024,
+    readMaxBytes,
   });
   return {
-    unary: transport.unary.bind(transport),
+    // Unary calls are ours (`unary.ts`: connect's per-call machinery was most of their cost);
+    // the bidirectional stream is connect's, on the same connection.
+    unary: createUnary({ sessionManager, readMaxBytes }),
     stream: transport.stream.bind(transport),
     close: () => {
       sessionManager.close();

@@ -6,53 +6,23 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { generateText, stepCountIs, streamText } from "ai";
+import { test } from "node:test";
+import { generateText, stepCountIs, streamText, type Tool } from "ai";
 import { MockLanguageModelV2, simulateReadableStream } from "ai/test";
 import { z } from "zod";
 import { executeTool, modelOutputOf } from "../../src/frameworks/ai.js";
-import { clientTool, PtcClient, PtcError } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
-import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
-
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
-
-function callExecute(code: string, id = "call-1") {
-  return {
-    content: [
-      {
-        type: "tool-call" as const,
-        toolCallId: id,
-        toolName: "execute_python",
-        input: JSON.stringify({ code }),
-      },
-    ],
-    finishReason: "tool-calls" as const,
-    usage,
-    warnings: [],
-  };
-}
-
-const answer = {
-  content: [{ type: "text" as const, text: "done" }],
-  finishReason: "stop" as const,
+import { clientTool, PtcError } from "../../src/index.js";
+import { servedClient } from "../support/served.js";
+import {
+  answer,
+  callExecute,
   usage,
-  warnings: [],
-};
+  WEATHER_OBSERVATION,
+  WEATHER_SCRIPT,
+  weatherTool,
+} from "./scripted.js";
+
+const served = servedClient("--allow-degraded");
 
 /** The text of the tool result the model was given in its `n`-th call's prompt. */
 function givenBack(prompt: readonly unknown[]): string {
@@ -71,9 +41,21 @@ function givenBack(prompt: readonly unknown[]): string {
   throw new Error("no tool result in the prompt");
 }
 
+/** What the model is given back when its first step calls `execute` with `code`. */
+async function observationOf(execute: Tool, code: string): Promise<string> {
+  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer()] });
+  await generateText({
+    model,
+    tools: { execute_python: execute },
+    prompt: "x",
+    stopWhen: stepCountIs(3),
+  });
+  return givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+}
+
 test("generateText: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(WEATHER_SCRIPT), answer] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
+  const model = new MockLanguageModelV2({ doGenerate: [callExecute(WEATHER_SCRIPT), answer()] });
   const result = await generateText({
     model,
     tools: { execute_python: execute },
@@ -93,7 +75,7 @@ test("generateText: the model reads the observation of a script calling a client
 });
 
 test("streamText: output arrives as preliminary results before the observation", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const code = "import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second')\n";
   const chunks = (id: string, code_: string) => [
     {
@@ -148,18 +130,11 @@ test("streamText: output arrives as preliminary results before the observation",
 
 test("a request the service refuses is an observation the model reads, not a thrown error", async () => {
   const execute = await executeTool({
-    client,
+    client: served.client,
     tools: [weatherTool()],
     expectedCalls: [{ tool: "no_such_tool", min: 1 }],
   });
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute("print(1)"), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
-  const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+  const text = await observationOf(execute, "print(1)");
   assert.match(text, /^error: the sandbox service refused the request: .*no_such_tool/);
 });
 
@@ -172,16 +147,9 @@ test("a client tool defined with zod, failing: the script's error and the call l
       throw new Error("upstream down");
     },
   });
-  const execute = await executeTool({ client, tools: [flaky] });
+  const execute = await executeTool({ client: served.client, tools: [flaky] });
   const code = "import tools\ntools.flaky(n=1)\n";
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
-  const text = givenBack(model.doGenerateCalls[1]?.prompt ?? []);
+  const text = await observationOf(execute, code);
   const lines = text.split("\n");
   assert.equal(lines[0], "status: error · exit code 1 · 1 tool call (1 error)");
   // The function's error as the Python SDK reports one: its class, then its message.
@@ -200,18 +168,12 @@ test("server tools from a manifest beside a client tool; declared summary fields
     },
     "x-ptc": { summary_fields: ["q"] },
   };
-  const execute = await executeTool({ client, tools: [manifest, weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [manifest, weatherTool()] });
   const code =
     "import tools\nr = tools.lookup(q='x', padding='y' * 10)\nprint(tools.get_weather(city=r['q'])['wind'])\n";
-  const model = new MockLanguageModelV2({ doGenerate: [callExecute(code), answer] });
-  await generateText({
-    model,
-    tools: { execute_python: execute },
-    prompt: "x",
-    stopWhen: stepCountIs(3),
-  });
+  const text = await observationOf(execute, code);
   assert.equal(
-    givenBack(model.doGenerateCalls[1]?.prompt ?? []),
+    text,
     [
       "status: ok · exit code 0 · 2 tool calls (2 ok)",
       "--- stdout ---",
@@ -225,9 +187,9 @@ test("server tools from a manifest beside a client tool; declared summary fields
 });
 
 test("the caller's abort signal ends a running script with the abort, and the server serves on", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const model = new MockLanguageModelV2({
-    doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer],
+    doGenerate: [callExecute("import time\ntime.sleep(60)\n"), answer()],
   });
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(new Error("user left")), 500);
@@ -249,17 +211,20 @@ test("the caller's abort signal ends a running script with the abort, and the se
   clearTimeout(timer);
   assert.ok(Date.now() - started < 20_000, "the abort did not end the run");
   assert.equal(model.doGenerateCalls.length, 1); // the model was never given a made-up result
-  const after = await client.execute("print('still serving')");
+  const after = await served.client.execute("print('still serving')");
   assert.equal(after.stdout, "still serving\n");
 });
 
 test("a manifest that is not JSON is refused when the tool is made, naming what was wrong", async () => {
-  await assert.rejects(executeTool({ client, tools: "[{not json" }), (error: unknown) => {
-    assert.ok(error instanceof PtcError);
-    assert.equal(error.code, "invalid_argument");
-    assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
-    return true;
-  });
+  await assert.rejects(
+    executeTool({ client: served.client, tools: "[{not json" }),
+    (error: unknown) => {
+      assert.ok(error instanceof PtcError);
+      assert.equal(error.code, "invalid_argument");
+      assert.match(error.message, /^tools: the manifest is not JSON \(SyntaxError: /);
+      return true;
+    },
+  );
 });
 
 test("toModelOutput reads the observation as AI SDK 5 and AI SDK 6 pass the result", () => {

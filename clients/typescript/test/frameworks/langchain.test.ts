@@ -6,35 +6,22 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { AIMessage, ToolMessage } from "@langchain/core/messages";
 import { fakeModel } from "@langchain/core/testing";
 import { createAgent } from "langchain";
 import { executeTool } from "../../src/frameworks/langchain.js";
-import { PtcClient } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 function toolMessages(messages: readonly unknown[]): ToolMessage[] {
   return messages.filter((m): m is ToolMessage => ToolMessage.isInstance(m));
 }
 
 test("createAgent: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
   const model = fakeModel()
     .respondWithTools([{ name: "execute_python", args: { code: WEATHER_SCRIPT }, id: "lc1" }])
     .respond(new AIMessage("It is 3 degrees."));
@@ -49,7 +36,7 @@ test("createAgent: the model reads the observation of a script calling a client 
 });
 
 test("a call without code is refused by LangChain's schema check, and the agent goes on", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const model = fakeModel()
     .respondWithTools([{ name: "execute_python", args: { script: "print(1)" }, id: "lc2" }])
     .respondWithTools([{ name: "execute_python", args: { code: "print(6 * 7)" }, id: "lc3" }])

@@ -2,33 +2,19 @@
  * Mastra's own agent loop (`Agent.generate`) driven by the AI SDK's mock language model, calling
  * `ptc-sandbox/mastra`'s execute tool against a real `ptc serve`: the model is given back the
  * observation, exactly, and with `Agent.stream` the script's output chunks reach the stream as
- * the tool's own output (its writer) while it runs.
+ * the tool's own output (its writer) while it runs. Over a session (`session: true`), the
+ * loop's second call of the tool sees the names its first call set.
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { Agent } from "@mastra/core/agent";
 import { MockLanguageModelV2 } from "ai/test";
-import { executeTool } from "../../src/frameworks/mastra.js";
-import { PtcClient } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
-import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
+import { ExecuteTool, executeTool, mastraExecuteTool } from "../../src/frameworks/mastra.js";
+import { servedClient } from "../support/served.js";
+import * as scripted from "./scripted.js";
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+const served = servedClient("--allow-degraded");
 
 /** The tool results the model was given in a prompt, as text. */
 function givenBack(prompt: readonly unknown[]): string[] {
@@ -51,29 +37,12 @@ function givenBack(prompt: readonly unknown[]): string[] {
 }
 
 test("Agent.generate: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [scripted.weatherTool()] });
   // Mastra's generate asks the model for whole responses (doGenerate), one per step.
   const model = new MockLanguageModelV2({
     doGenerate: [
-      {
-        content: [
-          {
-            type: "tool-call",
-            toolCallId: "m1",
-            toolName: "execute_python",
-            input: JSON.stringify({ code: WEATHER_SCRIPT }),
-          },
-        ],
-        finishReason: "tool-calls",
-        usage,
-        warnings: [],
-      },
-      {
-        content: [{ type: "text", text: "It is 3 degrees." }],
-        finishReason: "stop",
-        usage,
-        warnings: [],
-      },
+      scripted.callExecute(scripted.WEATHER_SCRIPT, "m1"),
+      scripted.answer("It is 3 degrees."),
     ],
   });
   const agent = new Agent({
@@ -87,11 +56,14 @@ test("Agent.generate: the model reads the observation of a script calling a clie
   assert.equal(model.doGenerateCalls.length, 2);
   const offered = model.doGenerateCalls[0]?.tools?.[0];
   assert.equal(offered?.name, "execute_python");
-  assert.equal(givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""), WEATHER_OBSERVATION);
+  assert.equal(
+    givenBack(model.doGenerateCalls[1]?.prompt ?? []).join(""),
+    scripted.WEATHER_OBSERVATION,
+  );
 });
 
 test("Agent.stream: the script's output reaches the stream through the tool's writer", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const code = "import time\nprint('one', flush=True)\ntime.sleep(0.3)\nprint('two')\n";
   const chunks = (parts: unknown[]) =>
     new ReadableStream({
@@ -110,7 +82,7 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
             toolName: "execute_python",
             input: JSON.stringify({ code }),
           },
-          { type: "finish", finishReason: "tool-calls", usage },
+          { type: "finish", finishReason: "tool-calls", usage: scripted.usage },
         ]),
       },
       {
@@ -118,7 +90,7 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
           { type: "text-start", id: "t" },
           { type: "text-delta", id: "t", delta: "two lines" },
           { type: "text-end", id: "t" },
-          { type: "finish", finishReason: "stop", usage },
+          { type: "finish", finishReason: "stop", usage: scripted.usage },
         ]),
       },
     ],
@@ -142,4 +114,37 @@ test("Agent.stream: the script's output reaches the stream through the tool's wr
     givenBack(model.doStreamCalls[1]?.prompt ?? []).join(""),
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\none\ntwo",
   );
+});
+
+test("Agent.generate over a session: call 2 reads the names call 1 set, and close ends it", async () => {
+  const core = await ExecuteTool.create({ client: served.client, session: true });
+  const model = new MockLanguageModelV2({
+    doGenerate: [
+      scripted.callExecute("import math\nr = 2\nprint('set')", "ms1"),
+      scripted.callExecute("print(round(math.pi * r * r, 2))", "ms2"),
+      scripted.answer("12.57"),
+    ],
+  });
+  const agent = new Agent({
+    name: "circle",
+    instructions: "Keep state.",
+    model,
+    tools: { execute_python: mastraExecuteTool(core) },
+  });
+  let id = "";
+  try {
+    const result = await agent.generate("Area of a circle of radius 2?", { maxSteps: 4 });
+    id = core.sessionId ?? "";
+    assert.equal(result.text, "12.57");
+    assert.equal(model.doGenerateCalls.length, 3);
+    assert.deepEqual(givenBack(model.doGenerateCalls[2]?.prompt ?? []), [
+      "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\nset",
+      "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n12.57",
+    ]);
+  } finally {
+    await core.close();
+  }
+  const info = await served.client.getSession(id);
+  assert.equal(info.executionIds.length, 2); // both calls were cells of the one session
+  assert.equal(info.state, "closed");
 });

@@ -2,10 +2,11 @@
  * The OpenAI Agents SDK's own loop (`Runner.run`) driven by a scripted `Model` (the SDK's model
  * interface, answering from a list), calling `ptc-sandbox/openai-agents`' execute tool against a
  * real `ptc serve`: the function call output the model is given back is the observation, exactly.
+ * Over a session passed in, the loop's second call of the tool sees the names its first set.
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import {
   Agent,
   type AgentOutputItem,
@@ -17,25 +18,12 @@ import {
   Usage,
 } from "@openai/agents";
 import { executeTool } from "../../src/frameworks/openai-agents.js";
-import { PtcClient } from "../../src/index.js";
-import { type Serving, startServe } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
 import { WEATHER_OBSERVATION, WEATHER_SCRIPT, weatherTool } from "./scripted.js";
 
 setTracingDisabled(true); // nothing leaves this machine
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
+const served = servedClient("--allow-degraded");
 
 /** A model answering each request with the next of its scripted outputs, keeping the requests. */
 class ScriptedModel implements Model {
@@ -96,7 +84,7 @@ function givenBack(request: ModelRequest | undefined): Map<string, unknown> {
 }
 
 test("Runner.run: the model reads the observation of a script calling a client tool", async () => {
-  const execute = await executeTool({ client, tools: [weatherTool()] });
+  const execute = await executeTool({ client: served.client, tools: [weatherTool()] });
   const model = new ScriptedModel([callExecute(WEATHER_SCRIPT, "oa1"), say("3 degrees")]);
   const agent = new Agent({
     name: "weather",
@@ -115,7 +103,7 @@ test("Runner.run: the model reads the observation of a script calling a client t
 
 test("expectedCalls: a script that calls too little gets the violation in its observation", async () => {
   const execute = await executeTool({
-    client,
+    client: served.client,
     tools: [weatherTool()],
     expectedCalls: [{ tool: "get_weather", min: 2 }],
   });
@@ -139,7 +127,7 @@ test("expectedCalls: a script that calls too little gets the violation in its ob
 });
 
 test("arguments without code: the model reads the Python SDK's error text and can try again", async () => {
-  const execute = await executeTool({ client });
+  const execute = await executeTool({ client: served.client });
   const model = new ScriptedModel([
     [
       {
@@ -164,4 +152,41 @@ test("arguments without code: the model reads the Python SDK's error text and ca
     givenBack(model.requests[2]).get("good"),
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n1",
   );
+});
+
+test("Runner.run over a caller's Session: call 2 reads the names call 1 set", async () => {
+  const session = await served.client.createSession();
+  try {
+    const execute = await executeTool({ client: served.client, tools: [weatherTool()], session });
+    const first = "import tools\noslo = tools.get_weather(city='Oslo')\nprint(oslo['wind'])";
+    const model = new ScriptedModel([
+      callExecute(first, "os1"),
+      callExecute("print(oslo['temp'] + 1)", "os2"),
+      say("4 degrees"),
+    ]);
+    const agent = new Agent({
+      name: "weather",
+      instructions: "Keep state.",
+      model,
+      tools: [execute],
+    });
+    const result = await new Runner({ tracingDisabled: true }).run(agent, "Oslo, one warmer?");
+    assert.equal(result.finalOutput, "4 degrees");
+    assert.equal(model.requests.length, 3);
+    const given = givenBack(model.requests[2]);
+    assert.equal(
+      given.get("os1"),
+      [
+        "status: ok · exit code 0 · 1 tool call (1 ok)",
+        "--- stdout ---",
+        "N",
+        "--- calls (1) ---",
+        '#1 get_weather({"city":"Oslo"}) -> ok {"city":"Oslo","temp":3,"wind":"N"}',
+      ].join("\n"),
+    );
+    assert.equal(given.get("os2"), "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n4");
+    assert.equal((await session.get()).executionIds.length, 2); // two cells of the one session
+  } finally {
+    await session.close();
+  }
 });

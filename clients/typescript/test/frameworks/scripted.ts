@@ -35,3 +35,33 @@ export const WEATHER_OBSERVATION = [
   '#1 get_weather({"city":"Oslo"}) -> ok {"city":"Oslo","temp":3,"wind":"N"}',
   '#2 get_weather({"city":"Ys"}) -> ok {"city":"Ys","temp":3,"wind":"N"}',
 ].join("\n");
+
+/** The token usage every scripted answer of the AI SDK's mock model reports. */
+export const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+
+/** A mock language model's answer (`doGenerate`) calling the execute tool with `code`. */
+export function callExecute(code: string, id = "call-1") {
+  return {
+    content: [
+      {
+        type: "tool-call" as const,
+        toolCallId: id,
+        toolName: "execute_python",
+        input: JSON.stringify({ code }),
+      },
+    ],
+    finishReason: "tool-calls" as const,
+    usage,
+    warnings: [],
+  };
+}
+
+/** A mock language model's final answer (`doGenerate`): `text`, and the loop stops. */
+export function answer(text = "done") {
+  return {
+    content: [{ type: "text" as const, text }],
+    finishReason: "stop" as const,
+    usage,
+    warnings: [],
+  };
+}

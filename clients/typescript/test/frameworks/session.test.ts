@@ -10,19 +10,20 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { AIMessage, ToolMessage } from "@langchain/core/messages";
 import { fakeModel } from "@langchain/core/testing";
 import { generateText, stepCountIs } from "ai";
 import { MockLanguageModelV2 } from "ai/test";
 import { createAgent } from "langchain";
+import type { Tools } from "../../src/client.js";
 import { errorFromStatus, GrpcCode } from "../../src/errors.js";
 import { aiExecuteTool } from "../../src/frameworks/ai.js";
 import { ExecuteTool, refusedInSession } from "../../src/frameworks/core.js";
 import { executeTool as langchainExecuteTool } from "../../src/frameworks/langchain.js";
-import { PtcClient } from "../../src/index.js";
-import { REPO_ROOT, type Serving, startServe } from "../support/serve.js";
-import { weatherTool } from "./scripted.js";
+import { REPO_ROOT } from "../support/serve.js";
+import { servedClient } from "../support/served.js";
+import { answer, callExecute, weatherTool } from "./scripted.js";
 
 interface Vector {
   code: keyof typeof GrpcCode;
@@ -35,44 +36,7 @@ const vectors = JSON.parse(readFileSync(VECTORS, "utf8")) as Vector[];
 /** The first vector's text (a closed session) for the session `id`. */
 const closedText = (id: string) => vectors[0]?.text.replace("s-4f2a", id);
 
-let serving: Serving;
-let client: PtcClient;
-
-before(async () => {
-  serving = await startServe("--allow-degraded");
-  client = new PtcClient({ address: serving.address });
-});
-
-after(async () => {
-  client.close();
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-});
-
-const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
-
-function callExecute(code: string, id: string) {
-  return {
-    content: [
-      {
-        type: "tool-call" as const,
-        toolCallId: id,
-        toolName: "execute_python",
-        input: JSON.stringify({ code }),
-      },
-    ],
-    finishReason: "tool-calls" as const,
-    usage,
-    warnings: [],
-  };
-}
-
-const answer = {
-  content: [{ type: "text" as const, text: "done" }],
-  finishReason: "stop" as const,
-  usage,
-  warnings: [],
-};
+const served = servedClient("--allow-degraded");
 
 /** The texts of the tool results in a prompt, in order. */
 function givenBack(prompt: readonly unknown[]): string[] {
@@ -86,6 +50,31 @@ function givenBack(prompt: readonly unknown[]): string[] {
   return texts;
 }
 
+interface DescriptionVector {
+  case: string;
+  session: boolean;
+  tools: Tools;
+  instructions: string;
+  description: string;
+}
+
+const DESCRIPTIONS = join(REPO_ROOT, "tests", "data", "execute_tool_description_vectors.json");
+
+test("the description says what persists, in each mode, word for word the Python tool's", async () => {
+  const cases = JSON.parse(readFileSync(DESCRIPTIONS, "utf8")) as DescriptionVector[];
+  assert.deepEqual(new Set(cases.map((c) => c.session)), new Set([false, true]));
+  for (const c of cases) {
+    const core = await ExecuteTool.create({
+      client: served.client,
+      tools: c.tools,
+      instructions: c.instructions,
+      session: c.session,
+    });
+    assert.equal(core.description, c.description, c.case);
+    assert.equal(core.sessionId, undefined); // describing opens no session
+  }
+});
+
 test("the vectors are there, and each refusal renders as the Python tool's", () => {
   assert.ok(vectors.length >= 5, `only ${vectors.length} vectors`);
   for (const v of vectors) {
@@ -98,7 +87,7 @@ test("the vectors are there, and each refusal renders as the Python tool's", () 
 });
 
 test("generateText, session: true: call 2 reads the name call 1 set, and close ends it", async () => {
-  const core = await ExecuteTool.create({ client, session: true });
+  const core = await ExecuteTool.create({ client: served.client, session: true });
   assert.equal(core.sessionId, undefined); // opened on the first run, not before
   let givenSession = "";
   const model = new MockLanguageModelV2({
@@ -106,7 +95,7 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
       callExecute("x = 41\nprint('set')", "c1"),
       callExecute("print(x + 1)", "c2"),
       callExecute("x * 2", "c3"),
-      answer,
+      answer(),
     ],
   });
   try {
@@ -127,7 +116,7 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
     await core.close();
   }
   const id = givenSession;
-  const info = await client.getSession(id);
+  const info = await served.client.getSession(id);
   assert.equal(info.executionIds.length, 3); // the three calls, cells of one session
   assert.equal(info.state, "closed");
   assert.equal(core.sessionId, undefined);
@@ -135,8 +124,8 @@ test("generateText, session: true: call 2 reads the name call 1 set, and close e
 });
 
 test("a call after the session ended is the observation naming why, as in Python", async () => {
-  const session = await client.createSession();
-  const core = await ExecuteTool.create({ client, session });
+  const session = await served.client.createSession();
+  const core = await ExecuteTool.create({ client: served.client, session });
   assert.equal((await core.run("y = 1")).isError, false);
   await session.close();
   const observation = await core.run("print(y)");
@@ -145,7 +134,7 @@ test("a call after the session ended is the observation naming why, as in Python
   assert.equal(observation.result, undefined);
   await core.close(); // the caller's session: left alone, no error
   // The server still serves: a single-use tool runs.
-  const single = await ExecuteTool.create({ client });
+  const single = await ExecuteTool.create({ client: served.client });
   assert.equal(
     (await single.run("print(2)")).text,
     "status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n2",
@@ -153,7 +142,7 @@ test("a call after the session ended is the observation naming why, as in Python
 });
 
 test("a single-use tool keeps nothing between calls", async () => {
-  const single = await ExecuteTool.create({ client });
+  const single = await ExecuteTool.create({ client: served.client });
   await single.run("z = 1");
   const observation = await single.run("print(z)");
   assert.equal(observation.result?.status, "error");
@@ -161,9 +150,13 @@ test("a single-use tool keeps nothing between calls", async () => {
 });
 
 test("createAgent with a Session passed in: a client tool's result set in call 1 is read in call 2", async () => {
-  const session = await client.createSession();
+  const session = await served.client.createSession();
   try {
-    const execute = await langchainExecuteTool({ client, tools: [weatherTool()], session });
+    const execute = await langchainExecuteTool({
+      client: served.client,
+      tools: [weatherTool()],
+      session,
+    });
     const first =
       "import tools\ntemps = {c: tools.get_weather(city=c)['temp'] for c in ['Oslo', 'Ys']}\n";
     const model = fakeModel()
@@ -197,7 +190,7 @@ test("createAgent with a Session passed in: a client tool's result set in call 1
 });
 
 test("two calls at once open one session; one cell is refused as the server says, and the tool goes on", async () => {
-  const core = await ExecuteTool.create({ client, session: true });
+  const core = await ExecuteTool.create({ client: served.client, session: true });
   try {
     const both = await Promise.all([
       core.run("import time\ntime.sleep(1)\nv = 'first'"),
@@ -216,7 +209,7 @@ test("two calls at once open one session; one cell is refused as the server says
     const kept = both[0] === ran[0] ? "first" : "second";
     const after = await core.run("print(v)");
     assert.equal(after.text, `status: ok · exit code 0 · 0 tool calls\n--- stdout ---\n${kept}`);
-    assert.equal((await client.getSession(id)).executionIds.length, 2); // the refused one is no cell
+    assert.equal((await served.client.getSession(id)).executionIds.length, 2); // the refused one is no cell
   } finally {
     await core.close();
   }

@@ -1,36 +1,33 @@
 """A result crosses the wire whole: `result_to_proto` then `result_from_proto` gives back the
 same `ExecutionResult`, for a bare ``print(1)`` result (no calls, violations or files, which
-the client skips reading) and for one with every part set; statuses and limits read as before.
+the client skips reading), for one with every part set, and for any drawn by `RESULTS`;
+statuses and limits read as before.
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
+from sandbox import result as r
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto
+from sandbox.codec.result import result_from_proto
+from sandbox.codec.result import result_to_proto as to_proto
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LimitAdjustment, Limits
-from sandbox.result import (
-    CallRecord,
-    CallStatus,
-    Evidence,
-    ExecutionResult,
-    ExecutionStatus,
-    ScriptError,
-    Usage,
-    Violation,
-)
-from sandbox.wire import limits_fields_from_proto, limits_from_proto, result_from_proto
-from sandbox.wire import result_to_proto as to_proto
+from tests.codec.values import RESULTS, same_times, through_the_wire
 
 
-def _bare() -> ExecutionResult:
-    return ExecutionResult(
+def _bare() -> r.ExecutionResult:
+    return r.ExecutionResult(
         execution_id="e" * 32,
-        status=ExecutionStatus.OK,
+        status=r.ExecutionStatus.OK,
         stdout="1\n",
-        usage=Usage(wall_time_s=0.012, cpu_time_s=0.004, peak_memory_bytes=1 << 22, stdout_bytes=2),
+        usage=r.Usage(
+            wall_time_s=0.012, cpu_time_s=0.004, peak_memory_bytes=1 << 22, stdout_bytes=2
+        ),
         isolation=["userns", "netns", "cgroup"],
         effective_limits={"wall_time_ms": 30_000, "memory_bytes": 268_435_456, "open_files": 64},
         started_at=1000.25,
@@ -38,23 +35,23 @@ def _bare() -> ExecutionResult:
     )
 
 
-def _full() -> ExecutionResult:
-    return ExecutionResult(
+def _full() -> r.ExecutionResult:
+    return r.ExecutionResult(
         execution_id="f" * 32,
-        status=ExecutionStatus.LIMIT_EXCEEDED,
+        status=r.ExecutionStatus.LIMIT_EXCEEDED,
         exit_code=-9,
         stdout="out é\n",
         stderr="err\n",
         calls=[
-            CallRecord(1, "search", {"q": "x"}, CallStatus.OK, {"hits": [1]}, None, 0.5, 0.25),
-            CallRecord(2, "fetch", [1, 2], CallStatus.ERROR, None, "boom", 1.0, 0.5, "k-2"),
+            r.CallRecord(1, "search", {"q": "x"}, r.CallStatus.OK, {"hits": [1]}, None, 0.5, 0.25),
+            r.CallRecord(2, "fetch", [1, 2], r.CallStatus.ERROR, None, "boom", 1.0, 0.5, "k-2"),
         ],
         violations=[
-            Violation("wall_time", 1.0, 2.0, "s", "killed", "late", evidence=Evidence.HOST),
-            Violation("stdout", 10.0, None, "bytes", "truncated", evidence=Evidence.GUEST),
+            r.Violation("wall_time", 1.0, 2.0, "s", "killed", "late", evidence=r.Evidence.HOST),
+            r.Violation("stdout", 10.0, None, "bytes", "truncated", evidence=r.Evidence.GUEST),
         ],
-        usage=Usage(0.25, 0.125, 1 << 20, 7, 4, 2),
-        error=ScriptError("MemoryError", "too big", 3),
+        usage=r.Usage(0.25, 0.125, 1 << 20, 7, 4, 2),
+        error=r.ScriptError("MemoryError", "too big", 3),
         backend="docker",
         isolation=["runc"],
         effective_limits={"cpu_time_ms": 1000},
@@ -73,12 +70,22 @@ def _full() -> ExecutionResult:
     )
 
 
+@settings(max_examples=100, deadline=None)
+@given(result=RESULTS)
+def test_any_result_reads_back_as_it_was_written(result: r.ExecutionResult) -> None:
+    assert same_times(through_the_wire(result, to_proto, result_from_proto), result) == result
+
+
+def test_a_result_with_nothing_set_reads_back_as_it_was_written() -> None:
+    result = r.ExecutionResult(execution_id="", status=r.ExecutionStatus.OK)
+    assert through_the_wire(result, to_proto, result_from_proto) == result
+
+
 @pytest.mark.parametrize("make", [_bare, _full], ids=["bare", "full"])
 def test_a_result_reads_back_as_it_was_written(make: object) -> None:
     assert callable(make)
     result = make()
-    wire = pb.ExecutionResult.FromString(to_proto(result).SerializeToString())
-    assert result_from_proto(wire) == result
+    assert through_the_wire(result, to_proto, result_from_proto) == result
 
 
 def test_a_status_the_client_does_not_know_is_refused() -> None:

@@ -1,8 +1,8 @@
 """The SDK's own types for what the service answers besides a result: an audit record
 (`ExecutionRecord`), a page of them (`ExecutionPage`) and the query for one (`ExecutionQuery`),
-and a session's state (`SessionInfo`) — with their conversions from and to the wire, here and
-nowhere else, on top of `sandbox.wire`'s (a record's result is `sandbox.wire.result_from_proto`'s
-`ExecutionResult`). No public SDK method returns a `sandbox._proto` message.
+and a session's state (`SessionInfo`). Like `sandbox.result`, they are shared by the client and
+the server, which convert them from and to the wire in `sandbox.codec` (`record`, `query`,
+`session`): no public SDK method takes or returns a `sandbox._proto` message.
 
 Times are seconds since the epoch (floats), as in `ExecutionResult`; durations keep the unit in
 their name (``idle_timeout_ms``); enums are their lower-case names (``"active"``, ``"process"``).
@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from sandbox._proto import sandbox_pb2 as pb
-from sandbox.errors import InvalidArgument
-from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.wire import BACKENDS, enum_name, limits_fields_from_proto, result_from_proto, timestamp
+from sandbox.result import ExecutionResult
 
 __all__ = [
     "RUNNING",
@@ -29,10 +24,6 @@ __all__ = [
     "ExecutionRecord",
     "SessionInfo",
     "SessionState",
-    "page_from_proto",
-    "query_to_proto",
-    "record_from_proto",
-    "session_from_proto",
 ]
 
 RUNNING = "running"  # an `ExecutionRecord`'s status before its execution has ended
@@ -125,77 +116,3 @@ class SessionInfo:
             "isolation": list(self.isolation),
             "runtime": self.runtime,
         }
-
-
-def _seconds(stamp: Timestamp) -> float:
-    return stamp.ToNanoseconds() / 1e9
-
-
-def record_from_proto(message: pb.ExecutionRecord) -> ExecutionRecord:
-    running = message.result.status == pb.EXECUTION_STATUS_UNSPECIFIED
-    result = None if running else result_from_proto(message.result)
-    return ExecutionRecord(
-        execution_id=message.result.execution_id,
-        status=RUNNING if result is None else str(result.status),
-        result=result,
-        tenant=message.tenant,
-        script=message.script,
-        script_sha256=message.script_sha256,
-        manifest_sha256=message.manifest_sha256,
-        prev_hash=message.prev_hash,
-        record_hash=message.record_hash,
-        labels=dict(message.labels),
-        replay_of=message.replay_of,
-        runtime=message.runtime,
-        idempotency_key=message.idempotency_key,
-        interrupted_reason=message.interrupted_reason,
-    )
-
-
-def page_from_proto(message: pb.ListExecutionsResponse) -> ExecutionPage:
-    return ExecutionPage([record_from_proto(r) for r in message.records], message.next_page_token)
-
-
-def query_to_proto(query: ExecutionQuery | None) -> pb.ListExecutionsRequest:
-    message = pb.ListExecutionsRequest()
-    if query is None:
-        return message
-    if query.since is not None:
-        message.since.CopyFrom(timestamp(query.since))
-    if query.until is not None:
-        message.until.CopyFrom(timestamp(query.until))
-    if query.status == RUNNING:
-        message.running = True
-    elif query.status is not None:
-        if query.status not in set(ExecutionStatus):
-            known = ", ".join([*(s.value for s in ExecutionStatus), RUNNING])
-            raise InvalidArgument(f"status: unknown status {query.status!r} (known: {known})")
-        message.MergeFrom(
-            pb.ListExecutionsRequest(status="EXECUTION_STATUS_" + query.status.upper())
-        )
-    message.tool = query.tool or ""
-    message.violation = query.violation or ""
-    message.page_size = query.page_size or 0
-    message.page_token = query.page_token
-    message.session_id = query.session_id
-    return message
-
-
-def session_from_proto(message: pb.SessionInfo) -> SessionInfo:
-    return SessionInfo(
-        session_id=message.session_id,
-        state=SessionState(enum_name(message.state, "SESSION_STATE_", pb.SessionState)),
-        end_reason=message.end_reason,
-        backend=BACKENDS.get(message.backend, "unspecified"),
-        limits=limits_fields_from_proto(message.limits),
-        idle_timeout_ms=message.idle_timeout_ms,
-        max_lifetime_ms=message.max_lifetime_ms,
-        max_executions=message.max_executions,
-        execution_ids=list(message.execution_ids),
-        running_execution_id=message.running_execution_id,
-        created_at=_seconds(message.created_at),
-        last_used_at=_seconds(message.last_used_at),
-        ended_at=_seconds(message.ended_at) if message.HasField("ended_at") else None,
-        isolation=list(message.isolation),
-        runtime=message.runtime,
-    )

@@ -1,0 +1,63 @@
+"""`bench.session_rebuild --history` and `bench.point_reads` at tiny sizes: the store is filled
+to each size (and topped up, not refilled, when kept), every rebuild's take-over is timed from
+the code's clock points, and the point reads run on the filled file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bench import point_reads
+from bench.harness import Report
+from bench.session_rebuild import main as rebuild_main
+from bench.session_rebuild import prefill
+
+
+def test_session_rebuild_times_the_take_over_at_each_history_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "audit.db")
+    args = argparse.Namespace(
+        rounds=1,
+        warmup=0,
+        backend="process",
+        history="200,400",
+        store=store,
+        pg_url=None,
+        json_out=str(tmp_path / "r.json"),
+    )
+    report = Report("session_rebuild", args)
+    asyncio.run(rebuild_main(report, args))
+    out = capsys.readouterr().out
+    assert "filled the store from 0 to 200 executions of 'default'" in out
+    assert "filled the store from 200 to 400 executions of 'default'" in out
+    sections = {s["title"]: s["figures"] for s in report.record()["sections"]}
+    at_400 = sections[
+        "400 executions in the store: rebuild a session (take-over, replay, verify) on process"
+    ]
+    by_label = {f["label"]: f for f in at_400 if "label" in f}
+    for size in (10, 100):
+        parts = [
+            by_label[f"{size} cells: {name}"]["samples"][0]
+            for name in ("asked -> taken over", "taken over -> first cell sent")
+        ]
+        whole = by_label[f"{size} cells: asked -> first cell sent"]["samples"][0]
+        assert all(p > 0 for p in parts) and whole == pytest.approx(sum(parts))
+        assert whole < by_label[f"{size} cells: wall time"]["samples"][0]
+    prefill(store, 400, report)  # kept: nothing to add
+    assert "filled the store" not in capsys.readouterr().out
+
+    reads = argparse.Namespace(
+        stores=f"{store}:default:400", lookups=50, json_out=str(tmp_path / "p.json")
+    )
+    report = Report("point_reads", reads)
+    point_reads.main(report, reads)
+    sections = {s["title"]: s["figures"] for s in report.record()["sections"]}
+    figures = [f for f in sections[f"400 executions of 'default' ({store})"] if "label" in f]
+    labels = [f["label"] for f in figures]
+    assert len(labels) == 8 and all(f["value"] > 0 for f in figures)
+    assert "400, copied, run 1: get by id p50" in labels
+    assert "400, mapped, run 2: idempotency p50" in labels
