@@ -26,11 +26,18 @@ Executions are filled through `admit` and `complete`, one transaction each, up t
 hashes), and the whole chain is verified at the end of the run. Prints each path's growth from
 the smallest size to the largest (target at most 1.3x) and the store's bytes per execution
 (SQLite: the file after a WAL checkpoint; PostgreSQL: every table with its indexes).
+
+``--workloads`` (each a store of its own): ``repeat``, an agent's history, where every
+execution carries the same 6 KB manifest and one of 16 scripts of about 1.3 KB (a retry, a
+scheduled run or a template filled in again repeats its script verbatim); ``unique``, the same
+manifest with a script no other execution has. The bytes per execution of the two bound what
+storing a repeated script or manifest once saves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import sqlite3
@@ -61,10 +68,77 @@ BIG, SMALL = "big", "small"
 SMALL_SIZE = 500
 BULK = 2000
 TARGET = 1.3
-SCRIPT = "import tools\nfor q in ('a', 'b'):\n    print(tools.search(q=q, n={n}))\n"
+WORKLOADS = ("repeat", "unique")
+SCRIPTS = 16  # distinct scripts of the ``repeat`` workload
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "{name}",
+        "description": "Looks {name} up in the catalogue and returns the matching entries, newest "
+        "first, each with its identifier, title, owner and the time it last changed.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "q": {"type": "string", "description": "what to look for (words or a phrase)"},
+                "n": {"type": "integer", "description": "how many entries at most", "minimum": 1},
+                "since": {"type": "string", "description": "only entries changed after (ISO)"},
+                "owner": {"type": "string", "description": "only this owner's entries"},
+            },
+            "required": ["q"],
+        },
+    },
+}
+MANIFEST = canonical(
+    [
+        json.loads(json.dumps(_TOOL).replace("{name}", name))
+        for name in ("search", "fetch", *(f"tool_{k:02d}" for k in range(10)))
+    ]
+)
+_SCRIPT = """import tools
+
+# variant {n}: rank what four searches found, fetch the best, report
+queries = ["open invoices", "overdue invoices", "disputed charges", "refunds this quarter"]
+found = {{}}
+for q in queries:
+    hits = tools.search(q=q, n={k})
+    for hit in hits.get("hits", []):
+        found.setdefault(hit["id"], {{"queries": [], "score": 0.0}})
+        found[hit["id"]]["queries"].append(q)
+        found[hit["id"]]["score"] += float(hit.get("score", 0.0))
+
+ranked = sorted(found.items(), key=lambda item: (-item[1]["score"], item[0]))
+details = []
+for key, seen in ranked[:10]:
+    detail = tools.fetch(id=key)
+    if detail.get("status") == "closed":
+        continue
+    details.append(
+        {{
+            "id": key,
+            "title": detail.get("title", ""),
+            "owner": detail.get("owner", "unknown"),
+            "amount": round(float(detail.get("amount", 0)), 2),
+            "matched": len(seen["queries"]),
+        }}
+    )
+
+total = sum(d["amount"] for d in details)
+owners = sorted({{d["owner"] for d in details}})
+print(f"{{len(details)}} open items over {{len(owners)}} owners, total {{total:.2f}}")
+for d in details:
+    line = f"- {{d['id']}} {{d['title'][:40]}} ({{d['owner']}}): {{d['amount']:.2f}}"
+    print(line, f"({{d['matched']}} queries)")
+"""
 
 
-def _admission(tenant: str, i: int, session: str | None = None) -> Admission:
+def _script(workload: str, i: int) -> str:
+    """About 1.3 KB of script: one of `SCRIPTS` (``repeat``) or execution ``i``'s own."""
+    return _SCRIPT.format(n=i % SCRIPTS if workload == "repeat" else i, k=i % 7 + 1)
+
+
+def _admission(
+    tenant: str, i: int, session: str | None = None, workload: str = "repeat"
+) -> Admission:
     labels = {"agent": "bench"}
     if session is not None:
         labels["ptc.session_id"] = session
@@ -75,8 +149,8 @@ def _admission(tenant: str, i: int, session: str | None = None) -> Admission:
     return Admission(
         execution_id=f"{tenant}-{i:09d}",
         tenant=tenant,
-        script=SCRIPT.format(n=i % 7),
-        manifest_json='[{"name": "search"}, {"name": "fetch"}]',
+        script=_script(workload, i),
+        manifest_json=MANIFEST,
         manifest_sha256="ab" * 32,
         backend="process",
         policy="none",
@@ -123,21 +197,25 @@ def _result(execution_id: str, i: int) -> ExecutionResult:
     )
 
 
-def _fill_api(store: SqlAuditStore, tenant: str, start: int, stop: int) -> None:
+def _fill_api(
+    store: SqlAuditStore, tenant: str, start: int, stop: int, workload: str = "repeat"
+) -> None:
     for i in range(start, stop):
-        admission = _admission(tenant, i)
+        admission = _admission(tenant, i, workload=workload)
         store.admit(admission)
         store.complete(admission.execution_id, _result(admission.execution_id, i))
 
 
-def _fill_bulk(store: SqlAuditStore, tenant: str, start: int, stop: int) -> None:
+def _fill_bulk(
+    store: SqlAuditStore, tenant: str, start: int, stop: int, workload: str = "repeat"
+) -> None:
     """The store's own admission and completion code, ``BULK`` executions per transaction."""
     db = store._db
     for first in range(start, stop, BULK):
         with db.write() as tx:
             head = store._lock_head(tx, tenant)
             for i in range(first, min(first + BULK, stop)):
-                admission = _admission(tenant, i)
+                admission = _admission(tenant, i, workload=workload)
                 data, payload = store._admission_payload(admission)
                 entry = store._admit_in(tx, admission, data, payload, head)
                 done = result_to_json(_result(admission.execution_id, i))
@@ -155,6 +233,7 @@ class _Engine:
     target: str
     size_of: Callable[[], int]
     store: SqlAuditStore
+    workload: str = "repeat"
     filled: int = 0
     next_id: int = 10**8  # ids of executions made while timing, apart from the history
     times: dict[int, dict[str, list[float]]] = field(default_factory=dict)
@@ -176,8 +255,10 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
     times: dict[str, list[float]] = {}
     fresh: list[str] = []
 
+    workload = engine.workload
+
     def admit(_: int) -> None:
-        admission = _admission(BIG, engine.next_id)
+        admission = _admission(BIG, engine.next_id, workload=workload)
         engine.next_id += 1
         fresh.append(admission.execution_id)
         store.admit(admission)
@@ -189,16 +270,20 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
     keyed = [m - m % 4 for m in middle]
     times["idempotency look-up"] = _timed(rounds, lambda n: store.by_key(BIG, f"key-{keyed[n]}"))
     session = f"s-{size:x}"[:12]
-    store.admit(replace(_admission(BIG, engine.next_id), execution_id=session, labels={}))
+    store.admit(
+        replace(_admission(BIG, engine.next_id, workload=workload), execution_id=session, labels={})
+    )
     engine.next_id += 1
     store.heartbeat("127.0.0.1:1", 600)
     times["holder of a session"] = _timed(rounds, lambda n: store.holder(BIG, session))
     for _ in range(20):  # the session's cells, among the newest records
-        cell = _admission(BIG, engine.next_id, session=session)
+        cell = _admission(BIG, engine.next_id, session=session, workload=workload)
         engine.next_id += 1
         store.admit(cell)
         store.complete(cell.execution_id, _result(cell.execution_id, 1))
-        _fill_api(store, BIG, engine.next_id, engine.next_id + 3)  # other executions between
+        _fill_api(
+            store, BIG, engine.next_id, engine.next_id + 3, workload
+        )  # other executions between
         engine.next_id += 3
     queries = {
         "list: no filter": AuditQuery(limit=50),
@@ -227,12 +312,12 @@ def _measure(engine: _Engine, size: int, rounds: int, key: Ed25519PrivateKey, ne
         publisher.publish_once()  # the tenants' first checkpoints: the whole trees, once
         checkpoint_times, verify_times = [], []
         for _ in range(max(2, rounds // 5)):
-            _fill_api(store, BIG, engine.next_id, engine.next_id + new)
+            _fill_api(store, BIG, engine.next_id, engine.next_id + new, workload)
             engine.next_id += new
             started = time.perf_counter()
             (signed,) = publisher.publish_once()
             checkpoint_times.append(time.perf_counter() - started)
-            _fill_api(store, BIG, engine.next_id, engine.next_id + new)
+            _fill_api(store, BIG, engine.next_id, engine.next_id + new, workload)
             engine.next_id += new
             started = time.perf_counter()
             frontier = store.frontier_at(BIG, signed.tree_size)
@@ -304,17 +389,19 @@ def run_engine(
     rounds: int,
     api_up_to: int,
     new: int = 1000,
+    workload: str = "repeat",
 ) -> _Engine:
     store = open_store(target, instance="bench")
-    engine = _Engine(name, target, lambda: size_of(target), store)
+    engine = _Engine(f"{name} ({workload})", target, lambda: size_of(target), store, workload)
+    name = engine.name
     key = Ed25519PrivateKey.generate()
     try:
         _fill_api(store, SMALL, 0, SMALL_SIZE)
         for size in sizes:
             started = time.perf_counter()
             api_stop = min(size, max(api_up_to, engine.filled))
-            _fill_api(store, BIG, engine.filled, api_stop)
-            _fill_bulk(store, BIG, api_stop, size)
+            _fill_api(store, BIG, engine.filled, api_stop, workload)
+            _fill_bulk(store, BIG, api_stop, size, workload)
             report.print(
                 f"{name}: filled to {size:,} executions in {time.perf_counter() - started:.1f} s "
                 f"({api_stop - engine.filled:,} through admit/complete, {size - api_stop:,} in "
@@ -356,7 +443,11 @@ def growth(report: Report, engine: _Engine) -> dict[str, float]:
 
 def main(report: Report, args: Any) -> None:
     sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(","))
-    for name in args.engines.split(","):
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        raise SystemExit(f"--workloads: unknown workload {unknown[0]!r} ({', '.join(WORKLOADS)})")
+    for name, workload in ((n, w) for n in args.engines.split(",") for w in workloads):
         if name == "sqlite":
             context = _sqlite()
         elif name == "postgres":
@@ -369,7 +460,15 @@ def main(report: Report, args: Any) -> None:
             raise SystemExit(f"--engines: unknown engine {name!r} (sqlite, postgres)")
         with context as (target, size_of):
             engine = run_engine(
-                report, name, target, size_of, sizes, args.rounds, args.api_up_to, args.new
+                report,
+                name,
+                target,
+                size_of,
+                sizes,
+                args.rounds,
+                args.api_up_to,
+                args.new,
+                workload,
             )
         if len(sizes) > 1:
             growth(report, engine)
@@ -384,6 +483,9 @@ def parser() -> Any:
     )
     options.add_argument(
         "--new", type=int, default=1000, help="executions appended before each checkpoint"
+    )
+    options.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="repeat and/or unique (a store each)"
     )
     options.add_argument("--pg-url", default=None, help="PostgreSQL server (a fresh schema)")
     return options

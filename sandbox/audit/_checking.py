@@ -11,7 +11,9 @@ appended since. Entries after ``n`` of executions admitted before it (a completi
 interruption, a take-over: each rewrote the execution's index rows after the checkpoint) are
 checked as entries in order, and then those executions are read by id (their entries through
 the ``entries_execution`` index, their rows by key) and their rows compared with what their
-entries derive (`verify_late`): still the cost of what changed since.
+entries derive (`verify_late`): still the cost of what changed since. The text an admission
+names by digest is checked against it (`sandbox.audit._contents.ContentCheck`): every row of
+the tenant read once from the first entry, each row an entry names from a checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from sandbox.audit import _sessions
 from sandbox.audit._codec import Entry
+from sandbox.audit._contents import ContentCheck
 from sandbox.audit._db import Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow
 from sandbox.audit._verify import ChainState, verify_late, verify_tenant
@@ -44,6 +47,7 @@ def verify_in(tx: Tx, tenant: str, since: tuple[int, str] | None) -> tuple[int, 
         since = None
         state = _chain_state(tx, tenant, None)
     after = since[0] if since is not None else 0
+    state.contents = ContentCheck(tx, tenant, preload=since is None)
     entries = (
         _entry(r)
         for r in tx.stream(

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
-from sandbox.audit import _sessions
+from sandbox.audit import _contents, _sessions
 from sandbox.audit._chain import BATCH, Chain, next_entry
 from sandbox.audit._codec import (
     Entry,
@@ -43,10 +44,15 @@ class Records(Chain):
             # serialise here and the second one sees the first one's row.
             self._admit_in(tx, admission, data, payload, self._lock_head(tx, admission.tenant))
 
+    @cached_property
+    def _content(self) -> _contents.Contents:
+        return _contents.Contents()
+
     def _admission_payload(self, admission: Admission) -> tuple[dict[str, Any], str]:
+        """(the admission's full JSON, its entry's payload: the script and manifest by digest)."""
         data = admission_to_json(admission, admission.admitted_at or time.time())
         data["instance"] = self.instance
-        return data, canonical(data)
+        return data, canonical(_contents.stored_form(data))
 
     def _admit_in(
         self,
@@ -78,6 +84,7 @@ class Records(Chain):
             )
             raise KeyTaken(admission.idempotency_key, str(taken[0][0]))
         _sessions.insert_row(tx, admission.tenant, data, self.instance)
+        self._content.put(tx, admission.tenant, entry.seq, _contents.texts(data))
         self._write_entry(tx, entry)
         return entry
 
@@ -166,12 +173,19 @@ class Records(Chain):
                 (tenant, *chunk),
             ):
                 by_id[row[0]].append(row)
+        ordered = {
+            execution_id: [row[:5] for row in sorted(found, key=lambda row: int(row[5]))]
+            for execution_id, found in by_id.items()
+        }
+        admissions = {
+            execution_id: json.loads(rows[0][2])
+            for execution_id, rows in ordered.items()
+            if rows and rows[0][1] == "admitted"
+        }
+        self._content.expand(tx, tenant, list(admissions.values()))
         records: dict[str, AuditRecord] = {}
-        for execution_id, found in by_id.items():
-            rows = [row[:5] for row in sorted(found, key=lambda row: int(row[5]))]
-            record = _record_from_entries(rows)
-            if record is not None:
-                records[execution_id] = record
+        for execution_id, data in admissions.items():
+            records[execution_id] = _record_from_entries(data, ordered[execution_id])
         return records
 
     def get(self, tenant: str, execution_id: str) -> AuditRecord | None:
@@ -200,11 +214,9 @@ class Records(Chain):
         return None
 
 
-def _record_from_entries(rows: Sequence[tuple[Any, ...]]) -> AuditRecord | None:
-    """An `AuditRecord` from an execution's entries in sequence order."""
-    if not rows or rows[0][1] != "admitted":
-        return None
-    data = json.loads(rows[0][2])
+def _record_from_entries(data: dict[str, Any], rows: Sequence[tuple[Any, ...]]) -> AuditRecord:
+    """An `AuditRecord` from an execution's entries in sequence order, the first its admission
+    (``data``: its payload, with the text it names by digest put back)."""
     admission = admission_from_json(data)
     result: ExecutionResult | None = None
     status = "running"

@@ -15,7 +15,9 @@ query indexes derived from the entries, which `verify` recomputes and compares;
 ``fleet_members`` holds each live server's address and lease, ``fleet_secret`` the fleet's
 shared secret; ``idempotency_keys`` maps each tenant's idempotency keys to the execution
 admitted under one; ``merkle_frontiers`` the right edge of each tenant's Merkle tree at
-each signed checkpoint's size; ``sessions`` each session as a typed row.
+each signed checkpoint's size; ``sessions`` each session as a typed row; ``contents`` the text
+an admission names by its SHA-256 (its script and manifest) once per tenant, with the latest
+entry that names each (`sandbox.audit._contents`).
 
 A step is SQL statements, or a function of the open transaction where a step must compute
 what SQL alone cannot say the same way on both engines (reading the JSON of old entries).
@@ -258,6 +260,25 @@ _V9: tuple[Step, ...] = (
     _fill_session_rows,
 )
 
+# Version 10 (what repeats is stored once): an admission written from now on names its script and
+# manifest by their SHA-256 and their text is a ``contents`` row, written once per tenant
+# (`sandbox.audit._contents`), with the latest entry naming it (``last_seq``), which is what
+# retention removes rows by. Entries written before stay as they are, text inline: an entry's
+# hash covers its payload's exact bytes, and every entry's hash is a leaf of its tenant's Merkle
+# tree and the link the next entry carries, so rewriting an old payload would change every
+# later hash and break each signed checkpoint an auditor already holds. Readers and `verify`
+# take both forms (`_contents.references`: an entry without ``by_digest`` holds its text), and
+# the old entries leave the store as retention prunes them.
+_V10: tuple[Step, ...] = (
+    """CREATE TABLE IF NOT EXISTS contents (
+        tenant TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        last_seq BIGINT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (tenant, digest)
+    )""",
+)
+
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
@@ -269,6 +290,7 @@ MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (7, _V7),
     (8, _V8),
     (9, _V9),
+    (10, _V10),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 
-from sandbox.audit import _frontiers
+from sandbox.audit import _contents, _frontiers
 from sandbox.audit._chain import BATCH, Chain
 from sandbox.audit._checking import verify_in
 from sandbox.audit._codec import canonical
@@ -89,8 +89,8 @@ class Upkeep(Chain):
                 "ON CONFLICT (tenant, seq) DO NOTHING",
                 (tenant, cut[0]),
             )
+            _drop_rows(tx, tenant, sorted(pruned), cut[0])  # reads the admissions: first
             tx.execute("DELETE FROM entries WHERE tenant = ? AND seq <= ?", (tenant, cut[0]))
-            _drop_rows(tx, tenant, sorted(pruned))
             tx.execute(
                 "INSERT INTO checkpoints (tenant, seq, entry_hash) VALUES (?, ?, ?) "
                 "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, "
@@ -136,8 +136,11 @@ class Upkeep(Chain):
         _frontiers.save_frontier(self._db, tenant, frontier)
 
 
-def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str]) -> None:
-    """Deletes the index, key and session rows of pruned records (their entries are gone)."""
+def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:
+    """Deletes the index, key and session rows of pruned records (their entries, up to
+    ``through_seq``, go next), and the stored text no kept entry names
+    (`sandbox.audit._contents`, which reads the pruned admissions for it)."""
+    _contents.prune_before(tx, tenant, through_seq)
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
         marks = ", ".join("?" for _ in chunk)

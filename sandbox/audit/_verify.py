@@ -9,7 +9,9 @@ What each tampering looks like:
 - an edited entry: its recomputed hash differs from the stored one;
 - a deleted entry: a gap in the sequence numbers, or the head pointing past the last entry;
 - a reordered entry (swapped sequence numbers): a broken link and a hash mismatch;
-- an edited, deleted or inserted index row: the row differs from what the entries derive.
+- an edited, deleted or inserted index row: the row differs from what the entries derive;
+- an edited or deleted ``contents`` row (a script or manifest an admission names by digest):
+  the text no longer matches the digest the entry's hash covers, or is not there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.audit._codec import Entry
+from sandbox.audit._contents import ContentCheck, references
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
 from sandbox.audit._sessions import derive_row, end_of
 from sandbox.audit.base import SessionRecord
@@ -50,6 +53,7 @@ class ChainState:
     # Executions with a calls or violations row whose ``admit_seq`` is not the execution's.
     misfiled: set[str] = field(default_factory=set)
     sessions: dict[str, SessionRecord] = field(default_factory=dict)  # rows by session id
+    contents: ContentCheck | None = None  # the text admissions name by digest
 
 
 def _summary(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +138,8 @@ def verify_tenant(
             late.add(entry.execution_id)  # admitted before the checkpoint
             continue
         _track(tenant, entry, payload, where, execs, problems)
+        if entry.kind == "admitted":
+            _check_contents(entry, payload, where, state.contents, problems)
         if entry.kind == "pruned":
             last_pruned = payload
     _check_end(tenant, last, state, start, last_pruned, problems)
@@ -212,6 +218,24 @@ def _track(
     elif entry.kind != "interrupted":
         problems.append(f"{where}: unknown entry kind: edited")
     record.last_kind, record.last_hash = entry.kind, entry.entry_hash
+
+
+def _check_contents(
+    entry: Entry,
+    payload: Mapping[str, Any],
+    where: str,
+    contents: ContentCheck | None,
+    problems: list[str],
+) -> None:
+    """The text an admission names by digest: there, and the text its digest fixes."""
+    named = references(payload)
+    if named is None:
+        problems.append(f"{where}: its by_digest fields are malformed: edited")
+        return
+    for name, digest in named:
+        found = contents.problem(name, digest, entry.seq) if contents else "unchecked"
+        if found is not None:
+            problems.append(f"{where}: {found}")
 
 
 def _check_end(

@@ -8,10 +8,13 @@ SQLite case opens a copy of it; the PostgreSQL case creates version 6's tables i
 them, so both engines start from exactly what version 6 wrote. Opening the store with today's
 code migrates it; then every record must read back, the chain must verify (index rows included),
 each list filter must find what the old rows hold, and the store must go on taking writes.
+Step 10 leaves the old admission entries as they were, their script and manifest inline, while
+a new admission names its texts by digest (`sandbox.audit._contents`); both read back whole.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -88,6 +91,16 @@ def _ids(store: SqlAuditStore, tenant: str, **query: Any) -> list[str]:
     return [r.admission.execution_id for r in records]
 
 
+def _admitted(store: SqlAuditStore, execution_id: str) -> dict[str, Any]:
+    """The payload of an execution's admission entry, as stored (white box: the store's seam)."""
+    rows = store._db.read_one(
+        "SELECT payload FROM entries WHERE execution_id = ? AND kind = 'admitted'",
+        (execution_id,),
+    )
+    found: dict[str, Any] = json.loads(rows[0][0])
+    return found
+
+
 def test_the_fixture_is_a_version_6_store() -> None:
     rows = _v6_rows()
     assert max(int(str(v)) for v, _ in rows["schema_version"][1]) == 6
@@ -126,6 +139,12 @@ def test_a_version_6_store_migrates_in_place(v6_target: str) -> None:
         assert cell is not None and cell.result is not None
         assert [c.tool for c in cell.result.calls] == ["search", "fetch", "search"]
         assert cell.admission.labels["ptc.session_id"] == "s-0a1b"
+        old = _admitted(store, "s-0a1b-cell0")  # step 10 left it as written: text inline
+        assert "by_digest" not in old and old["script"] == cell.admission.script
+        assert (
+            cell.admission.script.strip() and cell.admission.manifest_json == old["manifest_json"]
+        )
+        assert store._db.read_one("SELECT COUNT(*) FROM contents") == [(0,)]
         taken = store.get("t1", "s-2c3d")
         assert taken is not None and taken.status == "running"
         rows = {sid: store.session("t1", sid) for sid in ("s-0a1b", "s-2c3d")}
@@ -143,6 +162,15 @@ def test_a_version_6_store_migrates_in_place(v6_target: str) -> None:
         store.complete("s-0a1b-cell3", result("s-0a1b-cell3", tools=("fetch",)))
         assert _ids(store, "t1", session_id="s-0a1b") == ["s-0a1b-cell3", *cells]
         assert _ids(store, "t1", tool="fetch")[0] == "s-0a1b-cell3"
+        stored = _admitted(store, "s-0a1b-cell3")  # written since step 10: texts by digest
+        assert stored["by_digest"] == ["manifest_json", "script"] and "script" not in stored
+        assert store._db.read_one("SELECT COUNT(*) FROM contents WHERE tenant = 't1'") == [(2,)]
+        read = store.get("t1", "s-0a1b-cell3")
+        assert read is not None
+        assert (read.admission.script, read.admission.manifest_json) == (
+            new.script,
+            new.manifest_json,
+        )
         assert store.verify().problems == []
     finally:
         store.close()

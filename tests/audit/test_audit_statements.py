@@ -2,7 +2,9 @@
 path still writes exactly the index `verify` derives.
 
 A served execution (the SDK sends an idempotency key) asks for its key, is admitted and completes:
-1 + 7 + 6 statements, where it ran 3 + 10 + 12. Counted with SQLite's own trace of the statements
+1 + 8 + 6 statements, where it ran 3 + 10 + 12. One of the admission's writes its script's and
+manifest's text, stored once per tenant by digest (`sandbox.audit._contents`): an insert that only
+notes the latest entry naming a text already there. Counted with SQLite's own trace of the statements
 it runs (`sqlite3.Connection.set_trace_callback`), which is the same on every run and machine: no
 clock is involved. Before this count was held down, an admission without a key ran 8 statements
 and a completion without calls 12 (a key looked up in a transaction of its own and before it was
@@ -57,7 +59,7 @@ def store(tmp_path: Path) -> SQLiteAuditStore:
     return opened
 
 
-def test_an_admission_and_its_completion_run_twelve_statements(
+def test_an_admission_and_its_completion_run_thirteen_statements(
     store: SQLiteAuditStore,
 ) -> None:
     adm = admission("acme")
@@ -66,6 +68,7 @@ def test_an_admission_and_its_completion_run_twelve_statements(
         "BEGIN IMMEDIATE",
         "SELECT seq,",  # the chain head, locked
         "INSERT INTO executions",  # refuses an id admitted before
+        "INSERT INTO contents",  # the script's and manifest's text, or their latest use
         "INSERT INTO entries",
         "UPDATE chain_heads",
         "COMMIT",
@@ -94,6 +97,7 @@ def test_a_keyed_admission_adds_the_key_and_calls_add_their_rows(
         "SELECT seq,",
         "INSERT INTO executions",
         "INSERT INTO idempotency_keys",  # refuses a key taken before
+        "INSERT INTO contents",
         "INSERT INTO entries",
         "UPDATE chain_heads",
         "COMMIT",

@@ -38,16 +38,18 @@ def _problems(store: SqlAuditStore) -> list[str]:
 
 
 def test_edited_entry_is_detected(audit_db: AuditDb) -> None:
+    """(The script's text is a ``contents`` row the entry names by digest: its edit is
+    `test_audit_contents`'s.)"""
     store, ids = _populate(audit_db)
     audit_db.raw(
-        "UPDATE entries SET payload = REPLACE(payload, 'secret-2', 'public-2') "
-        "WHERE tenant = 'acme' AND execution_id = ? AND kind = 'admitted'",
+        'UPDATE entries SET payload = REPLACE(payload, \'"policy":"none"\', '
+        "'\"policy\":\"open\"') WHERE tenant = 'acme' AND execution_id = ? AND kind = 'admitted'",
         (ids[2],),
     )
     problems = _problems(store)
     assert any(ids[2] in p and "edited" in p for p in problems), problems
     record = store.get("acme", ids[2])
-    assert record is not None and "public-2" in record.admission.script
+    assert record is not None and record.admission.policy == "open"
 
 
 def test_edited_result_with_recomputed_hash_breaks_the_next_link(audit_db: AuditDb) -> None:
@@ -130,9 +132,8 @@ def test_cli_verify_exits_nonzero_naming_the_record(audit_db: AuditDb) -> None:
     )
     assert ok.returncode == 0, ok.stderr
     assert "ok: 6 records verified" in ok.stdout
-    audit_db.raw(
-        "UPDATE entries SET payload = REPLACE(payload, 'secret-0', 'public-0') WHERE execution_id = ?",
-        (ids[0],),
+    audit_db.raw(  # the script's text, stored once by its digest
+        "UPDATE contents SET body = REPLACE(body, 'secret-0', 'public-0') WHERE tenant = 'acme'"
     )
     broken = subprocess.run(
         [sys.executable, "-m", "sandbox.cli", "audit", "verify", "--db", audit_db.target],
