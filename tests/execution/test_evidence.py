@@ -4,7 +4,7 @@ One test (or one table) per row of the evidence table in docs/limits.md, and one
 report it names: each builds the plain observations a drive loop would gather and asserts the
 exact violation (limit, observed, action, evidence), or that there is none. The same rules in
 a real sandbox are tests/conformance, tests/security/test_sec_forged_reports.py and
-tests/sandbox/test_violation_evidence.py.
+tests/execution/test_violation_evidence.py.
 """
 
 from __future__ import annotations

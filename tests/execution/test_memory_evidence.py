@@ -7,7 +7,7 @@ there but unread, or absent, is the degraded process backend's world), so these 
 fake backend: the real session, broker and engine, with a fake guest whose report and whose
 `ResourceUsage` the script sets (``usage(...)`` marks the usage accounted, as a read cgroup
 would; without it nothing was accounted). The real-sandbox cases are in
-tests/sandbox/test_violation_evidence.py and tests/security/test_sec_forged_reports.py.
+tests/execution/test_violation_evidence.py and tests/security/test_sec_forged_reports.py.
 """
 
 from __future__ import annotations
