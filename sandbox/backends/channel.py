@@ -4,7 +4,7 @@ A channel built with ``on_loop`` (the process backend's) is read on the event lo
 guest's first tool call, and only then by a thread of its own: a script that calls no tool (or
 a sandbox that waits in the pool) never has a thread. Its `ready` and `end` frames and its end of
 stream are a few loop callbacks, where a thread per sandbox cost a start and four cross-thread
-wake-ups per execution (`sandbox.backends.process.sandbox` has the figure). From the
+wake-ups per execution (`sandbox.backends.process.start` has the figure). From the
 first call on, the thread serves the calls as below; the switch happens between two reads, on
 the loop, so frames are read by one reader at a time and in order.
 

@@ -30,13 +30,9 @@ from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.releaser import Releaser
 from sandbox.backends.process.runtime_dir import make_runtime_dir, sweep_stale_runtime_dirs
 from sandbox.backends.process.runtimes import RuntimeEnvs
-from sandbox.backends.process.sandbox import (
-    ProcessSandbox,
-    SpawnSettings,
-    process_capabilities,
-    spawn_sandbox,
-)
+from sandbox.backends.process.sandbox import ProcessSandbox, process_capabilities, spawn_sandbox
 from sandbox.backends.process.seccomp import unavailable_reason as seccomp_unavailable_reason
+from sandbox.backends.process.start import SpawnSettings
 from sandbox.backends.process.uid_claims import UidClaims, counts_per_namespace
 from sandbox.backends.process.uid_range import DEFAULT_COUNT, DEFAULT_FIRST, UidPool, find_range
 from sandbox.backends.process.zygote import ZygoteSettings, ZygoteSupervisor

@@ -1,10 +1,6 @@
-"""One process sandbox: forking it from the zygote, joining its cgroup, killing and reaping it.
-
-Start-up is race-free with respect to the cgroup: the forked child waits for one byte on its
-channel before it does anything else; the host moves it into the sandbox's fresh cgroup and only
-then sends that byte. Every process the guest or the script ever creates is therefore born
-inside the cgroup. The zygote runs as an unprivileged host uid, so even a kernel bug that let
-the script out of its user namespace would leave it without privileges.
+"""One process sandbox once started: watching its exit, killing it, reading its usage, and its
+disposal; and `spawn_sandbox`, which starts one (`sandbox.backends.process.start`) and waits
+until its guest is ready.
 
 The sandbox's pid 1 is not our child but the zygote's. Where the kernel reports exit statuses
 through pidfds (6.15 and newer) we hold a pidfd to pid 1 itself (the zygote forks it straight
@@ -15,13 +11,8 @@ dies with it; pid 1 dies with the reaper. Either way one SIGKILL through a pidfd
 cannot be hit) kills pid 1 and with it, by the kernel's rule for a pid namespace's init, every
 process inside.
 
-A start runs on the event loop, with no worker thread: the fork request's reply and pid 1's
-report are awaited through the loop, and the cgroup's creation and limits (a few dozen short
-file writes) are made in between. A hop to a worker thread and back for each start cost more
-host CPU than those writes (`bench.forkserver`: with the channel read on the loop and one
-releasing thread, the host's CPU per execution went from 6.6 to 4.9 ms). Removing a finished
-sandbox's cgroup, which can wait for the kernel, is the backend's releasing thread's
-(`sandbox.backends.process.releaser`).
+Removing a finished sandbox's cgroup, which can wait for the kernel, is the backend's releasing
+thread's (`sandbox.backends.process.releaser`), off the request path.
 """
 
 from __future__ import annotations
@@ -31,71 +22,38 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sandbox import epoll_readers
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.channel import FrameChannel
 from sandbox.backends.process import pidfd as pidfds
-from sandbox.backends.process.capabilities import process_capabilities, sandbox_isolation
-from sandbox.backends.process.cgroups import CgroupLimits, CgroupManager, SandboxCgroup
+from sandbox.backends.process.capabilities import process_capabilities
+from sandbox.backends.process.cgroups import CgroupManager
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
 from sandbox.backends.process.host_meter import ProcessTreeMeter
 from sandbox.backends.process.oom_victims import OomVictims
+from sandbox.backends.process.start import (
+    STATUS_MAX_BYTES,
+    SpawnSettings,
+    Started,
+    cgroup_limits,
+    start_sandbox,
+)
 from sandbox.backends.process.zygote import ZygoteSupervisor
 from sandbox.backends.tmpfs import TmpfsProbe
 from sandbox.capture import OutputStream
 from sandbox.errors import Unavailable
-from sandbox.limits import DEFAULTS, ResolvedLimits
+from sandbox.limits import ResolvedLimits
 from sandbox.protocol import ProtocolViolation
 
-__all__ = ["ProcessSandbox", "SpawnSettings", "process_capabilities", "spawn_sandbox"]
+__all__ = ["ProcessSandbox", "process_capabilities", "spawn_sandbox"]
 
-CGROUP_CPU_CORES = 1.0
-STATUS_MAX_BYTES = 64
-PID_REPORT_TIMEOUT_S = 10.0  # the first child's set-up (namespaces, mounts) before it reports
 # After pid 1's pidfd turns readable the zygote reaps it at once; should nobody reap it (the
 # zygote died and the host's init does not reap), the status is unknown after this long.
 EXIT_STATUS_WAIT_S = 2.0
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SpawnSettings:
-    tmp_bytes: int
-    uid: int
-    limits: ResolvedLimits = DEFAULTS
-    ready_timeout_s: float = 15.0
-    seccomp: bool = True  # the zygote installs the filter in each child; off only degraded
-    # Without a cgroup: the host sums the sandbox's processes (`host_meter`) and stops it at
-    # its memory or CPU limit.
-    host_accounting: bool = True
-    # Without a cgroup: the OOM kills of the server's own (enclosing) cgroup, read at the
-    # sandbox's start and after its end.
-    oom_counter: EnclosingOomCounter | None = None
-    # The uid of this sandbox alone (`uid_range`), which its pid 1 takes; None: the zygote's.
-    sandbox_uid: int | None = None
-
-
-@dataclass
-class _Started:
-    """A started sandbox's process, descriptors and cgroup, before its channel is served."""
-
-    pid: int  # pid 1's host pid, or its reaper's
-    pidfd: int
-    host_sock: socket.socket
-    stdout_fd: int
-    stderr_fd: int
-    status_fd: int  # the reaper's report of pid 1's exit; -1 when the pidfd tells
-    cgroup: SandboxCgroup | None
-    isolation: list[str]
-    applied: CgroupLimits | None
-
-
-def cgroup_limits(limits: ResolvedLimits) -> CgroupLimits:
-    return CgroupLimits(limits.memory_bytes, limits.processes, CGROUP_CPU_CORES)
 
 
 class ProcessSandbox:
@@ -103,7 +61,7 @@ class ProcessSandbox:
 
     def __init__(
         self,
-        started: _Started,
+        started: Started,
         channel: FrameChannel,
         stdout: OutputStream,
         stderr: OutputStream,
@@ -333,42 +291,6 @@ class ProcessSandbox:
             self.cgroup.remove()
 
 
-async def _read_init_pid(status_r: int, err_r: int) -> int:
-    """The host pid of the sandbox's pid 1, as the zygote's first child reports it (awaited
-    through the event loop; ``status_r`` is non-blocking)."""
-    loop = asyncio.get_running_loop()
-    report = b""
-    ended = False
-    arrived: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        nonlocal report, ended
-        try:
-            chunk = os.read(status_r, STATUS_MAX_BYTES)
-        except BlockingIOError:
-            return
-        report += chunk
-        ended = not chunk
-        if (ended or report.endswith(b"\n")) and not arrived.done():
-            arrived.set_result(None)
-
-    readers = epoll_readers.for_loop(loop)
-    readers.watch(status_r, readable)
-    try:
-        async with asyncio.timeout(PID_REPORT_TIMEOUT_S):
-            await arrived
-    except TimeoutError:
-        raise TimeoutError(f"no pid 1 reported in {PID_REPORT_TIMEOUT_S} s") from None
-    finally:
-        readers.unwatch(status_r)
-    if ended:
-        os.set_blocking(err_r, False)
-        with contextlib.suppress(OSError):
-            report += b" " + os.read(err_r, 2000)
-        raise OSError(f"the sandbox's set-up failed: {report.decode(errors='replace')!r}")
-    return int(report)
-
-
 def _exit_code(report: bytes) -> int:
     """The reaper's report of pid 1's exit; none at all means the reaper itself was killed,
     which only a kill of the whole sandbox (ours, or the kernel's OOM killer) does."""
@@ -378,91 +300,7 @@ def _exit_code(report: bytes) -> int:
         return -signal.SIGKILL
 
 
-async def _start(
-    zygote: ZygoteSupervisor, settings: SpawnSettings, cgroups: CgroupManager | None, name: str
-) -> _Started:
-    """Forks a child from the zygote, moves it into its cgroup, releases it."""
-    host_sock, guest_sock = socket.socketpair()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    status_r, status_w = os.pipe()
-    pidfd = -1
-    cgroup: SandboxCgroup | None = None
-    try:
-        forked = await zygote.fork_async(
-            settings.tmp_bytes, [guest_sock.fileno(), out_w, err_w, status_w]
-        )
-        pid = forked.pid
-        for fd in (out_w, err_w, status_w):
-            os.close(fd)
-        out_w = err_w = status_w = -1
-        guest_sock.close()
-        pidfd = os.pidfd_open(pid)
-        applied = None
-        if cgroups is not None:
-            cgroup = cgroups.create(name)
-            applied = cgroup_limits(settings.limits)
-            cgroup.set_limits(applied)
-            cgroup.add_pids([pid])
-        isolation = _isolation(settings, cgroups)
-        host_sock.sendall(_go_ahead(settings))  # the child may go on: it is inside its cgroup
-        if forked.init:
-            # Born as pid 1 of its own pid namespace: the pidfd we hold is pid 1's already.
-            if not pidfds.is_namespace_init(pid):
-                raise OSError(f"pid {pid} forked as a sandbox's pid 1 is not one")
-            os.close(status_r)
-            status_r = -1
-        elif zygote.settings.exit_status == "pidfd":
-            # The first child reports pid 1 and exits: from now on we watch pid 1 itself.
-            os.set_blocking(status_r, False)
-            init = await _read_init_pid(status_r, err_r)
-            init_fd = os.pidfd_open(init)
-            if not pidfds.is_namespace_init(init):
-                os.close(init_fd)
-                raise OSError(f"pid {init} reported as the sandbox's pid 1 is not one")
-            os.close(pidfd)
-            pid, pidfd = init, init_fd
-            os.close(status_r)
-            status_r = -1
-        else:
-            os.set_blocking(status_r, False)
-        return _Started(pid, pidfd, host_sock, out_r, err_r, status_r, cgroup, isolation, applied)
-    except BaseException:
-        if pidfd >= 0:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            os.close(pidfd)
-        if cgroup is not None:
-            cgroup.remove()
-        host_sock.close()
-        for fd in (out_r, err_r, status_r):
-            if fd >= 0:
-                os.close(fd)
-        raise
-    finally:
-        for fd in (out_w, err_w, status_w):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        guest_sock.close()
-
-
-def _go_ahead(settings: SpawnSettings) -> bytes:
-    """What lets a forked child go on (`sandbox.guest.zygote`): ``g``, or ``u`` and the uid in
-    10 digits that its pid 1 takes (`uid_range`)."""
-    uid = settings.sandbox_uid
-    return b"g" if uid is None else b"u%010d" % uid
-
-
-def _isolation(settings: SpawnSettings, cgroups: CgroupManager | None) -> list[str]:
-    layers = cgroups.layers() if cgroups is not None else None
-    return sandbox_isolation(
-        settings.sandbox_uid, settings.uid, settings.seccomp, settings.host_accounting,
-        settings.tmp_bytes, layers,
-    )  # fmt: skip
-
-
-async def _abandon(started: _Started, opened: list[OutputStream]) -> None:
+async def _abandon(started: Started, opened: list[OutputStream]) -> None:
     """Kills and releases a sandbox that never became ready; the output pipes already handed
     to an `OutputStream` (``opened``, in order: stdout, stderr) are closed by it."""
     with contextlib.suppress(OSError):
@@ -487,7 +325,7 @@ async def spawn_sandbox(
     reaper: Callable[[ProcessSandbox], None] | None = None,
 ) -> ProcessSandbox:
     """Forks one sandbox and waits until its guest is ready for a job."""
-    starting = asyncio.ensure_future(_start(zygote, settings, cgroups, name))
+    starting = asyncio.ensure_future(start_sandbox(zygote, settings, cgroups, name))
     try:
         started = await asyncio.shield(starting)
     except asyncio.CancelledError:

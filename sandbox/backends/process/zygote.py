@@ -161,20 +161,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
     proc: subprocess.Popen[bytes] | None = None
     gate = UsernsGate(settings.sandbox_uids)
     try:
-        argv = zygote_argv(
-            ZygoteOptions(
-                python=settings.python,
-                runtime_dir=settings.runtime_dir,
-                uid=settings.uid,
-                gid=settings.gid,
-                control_fd=guest.fileno(),
-                program_fd=program,
-                runtime_tree=settings.runtime_tree,
-                preload=settings.preload,
-                userns_block_fd=gate.block_r,
-                info_fd=gate.info_w,
-            )
-        )
+        argv = _argv(settings, guest.fileno(), program, gate)
         # No user=/group= here: they make `subprocess` fork(2) instead of vfork(2) and so run
         # the host's fork handlers in the child (`as_user_prefix` says why that kills it).
         proc = subprocess.Popen(
@@ -190,16 +177,7 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         assert proc is not None
         guest.close()
         zygote = _Zygote(proc, host)
-        host.settimeout(READY_TIMEOUT_S)
-        try:
-            gate.open(settings.uid, settings.gid, settings.python, READY_TIMEOUT_S)
-            ready = zygote.read_reply()
-        except (OSError, ValueError) as exc:
-            raise _did_not_start(proc, argv, exc) from exc
-        if len(ready) != 2 or ready[0] != b"ready" or not ready[1].isdigit():
-            raise Unavailable(f"the fork server did not say ready: {b' '.join(ready)!r}")
-        zygote.pid = int(ready[1])
-        host.settimeout(REPLY_TIMEOUT_S)
+        _await_ready(zygote, settings, gate, argv)
         # The zygote's stderr carries only its own failures; read it so it can never block.
         threading.Thread(
             target=_log_stderr, args=(proc,), name="ptc-zygote-log", daemon=True
@@ -218,6 +196,41 @@ def _start(settings: ZygoteSettings) -> _Zygote:
         guest.close()
         os.close(program)
         gate.close()
+
+
+def _argv(settings: ZygoteSettings, control_fd: int, program: int, gate: UsernsGate) -> list[str]:
+    """The zygote's command line (`zygote_argv`), naming the descriptors it is passed."""
+    return zygote_argv(
+        ZygoteOptions(
+            python=settings.python,
+            runtime_dir=settings.runtime_dir,
+            uid=settings.uid,
+            gid=settings.gid,
+            control_fd=control_fd,
+            program_fd=program,
+            runtime_tree=settings.runtime_tree,
+            preload=settings.preload,
+            userns_block_fd=gate.block_r,
+            info_fd=gate.info_w,
+        )
+    )
+
+
+def _await_ready(
+    zygote: _Zygote, settings: ZygoteSettings, gate: UsernsGate, argv: list[str]
+) -> None:
+    """Opens the user namespace gate and waits for the zygote's ``ready`` and its host pid;
+    a zygote that does not say it in time is killed (`_did_not_start`)."""
+    zygote.control.settimeout(READY_TIMEOUT_S)
+    try:
+        gate.open(settings.uid, settings.gid, settings.python, READY_TIMEOUT_S)
+        ready = zygote.read_reply()
+    except (OSError, ValueError) as exc:
+        raise _did_not_start(zygote.proc, argv, exc) from exc
+    if len(ready) != 2 or ready[0] != b"ready" or not ready[1].isdigit():
+        raise Unavailable(f"the fork server did not say ready: {b' '.join(ready)!r}")
+    zygote.pid = int(ready[1])
+    zygote.control.settimeout(REPLY_TIMEOUT_S)
 
 
 def _did_not_start(proc: subprocess.Popen[bytes], argv: list[str], exc: Exception) -> Unavailable:
