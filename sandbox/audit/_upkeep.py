@@ -113,10 +113,11 @@ class Upkeep(Chain):
 
 def _prunable_prefix(tx: Tx, tenant: str, before: float) -> tuple[tuple[int, str] | None, set[str]]:
     """The longest prefix of the tenant's chain `prune` may remove, read in sequence order: (the
-    sequence number and hash of its last entry, or None when there is none; the executions
-    admitted by the entries read). Reading stops at the first entry of an execution still
-    running or admitted at or after ``before``; the prefix ends only where every execution
-    admitted in it has all its entries in it."""
+    sequence number and hash of its last entry, or None when there is none; the executions it
+    admits). Reading stops at the first entry of an execution still running or admitted at or
+    after ``before``; the prefix ends only where every execution admitted in it has all its
+    entries in it. An execution admitted after that end (read before the stop, its completion
+    after it) is not in the prefix: its rows stay with its entries."""
     prunable = {
         str(r[0])
         for r in tx.execute(
@@ -126,7 +127,8 @@ def _prunable_prefix(tx: Tx, tenant: str, before: float) -> tuple[tuple[int, str
         )
     }
     cut: tuple[int, str] | None = None
-    pruned: set[str] = set()
+    admitted: builtins.list[str] = []  # in chain order; the prefix admits the first `through`
+    through = 0
     open_ids: set[str] = set()
     for seq, kind, execution_id, digest in tx.execute(
         "SELECT seq, kind, execution_id, entry_hash FROM entries WHERE tenant = ? ORDER BY seq",
@@ -137,12 +139,12 @@ def _prunable_prefix(tx: Tx, tenant: str, before: float) -> tuple[tuple[int, str
                 break
             if kind == "admitted":
                 open_ids.add(execution_id)
-                pruned.add(execution_id)
+                admitted.append(execution_id)
             else:
                 open_ids.discard(execution_id)
         if not open_ids:
-            cut = (int(seq), str(digest))
-    return cut, pruned
+            cut, through = (int(seq), str(digest)), len(admitted)
+    return cut, set(admitted[:through])
 
 
 def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:
