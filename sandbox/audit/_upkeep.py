@@ -54,32 +54,7 @@ class Upkeep(Chain):
         """
         with self._db.write() as tx:
             self._lock_head(tx, tenant)
-            prunable = {
-                str(r[0])
-                for r in tx.execute(
-                    "SELECT execution_id FROM executions "
-                    "WHERE tenant = ? AND admitted_at < ? AND status <> 'running'",
-                    (tenant, before),
-                )
-            }
-            cut: tuple[int, str] | None = None
-            pruned: set[str] = set()
-            open_ids: set[str] = set()
-            for seq, kind, execution_id, digest in tx.execute(
-                "SELECT seq, kind, execution_id, entry_hash FROM entries "
-                "WHERE tenant = ? ORDER BY seq",
-                (tenant,),
-            ):
-                if kind != "pruned":
-                    if execution_id not in prunable:
-                        break
-                    if kind == "admitted":
-                        open_ids.add(execution_id)
-                        pruned.add(execution_id)
-                    else:
-                        open_ids.discard(execution_id)
-                if not open_ids:
-                    cut = (int(seq), str(digest))
+            cut, pruned = _prunable_prefix(tx, tenant, before)
             if cut is None:
                 return 0
             # The pruned entries' hashes stay: they are leaves of the tenant's Merkle tree.
@@ -134,6 +109,42 @@ class Upkeep(Chain):
 
     def save_frontier(self, tenant: str, frontier: Frontier) -> None:
         _frontiers.save_frontier(self._db, tenant, frontier)
+
+
+def _prunable_prefix(tx: Tx, tenant: str, before: float) -> tuple[tuple[int, str] | None, set[str]]:
+    """The longest prefix of the tenant's chain `prune` may remove, read in sequence order: (the
+    sequence number and hash of its last entry, or None when there is none; the executions it
+    admits). Reading stops at the first entry of an execution still running or admitted at or
+    after ``before``; the prefix ends only where every execution admitted in it has all its
+    entries in it. An execution admitted after that end (read before the stop, its completion
+    after it) is not in the prefix: its rows stay with its entries."""
+    prunable = {
+        str(r[0])
+        for r in tx.execute(
+            "SELECT execution_id FROM executions "
+            "WHERE tenant = ? AND admitted_at < ? AND status <> 'running'",
+            (tenant, before),
+        )
+    }
+    cut: tuple[int, str] | None = None
+    admitted: builtins.list[str] = []  # in chain order; the prefix admits the first `through`
+    through = 0
+    open_ids: set[str] = set()
+    for seq, kind, execution_id, digest in tx.execute(
+        "SELECT seq, kind, execution_id, entry_hash FROM entries WHERE tenant = ? ORDER BY seq",
+        (tenant,),
+    ):
+        if kind != "pruned":
+            if execution_id not in prunable:
+                break
+            if kind == "admitted":
+                open_ids.add(execution_id)
+                admitted.append(execution_id)
+            else:
+                open_ids.discard(execution_id)
+        if not open_ids:
+            cut, through = (int(seq), str(digest)), len(admitted)
+    return cut, set(admitted[:through])
 
 
 def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:

@@ -11,16 +11,21 @@ Leaving the block closes the session (one that already ended is not an error the
 in a session run one at a time: a second one while one runs is refused with
 `FailedPrecondition`; an ended session's id gives `NotFound` (closed, expired) or
 `FailedPrecondition` (lost), each with a message that starts with ``session_lost`` and says why.
+
+The clients import this module and it imports neither of them: what a session needs of its
+client is named here as a protocol (`SessionClient`, `SessionRunner`), which `AsyncClient` and
+`Client` meet as they are, so that the three modules make no circle.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Protocol, TypeVar, Unpack
 
 from sandbox._proto import sandbox_pb2 as pb
+from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import translated
 from sandbox.client.tools import build_manifest
 from sandbox.codec.limits import limits_to_proto
@@ -32,11 +37,33 @@ from sandbox.options import RunOptions, RunOverrides, SessionOptions
 from sandbox.records import SessionInfo
 from sandbox.result import ExecutionResult
 
-if TYPE_CHECKING:
-    from sandbox.client.aio import AsyncClient
-    from sandbox.client.sync import Client
-
 __all__ = ["AsyncSession", "SyncSession"]
+
+T = TypeVar("T")
+
+
+class SessionClient(Protocol):
+    """What an `AsyncSession` uses of its `AsyncClient`: the channel's stub and metadata for the
+    session calls, and `execute` for its cells (which then go through the client's retries)."""
+
+    @property
+    def _stub(self) -> pb_grpc.SandboxServiceStub: ...
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...]: ...
+
+    async def execute(
+        self,
+        script: str,
+        tools: str | Sequence[Mapping[str, Any]] | None,
+        options: RunOptions | None,
+    ) -> ExecutionResult: ...
+
+
+class SessionRunner(Protocol):
+    """What a `SyncSession` uses of its `Client`: running a coroutine on the client's loop."""
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T: ...
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -48,7 +75,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: SessionClient,
         tools: str | Sequence[Mapping[str, Any]] = (),
         options: SessionOptions | None = None,
         *,
@@ -137,7 +164,7 @@ class AsyncSession:
 class SyncSession:
     """The blocking `Client`'s session: the same calls, run on the client's loop."""
 
-    def __init__(self, client: Client, session: AsyncSession) -> None:
+    def __init__(self, client: SessionRunner, session: AsyncSession) -> None:
         self._client = client
         self._session = session
 

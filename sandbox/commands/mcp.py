@@ -12,13 +12,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.commands._client_tls import add_tls_options, given, tls_options
 from sandbox.commands._expect import parse_expect
 from sandbox.commands._manifest_file import read_manifest
 from sandbox.errors import InvalidArgument
 from sandbox.limits import parse_limit_args
+
+if TYPE_CHECKING:
+    from sandbox.integrations.mcp_server import McpOptions
+    from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, ScriptRunner
 
 __all__ = ["register", "run"]
 
@@ -86,52 +90,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         import anyio
 
-        from sandbox.integrations.mcp_server import (
-            McpOptions,
-            check_exposure,
-            load_tools_file,
-            parse_upstreams,
-            serve_mcp,
-        )
-        from sandbox.integrations.runners import ClientRunner, EmbeddedRunner, ScriptRunner
+        from sandbox.integrations.mcp_server import serve_mcp
     except ImportError as exc:  # the `mcp` extra is missing
         raise InvalidArgument(f"ptc mcp needs the `mcp` extra: {exc}") from exc
 
-    tools: list[Any] = []
-    if args.tools:
-        tools = load_tools_file(read_manifest(args.tools))
-    options = McpOptions(
-        transport=args.transport,
-        host=args.host,
-        port=args.port,
-        tools=tools,
-        upstream=list(args.upstream),
-        limits=parse_limit_args(args.limit),
-        expected_calls=parse_expect(args.expect),
-        tool_name=args.name,
-        tenants=args.tenants,
-    )
-    check_exposure(options)  # before anything starts: refuse an unauthenticated public listener
-    parse_upstreams(options.upstream)  # and a bad upstream name
-    if args.session and args.transport != "stdio":
-        raise InvalidArgument(
-            "--session: only with --transport stdio (over HTTP many conversations would share "
-            "one session's state)"
-        )
-    runner: ScriptRunner
-    if args.server and args.audit_db:
-        raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
-    for flag in given(args):
-        if not args.server:
-            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
-    if args.server:
-        runner = ClientRunner.connect(args.server, args.api_key, **tls_options(args))
-    else:
-        from sandbox.backends.factory import command_backend
-        from sandbox.engine import EngineConfig
-
-        backends = command_backend("process", args.allow_degraded)
-        runner = EmbeddedRunner(EngineConfig(backends=backends), audit=args.audit_db)
+    options = _options(args)
+    runner = _runner(args)
     # SIGTERM stops like Ctrl-C: the sandboxes, cgroups and runtime files go with the runner.
     # (uvicorn handles it for the HTTP transport, then raises it again: it lands here too.)
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -151,6 +115,59 @@ def run(args: argparse.Namespace) -> int:
         runner.close()
         sys.stderr.flush()
     return 0
+
+
+def _options(args: argparse.Namespace) -> McpOptions:
+    """The MCP server's options from the arguments, checked before anything starts: an
+    unauthenticated public listener, a bad upstream name and --session over HTTP are refused."""
+    from sandbox.integrations.mcp_server import (
+        McpOptions,
+        check_exposure,
+        load_tools_file,
+        parse_upstreams,
+    )
+
+    tools: list[Any] = []
+    if args.tools:
+        tools = load_tools_file(read_manifest(args.tools))
+    options = McpOptions(
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        tools=tools,
+        upstream=list(args.upstream),
+        limits=parse_limit_args(args.limit),
+        expected_calls=parse_expect(args.expect),
+        tool_name=args.name,
+        tenants=args.tenants,
+    )
+    check_exposure(options)
+    parse_upstreams(options.upstream)
+    if args.session and args.transport != "stdio":
+        raise InvalidArgument(
+            "--session: only with --transport stdio (over HTTP many conversations would share "
+            "one session's state)"
+        )
+    return options
+
+
+def _runner(args: argparse.Namespace) -> ClientRunner | EmbeddedRunner:
+    """Where scripts run: the `ptc serve` that --server names (TLS options only with it), or
+    an embedded engine on the process backend (recording to --audit-db when given)."""
+    from sandbox.integrations.runners import ClientRunner, EmbeddedRunner
+
+    if args.server and args.audit_db:
+        raise InvalidArgument("--audit-db: with --server the server keeps the audit records")
+    for flag in given(args):
+        if not args.server:
+            raise InvalidArgument(f"{flag}: TLS is for a server; give --server ADDR too")
+    if args.server:
+        return ClientRunner.connect(args.server, args.api_key, **tls_options(args))
+    from sandbox.backends.factory import command_backend
+    from sandbox.engine import EngineConfig
+
+    backends = command_backend("process", args.allow_degraded)
+    return EmbeddedRunner(EngineConfig(backends=backends), audit=args.audit_db)
 
 
 def _interrupt(signum: int, frame: object) -> None:

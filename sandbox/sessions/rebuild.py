@@ -49,7 +49,7 @@ from sandbox.execution.cell import SessionSandbox
 from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
-from sandbox.replay.source import recording_from
+from sandbox.replay.source import Recording, recording_from
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.sessions.session import (
     RebuildClock,
@@ -202,6 +202,40 @@ async def _claim_and_rebuild(
     started = time.monotonic()  # the take-over's commit: this server holds the session now
     here = str(store.instance)
     log.warning("sessions: rebuilding session %s (held by %s) on %s", session_id, previous, here)
+    clock = RebuildClock(asked=asked, taken_over=started)
+    session, cells = await _fresh_session(manager, record, bounds, here, clock)
+    session.running = "rebuild"  # not yet in the manager: nothing else can reach it
+    try:
+        await _replay(manager, session, cells, bounds)
+    except _Lost as lost:
+        session.running = None
+        reason = f"could not be rebuilt on {here}: {lost.reason}"
+        manager.adopt_ended(session, SessionState.LOST, reason)
+        await manager.end_adopted(session, lost.status)
+        metrics.session_rebuilt("lost", time.monotonic() - started)
+        log.warning("sessions: session %s lost: %s", session_id, reason)
+        return session
+    except BaseException as exc:
+        session.running = None
+        why = f"could not be rebuilt on {here}: {error_text(exc)}"
+        manager.adopt_ended(session, SessionState.LOST, why)
+        await manager.end_adopted(session, ExecutionStatus.FAILED)
+        raise
+    session.running = None
+    _adopt_rebuilt(manager, session, cells)
+    metrics.session_rebuilt("rebuilt", time.monotonic() - started)
+    _log_rebuilt(session, here, len(cells), started)
+    return session
+
+
+async def _fresh_session(
+    manager: SessionHost, record: AuditRecord, bounds: RebuildBounds, here: str, clock: RebuildClock
+) -> tuple[Session, list[AuditRecord]]:
+    """Step 2: the session's settings read from its record, its recorded cells (up to one past
+    the bound), and a fresh sandbox with those settings. A record that cannot be read, or a
+    sandbox that cannot be had, raises what `_not_started` says (the session let go of again)."""
+    store: Any = manager.store
+    tenant, session_id = record.admission.tenant, record.admission.execution_id
     admission = record.admission
     labels = dict(admission.labels)
     try:
@@ -237,26 +271,14 @@ async def _claim_and_rebuild(
         runtime=runtime,
         created_at=admission.admitted_at,
         _created_mono=time.monotonic() - wall_elapsed,  # its lifetime runs from its creation
-        rebuilt=RebuildClock(asked=asked, taken_over=started),
+        rebuilt=clock,
     )
-    session.running = "rebuild"  # not yet in the manager: nothing else can reach it
-    try:
-        await _replay(manager, session, cells, bounds)
-    except _Lost as lost:
-        session.running = None
-        reason = f"could not be rebuilt on {here}: {lost.reason}"
-        manager.adopt_ended(session, SessionState.LOST, reason)
-        await manager.end_adopted(session, lost.status)
-        metrics.session_rebuilt("lost", time.monotonic() - started)
-        log.warning("sessions: session %s lost: %s", session_id, reason)
-        return session
-    except BaseException as exc:
-        session.running = None
-        why = f"could not be rebuilt on {here}: {error_text(exc)}"
-        manager.adopt_ended(session, SessionState.LOST, why)
-        await manager.end_adopted(session, ExecutionStatus.FAILED)
-        raise
-    session.running = None
+    return session, cells
+
+
+def _adopt_rebuilt(manager: SessionHost, session: Session, cells: list[AuditRecord]) -> None:
+    """The replayed session continues its record: its executions, tool calls and latest
+    manifest are the cells', and the manager holds it from now on."""
     session.executions = [c.admission.execution_id for c in cells]
     session.tool_calls = sum(len(c.result.calls) for c in cells if c.result is not None)
     for cell in cells:
@@ -265,9 +287,6 @@ async def _claim_and_rebuild(
     session.last_used_at = time.time()
     session._used_mono = time.monotonic()
     manager.adopt(session)
-    metrics.session_rebuilt("rebuilt", time.monotonic() - started)
-    _log_rebuilt(session, here, len(cells), started)
-    return session
 
 
 def _log_rebuilt(session: Session, here: str, cells: int, taken_over: float) -> None:
@@ -321,32 +340,10 @@ async def _replay(
     manifest_json = session.manifest_json  # a cell without its own runs the session's
     for number, record in enumerate(cells, start=1):
         where = f"cell {number} (execution id {record.admission.execution_id})"
-        recorded = record.result
-        if recorded is None:
-            raise _Lost(
-                f"{where} has no recorded outcome (it is {record.status}): what it did to the "
-                "session's state is unknown"
-            )
-        if recorded.status in (ExecutionStatus.INTERRUPTED, ExecutionStatus.CANCELLED):
-            raise _Lost(
-                f"{where} was {recorded.status} part way when recorded: how far it got, and so "
-                "the session's state after it, cannot be reproduced"
-            )
-        if recorded.input_files:
-            names = ", ".join(repr(f.name) for f in recorded.input_files[:5])
-            raise _Lost(
-                f"{where} was given input files ({names}); the audit record keeps their names, "
-                "sizes and hashes, not their bytes"
-            )
+        recorded = _recorded_outcome(record, where)
         if record.admission.manifest_json:
             manifest_json = record.admission.manifest_json  # it brought a new one: it stays
-        full = replace(record, admission=replace(record.admission, manifest_json=manifest_json))
-        if manager.engine.manifest(manifest_json).sha256 != full.admission.manifest_sha256:
-            raise _Lost(f"{where} ran with a manifest the record does not hold")
-        try:
-            recording = recording_from(full)
-        except FailedPrecondition as exc:
-            raise _Lost(f"{where}: {exc.message}") from exc
+        recording = _recording(manager, record, manifest_json, where)
         request = replace(recording.request(), labels={SESSION_LABEL: session.id}, replay_of="")
         limits, _ = manager.engine.effective_limits(recording.limits)
         limits, _ = manager.session_limits(session, limits)
@@ -379,3 +376,40 @@ async def _replay(
             raise _Lost(f"{where} {differs}")
         if not sandbox.alive:
             raise _Lost(f"{where}: the sandbox ended after it was replayed")
+
+
+def _recorded_outcome(record: AuditRecord, where: str) -> ExecutionResult:
+    """The cell's recorded outcome, or `_Lost` when it is one a replay cannot reproduce: none
+    (it was running when its server died), cut short part way, or given input files."""
+    recorded = record.result
+    if recorded is None:
+        raise _Lost(
+            f"{where} has no recorded outcome (it is {record.status}): what it did to the "
+            "session's state is unknown"
+        )
+    if recorded.status in (ExecutionStatus.INTERRUPTED, ExecutionStatus.CANCELLED):
+        raise _Lost(
+            f"{where} was {recorded.status} part way when recorded: how far it got, and so "
+            "the session's state after it, cannot be reproduced"
+        )
+    if recorded.input_files:
+        names = ", ".join(repr(f.name) for f in recorded.input_files[:5])
+        raise _Lost(
+            f"{where} was given input files ({names}); the audit record keeps their names, "
+            "sizes and hashes, not their bytes"
+        )
+    return recorded
+
+
+def _recording(
+    manager: SessionHost, record: AuditRecord, manifest_json: str, where: str
+) -> Recording:
+    """The cell as a replay runs it, with ``manifest_json`` (its own, or the session's latest
+    when it brought none), which must be the manifest its record names by digest."""
+    full = replace(record, admission=replace(record.admission, manifest_json=manifest_json))
+    if manager.engine.manifest(manifest_json).sha256 != full.admission.manifest_sha256:
+        raise _Lost(f"{where} ran with a manifest the record does not hold")
+    try:
+        return recording_from(full)
+    except FailedPrecondition as exc:
+        raise _Lost(f"{where}: {exc.message}") from exc

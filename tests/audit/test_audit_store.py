@@ -249,3 +249,25 @@ def test_the_runtime_is_kept_and_absent_for_the_standard_library(audit_db: Audit
     assert "runtime" not in admission_to_json(plain, 1.0)
     assert admission_to_json(numpy, 1.0)["runtime"] == "np"
     assert store.verify().ok
+
+
+def test_prune_keeps_an_execution_that_finished_after_the_cut(audit_db: AuditDb) -> None:
+    """Finished and old, but completed after a running one was admitted: its admission is past
+    where the prefix can end, so its rows stay with its entries and the chain still verifies."""
+    store = audit_db.open()
+    done, late, running = (admission("acme", at=100.0 + i) for i in range(3))
+    store.admit(done)
+    store.complete(done.execution_id, result(done.execution_id))
+    store.admit(late)
+    store.admit(running)
+    store.complete(late.execution_id, result(late.execution_id))
+
+    assert store.prune("acme", before=1000.0) == 1
+    remaining = {r.admission.execution_id for r in store.list("acme", AuditQuery())[0]}
+    assert remaining == {late.execution_id, running.execution_id}
+    report = store.verify()
+    assert (report.ok, report.problems) == (True, [])
+    store.complete(running.execution_id, result(running.execution_id))
+    assert store.prune("acme", before=1000.0) == 2
+    assert store.list("acme", AuditQuery()) == ([], None)
+    assert store.verify().ok
