@@ -67,6 +67,10 @@ export interface PtcClientOptions {
   /** A connect transport (e.g. `createNodeTransport` from `ptc-sandbox/node`). */
   transport?: Transport;
   retry?: RetryPolicy;
+  /** Largest response message the client reads, in bytes (default 64 MiB; results carry
+   * output files). A larger one fails as "message_too_large", never as "rate_limited". Not
+   * used with `transport` (give it to `createNodeTransport` then). */
+  readMaxBytes?: number;
 }
 
 export interface CallOptions {
@@ -144,6 +148,13 @@ export class PtcClient {
     if (options.transport === undefined && !options.address) {
       throw new PtcError("invalid_argument", "PtcClient: give `address` or `transport`");
     }
+    const max = options.readMaxBytes;
+    if (max !== undefined && (!Number.isSafeInteger(max) || max < 1)) {
+      throw new PtcError(
+        "invalid_argument",
+        `readMaxBytes: a whole number of bytes of at least 1, got ${max}`,
+      );
+    }
     this.options = options;
     this.retry = resolvePolicy(options.retry);
     this.headers = options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {};
@@ -185,6 +196,9 @@ export class PtcClient {
     const transport = module.createNodeTransport({
       address: this.options.address ?? "",
       ...(this.options.tls === undefined ? {} : { tls: this.options.tls }),
+      ...(this.options.readMaxBytes === undefined
+        ? {}
+        : { readMaxBytes: this.options.readMaxBytes }),
     });
     return { client: createClient(pb.SandboxService, transport), close: () => transport.close() };
   }

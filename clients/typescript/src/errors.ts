@@ -7,7 +7,9 @@
  *
  *     PtcError (code: PtcErrorCode, grpcCode: number)
  *     ├── SessionLostError        code "session_lost"; `reason`, `sessionId`
- *     └── RateLimitedError        code "rate_limited"; `retryAfterMs` (the server's hint)
+ *     ├── RateLimitedError        code "rate_limited"; `retryAfterMs` (the server's hint)
+ *     └── MessageTooLargeError    code "message_too_large"; `direction`, `side`, `limitBytes`,
+ *                                 `sizeBytes`
  *
  * The cases the server only tells apart by status and message (its Python interceptor sends
  * the class's status and a message that starts with the field at fault) are recognised here,
@@ -15,7 +17,12 @@
  * FAILED_PRECONDITION or NOT_FOUND whose message starts with `session_lost:`),
  * "idempotency_key_reused" (FAILED_PRECONDITION naming `idempotency_key` and "already used"),
  * "draining" (UNAVAILABLE or FAILED_PRECONDITION from a server that is stopping),
- * "rate_limited" (RESOURCE_EXHAUSTED, with the `retry-after` trailer in seconds).
+ * "rate_limited" (RESOURCE_EXHAUSTED from the server's admission: its rate, queue or session
+ * maximum, with the `retry-after` trailer in seconds when it gave one), "message_too_large"
+ * (RESOURCE_EXHAUSTED for a message over a size cap: the client's own readMaxBytes or
+ * writeMaxBytes, a status without `grpc-status`; or grpc's "Received/Sent message larger than
+ * max (size vs. cap)" from the server). The two share a gRPC status but not a remedy: a rate
+ * limit passes if the caller waits, a size cap never does, so they must not share a code.
  */
 
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -28,6 +35,7 @@ export type PtcErrorCode =
   | "session_lost" // the session ended (lost, closed or expired); see `reason`
   | "idempotency_key_reused" // the key was used before for another script or manifest
   | "rate_limited" // quota, rate or queue full; see `retryAfterMs`
+  | "message_too_large" // a request or response over a size cap; see `MessageTooLargeError`
   | "unauthenticated" // missing or unknown API key
   | "permission_denied" // the tenant may not do this
   | "draining" // the server is shutting down: retry on another instance
@@ -108,6 +116,39 @@ export class RateLimitedError extends PtcError {
   }
 }
 
+/** Which message was over its cap and who refused it, with the sizes where they were said. */
+export interface MessageTooLargeDetails {
+  /** "request": what the caller sent; "response": what the server answered. */
+  direction: "request" | "response";
+  /** "client": this SDK's readMaxBytes / writeMaxBytes; "server": the server's gRPC limit. */
+  side: "client" | "server";
+  /** The cap, in bytes. */
+  limitBytes: number | undefined;
+  /** The message's size, in bytes, when known (a cut read does not always know it). */
+  sizeBytes: number | undefined;
+}
+
+/**
+ * RESOURCE_EXHAUSTED for a message over a size cap: retrying the same call fails the same way.
+ * Raise the client's `readMaxBytes` (or ask for less output) for a response; send less for a
+ * request.
+ */
+export class MessageTooLargeError extends PtcError {
+  readonly direction: MessageTooLargeDetails["direction"];
+  readonly side: MessageTooLargeDetails["side"];
+  readonly limitBytes: number | undefined;
+  readonly sizeBytes: number | undefined;
+
+  constructor(text: string, details: MessageTooLargeDetails, options: PtcErrorOptions = {}) {
+    super("message_too_large", text, options);
+    this.name = "MessageTooLargeError";
+    this.direction = details.direction;
+    this.side = details.side;
+    this.limitBytes = details.limitBytes;
+    this.sizeBytes = details.sizeBytes;
+  }
+}
+
 const BY_STATUS: Record<number, PtcErrorCode> = {
   [GrpcCode.CANCELLED]: "cancelled",
   [GrpcCode.INVALID_ARGUMENT]: "invalid_argument",
@@ -126,6 +167,15 @@ const SESSION_LOST = /^session_lost: session '([^']*)' is (\w+): ?(.*)$/s;
 // sandbox/server/fleet.py DRAINING_MESSAGE and sandbox/sessions/manager.py's refusal.
 const DRAINING = [/^the server is shutting down/, /^sessions: the server is stopping/];
 
+// grpc core's refusal of a message over the server's max_receive/max_send_message_length:
+// `SERVER: Received message larger than max (5242990 vs. 4194304)` (size vs. cap).
+const GRPC_TOO_LARGE = /(Received|Sent) message larger than max \((\d+) vs\. (\d+)\)/;
+// connect's (and `transport/unary.ts`'s) own refusal, before anything reached the server or
+// after a response's prefix declared too much: `message size [N ]is larger than configured
+// readMaxBytes M` (or writeMaxBytes).
+const CLIENT_TOO_LARGE =
+  /message size (?:(\d+) )?is larger than configured (read|write)MaxBytes (\d+)/;
+
 /**
  * The error of this hierarchy for a status the server sent: its code, message and trailers.
  * `retryAfter` is the `retry-after` trailer (seconds as text), when sent.
@@ -138,6 +188,17 @@ export function errorFromStatus(
 ): PtcError {
   const options = { grpcCode, cause };
   if (grpcCode === GrpcCode.RESOURCE_EXHAUSTED) {
+    const tooLarge = GRPC_TOO_LARGE.exec(message);
+    if (tooLarge !== null) {
+      const [, verb = "", size = "", limit = ""] = tooLarge;
+      // The server received our request, or could not send its response.
+      const direction = verb === "Received" ? "request" : "response";
+      return new MessageTooLargeError(
+        message,
+        { direction, side: "server", limitBytes: Number(limit), sizeBytes: Number(size) },
+        options,
+      );
+    }
     const seconds = retryAfter === null ? Number.NaN : Number(retryAfter);
     const hint = Number.isFinite(seconds) && seconds >= 0 ? Math.round(seconds * 1000) : undefined;
     return new RateLimitedError(message, hint, options);
@@ -209,6 +270,9 @@ export function toPtcError(error: unknown, signal?: AbortSignal): PtcError {
           cause: error,
         });
       }
+      // RESOURCE_EXHAUSTED without a status is the client's own size cap: a rate limit only
+      // ever comes from the server, with its status.
+      if (error.code === Code.ResourceExhausted) return clientTooLarge(message, error);
       if (error.code === Code.Canceled || error.code === Code.Unavailable) {
         return new PtcError("unavailable", `the connection failed: ${message}`, {
           grpcCode: GrpcCode.UNAVAILABLE,
@@ -220,6 +284,21 @@ export function toPtcError(error: unknown, signal?: AbortSignal): PtcError {
   }
   const text = error instanceof Error ? error.message : String(error);
   return new PtcError("internal", text, { grpcCode: GrpcCode.UNKNOWN, cause: error });
+}
+
+function clientTooLarge(message: string, cause: ConnectError): MessageTooLargeError {
+  const match = CLIENT_TOO_LARGE.exec(message);
+  const [, size, which, limit] = match ?? [];
+  return new MessageTooLargeError(
+    message,
+    {
+      direction: which === "write" ? "request" : "response",
+      side: "client",
+      limitBytes: limit === undefined ? undefined : Number(limit),
+      sizeBytes: size === undefined ? undefined : Number(size),
+    },
+    { grpcCode: GrpcCode.RESOURCE_EXHAUSTED, cause },
+  );
 }
 
 function causeText(error: Error): string {

@@ -16,6 +16,8 @@ export {
 } from "./client.js";
 export {
   GrpcCode,
+  type MessageTooLargeDetails,
+  MessageTooLargeError,
   PtcError,
   type PtcErrorCode,
   RateLimitedError,

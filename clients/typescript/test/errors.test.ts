@@ -11,8 +11,15 @@ import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { errorFromStatus, GrpcCode } from "../src/errors.js";
-import { PtcClient, PtcError, RateLimitedError, SessionLostError } from "../src/index.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { errorFromStatus, GrpcCode, toPtcError } from "../src/errors.js";
+import {
+  MessageTooLargeError,
+  PtcClient,
+  PtcError,
+  RateLimitedError,
+  SessionLostError,
+} from "../src/index.js";
 import { startServe, tenantsFile } from "./support/serve.js";
 
 test("rate limited: RateLimitedError with the server's retry-after, not retried", async () => {
@@ -132,6 +139,34 @@ const CASES: [string, number, string, string, Record<string, unknown>][] = [
     "unavailable",
     {},
   ],
+  [
+    "a request over the server's receive limit (grpc's own refusal, as a real server words it)",
+    GrpcCode.RESOURCE_EXHAUSTED,
+    "SERVER: Received message larger than max (76000006 vs. 75497472)",
+    "message_too_large",
+    { side: "server", direction: "request", sizeBytes: 76000006, limitBytes: 75497472 },
+  ],
+  [
+    "a response over the server's send limit",
+    GrpcCode.RESOURCE_EXHAUSTED,
+    "SERVER: Sent message larger than max (90000000 vs. 80000000)",
+    "message_too_large",
+    { side: "server", direction: "response", sizeBytes: 90000000, limitBytes: 80000000 },
+  ],
+  [
+    "the queue full (sandbox/tenants/registry.py)",
+    GrpcCode.RESOURCE_EXHAUSTED,
+    "tenant t: 4 executions running (the maximum) and 8 waiting (the queue is full)",
+    "rate_limited",
+    { retryAfterMs: undefined },
+  ],
+  [
+    "a tenant's session maximum (sandbox/sessions/manager.py)",
+    GrpcCode.RESOURCE_EXHAUSTED,
+    "sessions: tenant 't' has 2 open sessions, its maximum; close one first",
+    "rate_limited",
+    {},
+  ],
   ["an unknown status", 99, "what", "internal", {}],
 ];
 
@@ -146,6 +181,23 @@ for (const [name, code, message, expected, fields] of CASES) {
     }
   });
 }
+
+test("the client's own size caps (connect's wording, no grpc-status) are message_too_large", () => {
+  const cases = [
+    ["message size 10 is larger than configured writeMaxBytes 5", "request", 10, 5],
+    ["message size is larger than configured readMaxBytes 7", "response", undefined, 7],
+  ] as const;
+  for (const [text, direction, sizeBytes, limitBytes] of cases) {
+    const error = toPtcError(new ConnectError(text, Code.ResourceExhausted));
+    assert.ok(error instanceof MessageTooLargeError, String(error));
+    assert.equal(error.code, "message_too_large");
+    assert.equal(error.grpcCode, GrpcCode.RESOURCE_EXHAUSTED);
+    assert.deepEqual(
+      [error.side, error.direction, error.sizeBytes, error.limitBytes],
+      ["client", direction, sizeBytes, limitBytes],
+    );
+  }
+});
 
 test("retry-after: seconds as text become milliseconds; garbage is no hint", () => {
   const hinted = errorFromStatus(GrpcCode.RESOURCE_EXHAUSTED, "queue full", "1.5");

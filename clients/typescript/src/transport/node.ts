@@ -151,6 +151,9 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
   // would otherwise keep the process alive until connect-node's idle timeout.
   const sessionManager = guarded(new Http2SessionManager(url, {}, nodeOptions));
   const readMaxBytes = options.readMaxBytes ?? 64 * 1024 * 1024;
+  if (!Number.isSafeInteger(readMaxBytes) || readMaxBytes < 1) {
+    throw new TypeError(`readMaxBytes: a whole number of bytes of at least 1, got ${readMaxBytes}`);
+  }
   const transport = createGrpcTransport({
     baseUrl: url,
     sessionManager,

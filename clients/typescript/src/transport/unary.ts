@@ -265,18 +265,27 @@ class Call {
         );
       }
     });
+    // The answer's one message declares its length in its 5-byte prefix: a message over
+    // readMaxBytes is refused as soon as the prefix is in, naming its size (connect's wording,
+    // which `errors.ts` reads back as "message_too_large").
+    let declared: number | undefined;
     stream.on("data", (chunk: Buffer) => {
       received += chunk.byteLength;
-      if (received > this.options.readMaxBytes + 5) {
+      chunks.push(chunk);
+      if (declared === undefined && received >= 5) {
+        declared = Buffer.concat(chunks, received).readUInt32BE(1);
+      }
+      const max = this.options.readMaxBytes;
+      if ((declared ?? 0) > max || received > max + 5) {
+        const size = declared !== undefined && declared > max ? `${declared} ` : "";
         this.fail(
           new ConnectError(
-            `message size is larger than configured readMaxBytes ${this.options.readMaxBytes}`,
+            `message size ${size}is larger than configured readMaxBytes ${max}`,
             Code.ResourceExhausted,
           ),
         );
         return;
       }
-      chunks.push(chunk);
       this.options.sessionManager.notifyResponseByteRead(stream);
     });
     stream.on("trailers", (trailers) => {
