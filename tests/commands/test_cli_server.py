@@ -225,10 +225,15 @@ def test_ctrl_c_cancels_the_execution_on_the_server(address: str, tmp_path: Path
         cwd=ROOT,
         env={**os.environ, "PTC_API_KEY": KEY},
     ) as proc:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == "ctrl-c test\n"  # it runs, shown live
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=60)
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ctrl-c test\n"  # it runs, shown live
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # it ignored the Ctrl-C: fail, and leave no process behind
+                proc.kill()
+                proc.communicate()
     assert proc.returncode == 130, err
     assert f"ptc run: Ctrl-C: the execution is cancelled on {address}" in err
     with Client(address, KEY) as client:
