@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
@@ -37,28 +36,6 @@ from sandbox.result import ExecutionResult
 __all__ = ["Client", "SyncExecution"]
 
 T = TypeVar("T")
-
-# How often a caller blocked on the private loop wakes (`_wait`): the bound on how late a Ctrl-C
-# is seen.
-SIGNAL_POLL_S = 0.1
-
-
-def _wait(future: Future[T], timeout: float | None = None) -> T:
-    """``future.result(timeout)``, in waits of `SIGNAL_POLL_S`. The kernel gives a process's
-    SIGINT to any of its threads that does not block it (the loop's, gRPC's own); one that lands
-    beside this thread does not interrupt a lock wait without end, so its KeyboardInterrupt would
-    wait for the call's end (a `ptc run --server` that ignored Ctrl-C for the script's whole run).
-    A timed wait returns to the interpreter, which runs the handler."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = (
-            SIGNAL_POLL_S if deadline is None else min(SIGNAL_POLL_S, deadline - time.monotonic())
-        )
-        try:
-            return future.result(max(step, 0.0))
-        except TimeoutError:
-            if future.done() or (deadline is not None and time.monotonic() >= deadline):
-                raise  # the call's own TimeoutError, or the caller's timeout ran out
 
 
 class SyncExecution:
@@ -89,7 +66,7 @@ class SyncExecution:
         return self._execution.progress
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
-        return _wait(self._client._submit(self._execution.result()), timeout)
+        return self._client._submit(self._execution.result()).result(timeout)
 
     def cancel(self, reason: str = "") -> None:
         self._client._call(self._execution.cancel(reason))
@@ -129,7 +106,7 @@ class Client:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return _wait(self._submit(coroutine))
+        return self._submit(coroutine).result()
 
     def close(self) -> None:
         if self._loop.is_closed():

@@ -224,6 +224,24 @@ def _ctrl_c_cancels(cancel: asyncio.Event, status: StatusLine | None) -> Iterato
         loop.remove_signal_handler(signal.SIGINT)
 
 
+@contextlib.contextmanager
+def _ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt while the served run lasts, as the embedded run's loop
+    takes it (`_ctrl_c_cancels`), even where this command started with SIGINT ignored (a
+    background job of a shell without job control inherits that across exec, and Python then
+    leaves it ignored): a `ptc run --server` that ignored Ctrl-C would leave its execution
+    running on the server."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: the caller's own handling stands
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 async def _execute_in_engine(
     request: ExecutionRequest,
     backends: dict[str, Backend],
@@ -286,6 +304,7 @@ def _execute_remote(
     try:
         # When this process traces, its span is the parent of the server's (sent by the client).
         with (
+            _ctrl_c_raises(),
             Client(server, args.api_key, **tls_options(args)) as client,
             step_span("ptc.run", **{"ptc.server": server}),
         ):
