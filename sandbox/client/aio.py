@@ -52,7 +52,7 @@ from sandbox.options import (
     SessionOverrides,
 )
 from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
 from sandbox.result import ExecutionResult
 from sandbox.telemetry.progress import ProgressSnapshot as Progress
 from sandbox.telemetry.tracing import client_tool_context, inject_context

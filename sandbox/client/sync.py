@@ -30,7 +30,7 @@ from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
 from sandbox.result import ExecutionResult
 
 __all__ = ["Client", "SyncExecution"]
