@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypedDict, Unpack
 
 import grpc
@@ -31,7 +32,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import error_from_rpc, error_from_status, translated
 from sandbox.client._retry import Deadline, RetryPolicy, new_key, retryable, unknown_outcome
-from sandbox.client.sessions import AsyncSession
+from sandbox.client.sessions import AsyncSession, SessionCalls
 from sandbox.client.tls import PemLike, channel_credentials
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.codec.limits import limits_to_proto
@@ -487,8 +488,14 @@ class AsyncClient:
         ``limits`` are the whole session's (``cpu_time`` its total CPU); every cell runs in
         ``runtime`` (`ptc runtime list`). With ``session_id`` it attaches to an existing
         session instead of creating one."""
+        calls = SessionCalls(
+            create=partial(self._stub.CreateSession, metadata=self._metadata),
+            get=partial(self._stub.GetSession, metadata=self._metadata),
+            close=partial(self._stub.CloseSession, metadata=self._metadata),
+            execute=self.execute,
+        )
         return AsyncSession(
-            self, tools, SessionOptions.of(options, **overrides), session_id=session_id
+            calls, tools, SessionOptions.of(options, **overrides), session_id=session_id
         )
 
     async def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:

@@ -176,7 +176,7 @@ class Client:
     ) -> SyncSession:
         """A session: ``with client.session(...) as s: s.execute(...)`` (see `AsyncClient`)."""
         chosen = SessionOptions.of(options, **overrides)
-        return SyncSession(self, self._async.session(tools, chosen, session_id=session_id))
+        return SyncSession(self._call, self._async.session(tools, chosen, session_id=session_id))
 
     def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:
         return self._call(self._async.list_sessions(include_ended))
