@@ -16,15 +16,8 @@ from concurrent.futures import Future
 from typing import Any, TypeVar, Unpack
 
 from sandbox.client._retry import RetryPolicy
-from sandbox.client.aio import (
-    AsyncClient,
-    Execution,
-    OutputChunk,
-    Progress,
-    StreamKeywords,
-    Stubs,
-    split_keywords,
-)
+from sandbox.client.aio import AsyncClient, Progress, Stubs
+from sandbox.client.execution import Execution, OutputChunk, StreamKeywords, split_keywords
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
