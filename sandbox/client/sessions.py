@@ -43,7 +43,7 @@ __all__ = ["AsyncSession", "LoopRunner", "SessionCalls", "SyncSession"]
 T = TypeVar("T")
 
 
-ToolsArg = str | Sequence[Mapping[str, Any]] | None
+_Tools = str | Sequence[Mapping[str, Any]] | None
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class SessionCalls:
     create: Callable[[pb.CreateSessionRequest], Awaitable[pb.SessionInfo]]
     get: Callable[[pb.GetSessionRequest], Awaitable[pb.SessionInfo]]
     close: Callable[[pb.CloseSessionRequest], Awaitable[pb.SessionInfo]]
-    execute: Callable[[str, ToolsArg, RunOptions | None], Awaitable[ExecutionResult]]
+    execute: Callable[[str, _Tools, RunOptions | None], Awaitable[ExecutionResult]]
 
 
 class LoopRunner(Protocol):
