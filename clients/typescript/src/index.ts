@@ -21,14 +21,7 @@ export {
   renderObservation,
   type ScriptSource,
 } from "./observation.js";
-export type {
-  CallOptions,
-  ExecuteOptions,
-  GenerateStubsOptions,
-  ListExecutionsOptions,
-  StreamOptions,
-  Tools,
-} from "./options.js";
+export type * from "./options.js";
 export type { RetryPolicy } from "./retry.js";
 export { type CellOptions, Session, type SessionOptions } from "./sessions.js";
 export {

@@ -33,16 +33,29 @@ function unwrap<T>(outcome: PromiseSettledResult<T>): T {
   return outcome.value;
 }
 
-/** The client's own readMaxBytes refused a response: the fields say so. */
-function tooLargeResponse(error: unknown): boolean {
+/** A message over a size cap, refused by `side`: the typed fields say so, and it was not
+ * retried. The size is checked when given (a response cut on the stream does not know it). */
+function tooLarge(
+  error: unknown,
+  side: "client" | "server",
+  direction: "request" | "response",
+  limitBytes: number,
+  sizeBytes?: number,
+): boolean {
   assert.ok(error instanceof MessageTooLargeError, `not MessageTooLargeError: ${String(error)}`);
   assert.equal(error.code, "message_too_large");
   assert.equal(error.grpcCode, 8);
-  assert.equal(error.side, "client");
-  assert.equal(error.direction, "response");
-  assert.equal(error.limitBytes, READ_MAX);
+  assert.equal(error.side, side);
+  assert.equal(error.direction, direction);
+  assert.equal(error.limitBytes, limitBytes);
+  if (sizeBytes !== undefined) assert.equal(error.sizeBytes, sizeBytes);
   assert.equal(error.attempts, undefined, "a size cap was retried");
   return true;
+}
+
+/** The client's own readMaxBytes refused a response. */
+function tooLargeResponse(error: unknown): boolean {
+  return tooLarge(error, "client", "response", READ_MAX);
 }
 
 async function stillServes(): Promise<void> {
@@ -136,15 +149,7 @@ const STREAM_BYTES = toBinary(
 
 /** The server's own refusal of our request, with its limit and the message's exact size. */
 function tooLargeRequest(error: unknown, sizeBytes: number): boolean {
-  assert.ok(error instanceof MessageTooLargeError, `not MessageTooLargeError: ${String(error)}`);
-  assert.equal(error.code, "message_too_large");
-  assert.equal(error.grpcCode, 8);
-  assert.equal(error.side, "server");
-  assert.equal(error.direction, "request");
-  assert.equal(error.limitBytes, SERVER_RECEIVE_LIMIT);
-  assert.equal(error.sizeBytes, sizeBytes);
-  assert.equal(error.attempts, undefined, "a size cap was retried");
-  return true;
+  return tooLarge(error, "server", "request", SERVER_RECEIVE_LIMIT, sizeBytes);
 }
 
 test("unary Execute: a request over the server's receive limit is the server's message_too_large, at once", async () => {
