@@ -65,6 +65,7 @@ __all__ = [
     "check_labels",
     "check_manifest_size",
     "check_script_size",
+    "fields_json",
     "files_bytes_bound",
     "parse_limit_args",
     "request_bytes_bound",
@@ -277,16 +278,45 @@ class ResolvedLimits:
     output_file_bytes: int
     output_bytes: int
 
+    def to_fields(self) -> dict[str, int]:
+        """The limits as results, audit records and ``ptc run --json`` carry them: keyed by the
+        proto's unit-named fields (``wall_time_ms``, ``memory_bytes``, ...), canonical integers,
+        in `LIMIT_SPECS` order. A new dict each call (the caller may change it), copied from the
+        one remembered per limits: every result and admission asks for it."""
+        return dict(_fields_of(self))
+
     @classmethod
-    def from_fields(cls, fields: Mapping[str, object], where: str = "limits") -> ResolvedLimits:
-        """The effective limits as results, audit records and sessions carry them (``{field:
-        value}``, the proto's unit-named fields: `sandbox.codec.limits`), checked as
-        `Limits.from_mapping` checks a request's, and every one present."""
-        limits = Limits.from_mapping(fields, where)
-        missing = [s.field for s in LIMIT_SPECS if getattr(limits, s.field) is None]
-        if missing:
-            raise InvalidLimits(f"{where}: lacks {', '.join(missing)}")
-        return cls(**{s.field: getattr(limits, s.field) for s in LIMIT_SPECS})
+    def from_record(cls, data: object, where: str = "limits") -> ResolvedLimits | None:
+        """`to_fields`'s inverse, as a result or an audit record read back carries it.
+
+        None for limits written before every limit was recorded by field: an empty mapping (a
+        result that never resolved any), one keyed by limit name in report units (``wall_time``
+        in seconds), or one lacking a limit added since. Such a record says what was enforced
+        then, which is no complete set of today's limits, so none is made up; its entry keeps the
+        text as written and still verifies. A complete set with a value that is not a positive
+        integer is refused naming it (`InvalidLimits`). Today's minimums are not applied: a
+        record says what ran, under the minimums of its day."""
+        if not isinstance(data, Mapping):
+            raise InvalidLimits(f"{where}: expected an object of limits, got {type(data).__name__}")
+        if data.keys() != SPEC_BY_FIELD.keys():
+            unknown = [k for k in data if k not in SPEC_BY_FIELD and k not in SPEC_BY_NAME]
+            if unknown:
+                known = ", ".join(s.field for s in LIMIT_SPECS)
+                raise InvalidLimits(f"{where}.{unknown[0]}: unknown limit (known: {known})")
+            return None
+        values: dict[str, int] = {}
+        for spec in LIMIT_SPECS:
+            value = data[spec.field]
+            if type(value) is float and value.is_integer():
+                value = int(value)
+            if type(value) is not int or value <= 0:
+                unit = "ms" if spec.unit == "s" else spec.unit
+                shown = repr(value)[:40]
+                raise InvalidLimits(
+                    f"{where}.{spec.field}: must be a positive integer ({unit}), got {shown}"
+                )
+            values[spec.field] = value
+        return cls(**values)
 
     def value(self, name: str) -> int:
         value: int = getattr(self, SPEC_BY_NAME[name].field)
@@ -298,6 +328,17 @@ class ResolvedLimits:
 
     def to_json(self) -> dict[str, float]:
         return {spec.name: self.human(spec.name) for spec in LIMIT_SPECS}
+
+
+def fields_json(limits: ResolvedLimits | None) -> dict[str, int]:
+    """``limits.to_fields()``, and ``{}`` for None (no limits, or a record's in an older format):
+    what a result's ``limits`` and an admission's ``effective_limits`` hold as JSON."""
+    return {} if limits is None else limits.to_fields()
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(limits: ResolvedLimits) -> dict[str, int]:
+    return {spec.field: getattr(limits, spec.field) for spec in LIMIT_SPECS}
 
 
 DEFAULTS = ResolvedLimits(
