@@ -24,6 +24,7 @@ from sandbox.audit._codec import (
 )
 from sandbox.limits import DEFAULTS
 from sandbox.result import ExecutionResult, ExecutionStatus
+from tests.audit.audit_support import admission
 
 LIMITS = replace(DEFAULTS, wall_time_ms=2500, memory_bytes=512 * 1024**2)
 _FIELDS = (
@@ -52,18 +53,9 @@ V6_FIXTURE = Path(__file__).parent / "fixtures" / "v6_store.sqlite3"
 
 
 def _admission() -> Admission:
-    return Admission(
-        execution_id="e-1",
-        tenant="acme",
-        script="print(1)",
-        manifest_json="[]",
-        manifest_sha256="ab" * 32,
-        backend="process",
-        policy="none",
-        effective_limits=LIMITS,
-        labels={"agent": "x"},
-        admitted_at=1700000000.5,
-    )
+    # The fields the constants were computed with.
+    written = admission("acme", "e-1", at=1700000000.5)
+    return replace(written, manifest_json="[]", labels={"agent": "x"}, effective_limits=LIMITS)
 
 
 def _result() -> ExecutionResult:
