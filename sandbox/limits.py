@@ -296,6 +296,12 @@ class ResolvedLimits:
         text as written and still verifies. A complete set with a value that is not a positive
         integer is refused naming it (`InvalidLimits`). Today's minimums are not applied: a
         record says what ran, under the minimums of its day."""
+        if type(data) is dict and len(data) == len(_FIELDS):
+            # Every result a client reads and every record read back: the limits remembered,
+            # not rebuilt, when they are the fields alone, each a positive int.
+            given = tuple(map(data.get, _FIELDS))
+            if all(type(value) is int and value > 0 for value in given):
+                return _resolved(given)
         if not isinstance(data, Mapping):
             raise InvalidLimits(f"{where}: expected an object of limits, got {type(data).__name__}")
         if data.keys() != SPEC_BY_FIELD.keys():
@@ -334,6 +340,14 @@ def fields_json(limits: ResolvedLimits | None) -> dict[str, int]:
     """``limits.to_fields()``, and ``{}`` for None (no limits, or a record's in an older format):
     what a result's ``limits`` and an admission's ``effective_limits`` hold as JSON."""
     return {} if limits is None else limits.to_fields()
+
+
+_FIELDS = tuple(spec.field for spec in LIMIT_SPECS)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(values: tuple[int, ...]) -> ResolvedLimits:
+    return ResolvedLimits(**dict(zip(_FIELDS, values, strict=True)))
 
 
 @functools.lru_cache(maxsize=256)
