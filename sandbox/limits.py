@@ -9,7 +9,7 @@ passed unchanged to the broker and the backend.
 Every limit has a minimum (`LimitSpec.minimum`: 1 unit, more where a backend cannot apply less)
 checked wherever limits are built (`Limits.__post_init__`), and a maximum, the ceiling, applied
 by `apply_ceilings` (clamp or refuse). A request's own sizes are capped here too
-(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `request_bytes_bound` sizes the server's receive
+(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `sandbox.message_bounds` sizes the server's receive
 limit from them), checked the same embedded, by the server and by the client SDK.
 
 | name           | field            | default  | enforced by
@@ -45,18 +45,14 @@ from sandbox.errors import InvalidArgument, InvalidLimits
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
-    "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
     "MAX_LABELS",
     "MAX_LABEL_KEY",
     "MAX_LABEL_VALUE",
     "MAX_MANIFEST_BYTES",
-    "MAX_OMITTED_LISTED",
     "MAX_SCRIPT_BYTES",
     "MIN_MEMORY",
-    "REQUEST_OVERHEAD_BYTES",
     "RESERVED_LABEL_PREFIX",
-    "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
@@ -66,11 +62,7 @@ __all__ = [
     "check_manifest_size",
     "check_script_size",
     "fields_json",
-    "files_bytes_bound",
     "parse_limit_args",
-    "request_bytes_bound",
-    "request_files_bound",
-    "result_bytes_bound",
 ]
 
 Unit = Literal["s", "bytes", "count"]
@@ -385,50 +377,13 @@ CEILINGS = ResolvedLimits(
     open_files=4096,
     call_log_bytes=64 * 1024**2,
     # Inputs travel in the request and the job frame, outputs in the result: these ceilings also
-    # size the server's and the client's gRPC message limits (`request_files_bound`).
+    # size the server's and the client's gRPC message limits (`sandbox.message_bounds`).
     input_files=1024,
     input_bytes=64 * 1024**2,
     output_files=1024,
     output_file_bytes=64 * 1024**2,
     output_bytes=64 * 1024**2,
 )
-
-# What a result holds beyond its output and call log, at most: the truncation markers, the
-# violations, usage, limits, the script error (type and message are cut at 200 and 2000
-# characters), ids and timestamps. Generous: it only sizes a message limit.
-RESULT_OVERHEAD_BYTES = 1024**2
-
-
-def result_bytes_bound(limits: ResolvedLimits) -> int:
-    """The most bytes one execution's result can take as a protobuf message under ``limits``.
-
-    Output is kept up to its cap in bytes, but a byte that is not UTF-8 becomes U+FFFD, three
-    bytes, in the text a result carries; the call log is bounded by `call_log_bytes` as the
-    broker counts it (JSON as the wire carries it, plus a fixed share per call for its other
-    fields). Client and server size their gRPC message limits from this, so a result the
-    limits allow always reaches the client.
-    """
-    output = 3 * (limits.stdout_bytes + limits.stderr_bytes)
-    return output + limits.call_log_bytes + files_bytes_bound(limits) + RESULT_OVERHEAD_BYTES
-
-
-# Per file, beside its bytes: its name (at most 1024 bytes), size, sha256 and framing; an omitted
-# file's report (name, size, reason) fits the same share.
-FILE_OVERHEAD_BYTES = 2048
-# Omitted files listed one by one at most; the rest are counted in one last entry.
-MAX_OMITTED_LISTED = 100
-
-
-def files_bytes_bound(limits: ResolvedLimits) -> int:
-    """The most bytes a result's returned and omitted files take as protobuf."""
-    listed = limits.output_files + MAX_OMITTED_LISTED + 1
-    return limits.output_bytes + listed * FILE_OVERHEAD_BYTES
-
-
-def request_files_bound(limits: ResolvedLimits) -> int:
-    """The most bytes a request's input files take as protobuf under ``limits``."""
-    return limits.input_bytes + limits.input_files * FILE_OVERHEAD_BYTES
-
 
 # -- sizes of a request ------------------------------------------------------------------------
 # Not limits of a run but caps on what one request may carry, the same embedded, through the
@@ -440,9 +395,6 @@ MAX_LABELS = 64
 RESERVED_LABEL_PREFIX = "ptc."
 MAX_LABEL_KEY = 128
 MAX_LABEL_VALUE = 1024
-# Everything else a request carries (the labels; expected calls; ids, tokens and names), at
-# most; generous, since it only sizes a message limit.
-REQUEST_OVERHEAD_BYTES = 1024**2
 
 
 def check_script_size(script: str) -> None:
@@ -483,17 +435,6 @@ def check_labels(labels: Mapping[str, str], *, reserved_ok: bool = False) -> Non
             )
         if len(value) > MAX_LABEL_VALUE:
             raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
-
-
-def request_bytes_bound(ceilings: ResolvedLimits) -> int:
-    """The most bytes a valid request takes as protobuf under ``ceilings``: the server's
-    receive limit, so that a larger one is refused by gRPC before it is read whole."""
-    return (
-        MAX_SCRIPT_BYTES
-        + MAX_MANIFEST_BYTES
-        + request_files_bound(ceilings)
-        + REQUEST_OVERHEAD_BYTES
-    )
 
 
 @dataclass(frozen=True)
