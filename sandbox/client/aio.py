@@ -50,7 +50,8 @@ from sandbox.codec.result import result_from_proto
 from sandbox.codec.session import session_from_proto
 from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import PtcError, Unavailable
-from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
+from sandbox.limits import CEILINGS
+from sandbox.message_bounds import request_bytes_bound, result_bytes_bound
 from sandbox.options import (
     LimitsLike,
     RunOptions,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sandbox.audit.base import AuditStore
-from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, limits_fields
+from sandbox.engine import Engine, ExecutionRequest, PreparedExecution
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.recording import Recorder
@@ -243,7 +243,7 @@ def _unadmitted(prepared: Prepared) -> ExecutionResult:
         execution_id=prepared.execution_id,
         status=ExecutionStatus.CANCELLED,
         backend=prepared.execution.backend,
-        effective_limits=limits_fields(prepared.execution.limits),
+        effective_limits=prepared.execution.limits,
         adjustments=list(prepared.execution.adjustments),
         started_at=now,
         finished_at=now,

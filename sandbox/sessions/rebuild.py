@@ -42,7 +42,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, AuditStore
 from sandbox.engine import Engine, RunHooks, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
@@ -224,6 +224,19 @@ async def _claim_and_rebuild(
     return session
 
 
+def _recorded_limits(admission: Admission) -> ResolvedLimits:
+    """The limits a session's record says it ran under, which its rebuilt sandbox gets: refused
+    when the record keeps them in an older format, or one is under today's minimum (a backend
+    could not apply it)."""
+    limits = admission.effective_limits
+    if limits is None:
+        raise FailedPrecondition(
+            f"session {admission.execution_id}: its record keeps its limits in an older format"
+        )
+    Limits.from_mapping(limits.to_fields(), "recorded effective_limits")
+    return limits
+
+
 async def _fresh_session(
     manager: SessionHost, record: AuditRecord, bounds: RebuildBounds, here: str, clock: RebuildClock
 ) -> tuple[Session, list[AuditRecord]]:
@@ -235,7 +248,7 @@ async def _fresh_session(
     admission = record.admission
     labels = dict(admission.labels)
     try:
-        limits = ResolvedLimits.from_fields(admission.effective_limits, "recorded effective_limits")
+        limits = _recorded_limits(admission)
         settings = SessionSettings(
             limits=limits,
             idle_timeout_s=int(labels["ptc.idle_timeout_ms"]) / 1000,
