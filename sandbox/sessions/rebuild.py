@@ -46,7 +46,7 @@ from sandbox.audit.base import Admission, AuditQuery, AuditRecord, AuditStore
 from sandbox.engine import Engine, RunHooks, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
-from sandbox.limits import ResolvedLimits
+from sandbox.limits import Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import Recording, recording_from
