@@ -134,3 +134,39 @@ def test_a_session_whose_record_keeps_limits_in_an_older_format_is_not_rebuilt(
         again.assert_healthy()
     finally:
         again.close()
+
+
+def test_a_cell_whose_record_keeps_limits_in_an_older_format_is_not_rebuilt(
+    tmp_path: Path,
+) -> None:
+    # A replay of such a record runs (today's defaults for what it lacks, and says so); a
+    # session resumes only as it ran, so its rebuild refuses the cell.
+    srv = SessionServer(tmp_path, "process")
+    session = srv.a.session()
+    session.create()
+    cell = session.execute("x = 1")
+    assert cell.status == "ok"
+    srv.close()
+    with sqlite3.connect(srv.audit_db) as conn:  # white box, as above: the cell's admission
+        where = "execution_id = ? AND kind = 'admitted'"
+        (text,) = conn.execute(
+            f"SELECT payload FROM entries WHERE {where}", (cell.execution_id,)
+        ).fetchone()
+        payload = json.loads(text)
+        payload["effective_limits"] = {"wall_time": 10.0, "memory": 268435456.0}
+        conn.execute(
+            f"UPDATE entries SET payload = ? WHERE {where}", (canonical(payload), cell.execution_id)
+        )
+    (tmp_path / "again").mkdir()
+    again = SessionServer(tmp_path / "again", "process", audit_db=srv.audit_db)
+    try:
+        with pytest.raises(FailedPrecondition) as lost:
+            again.a.run("print(x)", session_id=session.id)
+        assert str(lost.value) == (
+            f"session_lost: session {session.id!r} is lost: could not be rebuilt on "
+            f"{_instance(again)}: cell 1 (execution id {cell.execution_id}): its record keeps its "
+            "limits in an older format"
+        )
+        again.assert_healthy()
+    finally:
+        again.close()
