@@ -67,11 +67,12 @@ def test_ptc_audit_show_and_export_print_the_v6_limits_as_recorded(tmp_path: Pat
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_limits_in_seconds_are_shown_and_exported_as_recorded(tmp_path: Path) -> None:
-    db = str(tmp_path / "audit.sqlite3")
+def _check_in_seconds(db: str) -> None:
+    """Records an execution as a version that kept limit names in seconds wrote it in ``db``;
+    the store, `ptc audit show` and `ptc audit export` give its limits back as written."""
     older = OlderLimits(tuple(IN_SECONDS.items()))
     store = open_store(db, instance="old")
-    try:  # as a version that kept limit names in seconds wrote them
+    try:
         store.admit(
             Admission("old1", "acme", "print(1)", "[]", "ab" * 32, "process", "none", None,
                       older_limits=older),
@@ -85,13 +86,6 @@ def test_limits_in_seconds_are_shown_and_exported_as_recorded(tmp_path: Path) ->
         assert (record.admission.effective_limits, record.admission.older_limits) == (None, older)
         assert (record.result.effective_limits, record.result.older_limits) == (None, older)
         assert record.result.to_json()["limits"] == IN_SECONDS
-        # The stored texts hold them as written (white box: the store's rows).
-        rows = store._db.read_one(
-            "SELECT kind, payload FROM entries WHERE execution_id = ? ORDER BY seq", ("old1",)
-        )
-        payloads = {str(kind): json.loads(str(payload)) for kind, payload in rows}
-        assert payloads["admitted"]["effective_limits"] == IN_SECONDS
-        assert payloads["completed"]["limits"] == IN_SECONDS
     finally:
         store.close()
     shown = ptc("audit", "show", "old1", "--db", db)
@@ -107,6 +101,27 @@ def test_limits_in_seconds_are_shown_and_exported_as_recorded(tmp_path: Path) ->
     assert (line["effective_limits"], line["result"]["limits"]) == (IN_SECONDS, IN_SECONDS)
     verify = ptc("audit", "verify", "--db", db)
     assert (verify.returncode, verify.stdout) == (0, "ok: 1 records verified\n")
+
+
+def test_limits_in_seconds_are_shown_and_exported_as_recorded(tmp_path: Path) -> None:
+    db = str(tmp_path / "audit.sqlite3")
+    _check_in_seconds(db)
+    # The stored texts hold them as written (white box: the store's rows).
+    store = open_store(db, instance="old")
+    try:
+        rows = store._db.read_one(
+            "SELECT kind, payload FROM entries WHERE execution_id = ? ORDER BY seq", ("old1",)
+        )
+    finally:
+        store.close()
+    payloads = {str(kind): json.loads(str(payload)) for kind, payload in rows}
+    assert payloads["admitted"]["effective_limits"] == IN_SECONDS
+    assert payloads["completed"]["limits"] == IN_SECONDS
+
+
+@pytest.mark.requires_postgres
+def test_limits_in_seconds_on_postgresql(pg_url: str) -> None:
+    _check_in_seconds(pg_url)
 
 
 def test_reading_limits_keeps_the_older_format_and_refuses_what_is_no_limit() -> None:
