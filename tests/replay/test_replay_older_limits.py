@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sandbox.audit import Admission, open_store
-from sandbox.limits import DEFAULTS, LIMIT_SPECS
+from sandbox.limits import DEFAULTS, LIMIT_SPECS, ResolvedLimits
 from sandbox.older_limits import OlderLimits
 from sandbox.result import ExecutionResult, ExecutionStatus
 from tests.ptc_cli import run_ptc as ptc
@@ -19,18 +19,26 @@ from tests.ptc_cli import run_ptc as ptc
 ALL_BUT_TWO = [s.name for s in LIMIT_SPECS if s.name not in ("wall_time", "memory")]
 
 
-def _record_older(db: str, execution_id: str, limits: dict[str, int | float]) -> None:
-    """An execution as a version that kept its limits in ``limits``'s format recorded it."""
-    older = OlderLimits(tuple(limits.items()))
+def _record(db: str, execution_id: str, limits: ResolvedLimits | dict[str, int | float]) -> None:
+    """An execution recorded under ``limits``: today's complete set, or limits in an older
+    format (a dict: names in seconds, or only some fields) as the version that kept them wrote."""
+    older = None if isinstance(limits, ResolvedLimits) else OlderLimits(tuple(limits.items()))
+    typed = limits if isinstance(limits, ResolvedLimits) else None
     store = open_store(db, instance="old")
     try:
         store.admit(
             Admission(execution_id, "default", "print(1)", "[]", "ab" * 32, "process", "none",
-                      None, expected_calls=(), older_limits=older),
+                      typed, expected_calls=(), older_limits=older),
         )  # fmt: skip
         store.complete(
             execution_id,
-            ExecutionResult(execution_id, ExecutionStatus.OK, stdout="1\n", older_limits=older),
+            ExecutionResult(
+                execution_id,
+                ExecutionStatus.OK,
+                stdout="1\n",
+                effective_limits=typed,
+                older_limits=older,
+            ),
         )
     finally:
         store.close()
@@ -40,7 +48,7 @@ def test_limits_in_seconds_replay_converted_and_the_defaulted_ones_are_named(
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "audit.db")
-    _record_older(db, "secs1", {"wall_time": 2.5, "memory": 536870912.0})
+    _record(db, "secs1", {"wall_time": 2.5, "memory": 536870912.0})
     done = ptc("replay", "secs1", "--audit-db", db, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -66,7 +74,7 @@ def test_a_partial_set_by_field_replays_and_a_given_limit_is_not_defaulted(
 ) -> None:
     db = str(tmp_path / "audit.db")
     # As the version 6 code wrote them: floats by field, 2 of today's 15.
-    _record_older(db, "v6-1", {"memory_bytes": 268435456.0, "wall_time_ms": 3000.0})
+    _record(db, "v6-1", {"memory_bytes": 268435456.0, "wall_time_ms": 3000.0})
     done = ptc("replay", "v6-1", "--audit-db", db, "--json", "--limit", "cpu_time=2")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -78,15 +86,7 @@ def test_a_partial_set_by_field_replays_and_a_given_limit_is_not_defaulted(
 
 def test_a_record_with_every_limit_names_none_defaulted(tmp_path: Path) -> None:
     db = str(tmp_path / "audit.db")
-    store = open_store(db, instance="new")
-    try:
-        store.admit(
-            Admission("new1", "default", "print(1)", "[]", "ab" * 32, "process", "none",
-                      replace(DEFAULTS, wall_time_ms=4000), expected_calls=()),
-        )  # fmt: skip
-        store.complete("new1", ExecutionResult("new1", ExecutionStatus.OK, stdout="1\n"))
-    finally:
-        store.close()
+    _record(db, "new1", replace(DEFAULTS, wall_time_ms=4000))
     done = ptc("replay", "new1", "--audit-db", db, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
