@@ -298,3 +298,39 @@ def test_the_tenants_are_read_through_the_index_not_the_executions(
         assert scans, plan
         for n in scans:
             assert "Index Only Scan" in plan[n] and "Limit" in plan[n - 1], plan
+
+
+def test_the_idempotency_look_up_reads_one_structure(
+    audit_db: AuditDb, filled: SqlAuditStore
+) -> None:
+    """Schema step 11: the look-up of a key is one B-tree descent. On SQLite the table has no
+    rowids, so the primary key's B-tree holds the row (no second probe of the table); on
+    PostgreSQL the primary key's index carries ``execution_id``, so the look-up is an
+    index-only scan that reads no heap page once the table is vacuumed."""
+    ((_, sql, params),) = _statements(
+        filled, [("idempotency", lambda: filled.by_key("big", "k150"))]
+    )
+    assert filled.by_key("big", "k150") == "big-0150"
+    if audit_db.kind == "sqlite":
+        assert _explain(audit_db, sql, params) == [
+            "SEARCH idempotency_keys USING PRIMARY KEY (tenant=? AND idem_key=?)"
+        ]
+        return
+    import psycopg
+
+    audit_db.raw("VACUUM idempotency_keys")
+    with psycopg.connect(audit_db.target, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")  # 64 rows: see the module's docstring
+        explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql.replace("?", "%s")
+        plan = [str(row[0]) for row in conn.execute(explain, params).fetchall()]
+    assert plan[0].startswith("Index Only Scan using idempotency_keys_pkey on idempotency_keys"), (
+        plan
+    )
+    assert "Heap Fetches: 0" in [line.strip() for line in plan], plan
+    (options,) = audit_db.raw(
+        "SELECT reloptions FROM pg_class WHERE oid = 'idempotency_keys'::regclass"
+    )
+    assert sorted(options[0]) == [
+        "autovacuum_vacuum_insert_scale_factor=0",
+        "autovacuum_vacuum_insert_threshold=10000",
+    ]
