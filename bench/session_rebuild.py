@@ -47,7 +47,8 @@ import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its
 
 # isort: split
 from bench.harness import Report, bench_parser, interleave, percentile
-from bench.store_scale import _fill_bulk, _postgres
+from bench.scale_history import fill_bulk
+from bench.store_scale import postgres_schema
 from sandbox.audit import open_store
 from sandbox.client import AsyncClient
 from sandbox.server import SandboxServer, ServerConfig
@@ -74,7 +75,7 @@ def prefill(path: str, size: int, report: Report) -> None:
         have = int(str(last[0][0]).rsplit("-", 1)[1]) + 1 if last else 0
         if have < size:
             started = time.perf_counter()
-            _fill_bulk(store, TENANT, have, size)
+            fill_bulk(store, TENANT, have, size)
             report.print(
                 f"filled the store from {have:,} to {size:,} executions of {TENANT!r} in "
                 f"{time.perf_counter() - started:.1f} s"
@@ -88,7 +89,7 @@ def _store_file(kept: str | None, pg_url: str | None) -> Iterator[str]:
     """The store's target: ``kept`` (a SQLite file), a fresh schema of the PostgreSQL server
     ``pg_url`` (dropped afterwards), or a SQLite file in a temporary directory."""
     if pg_url:
-        with _postgres(pg_url) as (target, _size):
+        with postgres_schema(pg_url) as (target, _size):
             yield target
     elif kept:
         yield kept

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.harness import Report
+from bench.scale_history import admission, result
 from bench.session_rebuild import TENANT, prefill
 from bench.store_copy import copy_store
-from bench.store_scale import _admission, _result
 from sandbox.audit import AuditQuery, open_store
 from tests.postgres_support import fresh_schema
 
@@ -40,8 +40,8 @@ def test_a_copied_store_reads_back_and_verifies(pg_url: str, tmp_path: Path) -> 
         page, _ = pg.list(TENANT, AuditQuery(limit=5))
         assert page == lite.list(TENANT, AuditQuery(limit=5))[0]
         # The copy's chain goes on: a new execution appends after the copied head.
-        pg.admit(_admission(TENANT, 300))
-        pg.complete(f"{TENANT}-000000300", _result(f"{TENANT}-000000300", 300))
+        pg.admit(admission(TENANT, 300))
+        pg.complete(f"{TENANT}-000000300", result(f"{TENANT}-000000300", 300))
         after = pg.verify()
         assert after.ok and after.records == 301
     finally:
