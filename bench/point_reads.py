@@ -1,9 +1,11 @@
-"""The store's two point reads (get by id, the idempotency look-up) on SQLite stores of any size,
-with the file read through a memory map (the store's setting) and with pages copied (before).
+"""The store's two point reads (get by id, the idempotency look-up) on stores of any size: SQLite
+with the file read through a memory map (the store's setting) and with pages copied (before),
+PostgreSQL as the store opens it.
 
     .venv/bin/python -m bench.point_reads --stores PATH:TENANT:SIZE[,...] [--lookups 10000]
 
-Each store is a SQLite file ``bench.store_scale`` or ``bench.session_rebuild --store`` filled:
+Each store is a SQLite file ``bench.store_scale`` or ``bench.session_rebuild --store`` filled,
+or a PostgreSQL URL ``bench.store_copy`` copied such a file to:
 ``SIZE`` executions of ``TENANT`` with ids ``TENANT-000000000`` on and an idempotency key
 ``key-N`` on every fourth. One connection per store and setting, ``--lookups`` random ids and keys
 from the middle half of the history, each store's settings run in turn (copied, mapped) twice;
@@ -18,14 +20,15 @@ import time
 from typing import Any
 
 from bench.harness import Report, bench_parser, percentile
-from sandbox.audit import open_store
+from sandbox.audit import is_postgres_url, open_store
 
 SETTINGS = {"copied": "PRAGMA mmap_size=0", "mapped": ""}  # "": as the store opens it
+PG_SETTINGS = {"as opened": ""}
 
 
 def measure(report: Report, path: str, tenant: str, size: int, lookups: int) -> None:
     for run in (1, 2):
-        for name, pragma in SETTINGS.items():
+        for name, pragma in (PG_SETTINGS if is_postgres_url(path) else SETTINGS).items():
             store = open_store(path, instance="bench")
             try:
                 if pragma:
