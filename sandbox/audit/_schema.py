@@ -303,7 +303,8 @@ _V10: tuple[Step, ...] = (
 # shared buffers; the primary key's index now carries ``execution_id`` (``INCLUDE``), so the
 # look-up is an index-only scan, and autovacuum visits the table after every 10,000 new keys
 # whatever its size (not after 20% more rows, the default) so that the visibility map, which
-# lets the scan skip the heap, covers all but the newest keys.
+# lets the scan skip the heap, covers all but the newest keys. Those two settings exist since
+# PostgreSQL 13 (``INCLUDE`` since 11): the step fails, and the store does not open, on older.
 _V11: tuple[Step, ...] = (
     PerEngine(
         sqlite=(
