@@ -236,7 +236,8 @@ def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
     """Every statement on ``contents`` (`sandbox.audit._contents`) that a
     request or a periodic job runs: a read that puts a script and manifest back (a store that
     has not cached them: another server's), the look-up of `verify` since a checkpoint, an
-    admission's writes, and retention's walk to the rows it removes."""
+    admission's writes, and retention's walk to the rows it removes; and retention's delete of
+    the pruned admissions' idempotency keys, each by its primary key."""
     for i in range(200):  # texts of their own: the planner sees a table worth its index
         filled.admit(admission("big", f"own-{i:03d}", script=f"print({i})", at=6000.0 + i))
     if audit_db.kind == "postgres":
@@ -256,12 +257,15 @@ def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
         for s in _statements(store, [("list", lambda: store.list("big", AuditQuery(limit=20)))])
         + _statements(other, [("get", lambda: other.get("big", "big-0150"))])
         + _statements(store, calls)
-        if "content" in s[1] or "kind = 'admitted'" in s[1]  # the admissions prune reads
+        if "content" in s[1]
+        or "kind = 'admitted'" in s[1]  # the admissions prune reads
+        or "DELETE FROM idempotency_keys" in s[1]  # the keys they name
     ]
     assert {name for name, _, _ in statements} == {"list", "get", "admit", "verify since", "prune"}
-    assert any(
-        "SELECT payload FROM entries" in sql for name, sql, _ in statements if name == "prune"
-    )
+    pruning = [sql for name, sql, _ in statements if name == "prune"]
+    assert any("SELECT payload FROM entries" in sql for sql in pruning)
+    assert any("DELETE FROM idempotency_keys" in sql for sql in pruning)
+    assert (filled.by_key("big", "k0"), filled.by_key("big", "k150")) == (None, "big-0150")
     assert any("SELECT digest, body FROM contents" in sql for _, sql, _ in statements)
     problems = {}
     for name, sql, params in statements:
