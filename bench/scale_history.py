@@ -16,6 +16,7 @@ import json
 
 from sandbox.audit import Admission, SqlAuditStore
 from sandbox.audit._codec import canonical, result_to_json
+from sandbox.limits import DEFAULTS
 from sandbox.result import (
     CallRecord,
     CallStatus,
@@ -115,7 +116,7 @@ def admission(
         manifest_sha256="ab" * 32,
         backend="process",
         policy="none",
-        effective_limits={"wall_time_ms": 10000.0, "memory_bytes": 268435456.0},
+        effective_limits=DEFAULTS,
         labels=labels,
         admitted_at=1_700_000_000.0 + i,
         idempotency_key=f"key-{i}" if i % 4 == 0 else "",
@@ -152,7 +153,7 @@ def result(execution_id: str, i: int) -> ExecutionResult:
         usage=Usage(wall_time_s=0.05, cpu_time_s=0.03, peak_memory_bytes=1 << 24, tool_calls=2),
         backend="process",
         isolation=["userns", "netns"],
-        effective_limits={"wall_time_ms": 10_000},
+        effective_limits=DEFAULTS,
         started_at=1000.0,
         finished_at=1000.05,
     )

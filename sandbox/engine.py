@@ -35,7 +35,6 @@ from sandbox.backends.base import Backend, Job
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.execution import assemble
 from sandbox.execution.acquire import acquire_sandbox
-from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
@@ -69,7 +68,6 @@ __all__ = [
     "StartedInfo",
     "acquire_sandbox",
     "check_runtime",
-    "limits_fields",
 ]
 
 CACHE_SIZE = 256

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import Engine, PreparedExecution, limits_fields
+from sandbox.engine import Engine, PreparedExecution
 from sandbox.errors import PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
@@ -60,7 +60,7 @@ class Recorder:
                 manifest_sha256=prepared.manifest.sha256,
                 backend=prepared.backend,
                 policy=request.policy,
-                effective_limits=limits_fields(prepared.limits),
+                effective_limits=prepared.limits,
                 labels=dict(request.labels),
                 admitted_at=time.time(),
                 expected_calls=tuple(request.expected_calls),
@@ -143,7 +143,7 @@ def failed_result(
         status=status,
         exit_code=-1,
         backend=prepared.backend,
-        effective_limits=limits_fields(prepared.limits),
+        effective_limits=prepared.limits,
         adjustments=list(prepared.adjustments),
         error=ScriptError(type(exc).__name__, message[:2000]),
         started_at=now,

@@ -33,7 +33,7 @@ from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
 from sandbox.limits import Limits, check_labels
 from sandbox.options import RunOptions
 from sandbox.recording import Recorder
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
 from sandbox.result import ExecutionResult
 from sandbox.sessions.manager import SessionManager
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot

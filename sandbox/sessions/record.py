@@ -13,7 +13,6 @@ import logging
 import time
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import limits_fields
 from sandbox.errors import NotFound, quote
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.session import Session, SessionState
@@ -38,7 +37,7 @@ def admit_record(store: AuditStore | None, session: Session) -> None:
             manifest_sha256=session.manifest.sha256,
             backend=session.backend,
             policy="none",
-            effective_limits=limits_fields(settings.limits),
+            effective_limits=settings.limits,
             labels={
                 **session.labels,
                 "ptc.kind": "session",
@@ -71,7 +70,7 @@ def complete_record(
         exit_code=0,
         backend=session.backend,
         isolation=session.sandbox.isolation,
-        effective_limits=limits_fields(session.settings.limits),
+        effective_limits=session.settings.limits,
         error=ScriptError("SessionEnded", f"{session.state.value}: {session.reason}"[:2000]),
         usage=Usage(
             wall_time_s=ended - session.created_at,
