@@ -29,11 +29,11 @@ import json
 from collections.abc import Callable
 
 from sandbox.audit._db import Tx
+from sandbox.request_caps import SESSION_LABEL
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SESSION_LABEL", "Step"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Step"]
 
 Step = str | Callable[[Tx], None]
-SESSION_LABEL = "ptc.session_id"  # the label a session's cells carry (`sandbox.sessions`)
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS entries (
