@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox.audit._db import Engine, Tx
+from sandbox.request_caps import SESSION_LABEL
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SESSION_LABEL", "PerEngine", "Step"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PerEngine", "Step"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,6 @@ class PerEngine:
 
 
 Step = str | Callable[[Tx], None] | PerEngine
-SESSION_LABEL = "ptc.session_id"  # the label a session's cells carry (`sandbox.sessions`)
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS entries (
