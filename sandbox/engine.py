@@ -49,10 +49,8 @@ from sandbox.limits import (
     Limits,
     ResolvedLimits,
     apply_ceilings,
-    check_labels,
-    check_manifest_size,
-    check_script_size,
 )
+from sandbox.request_caps import SESSION_LABEL, check_labels, check_manifest_size, check_script_size
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ScriptError
 from sandbox.telemetry.progress import LiveProbe
@@ -223,7 +221,7 @@ class Engine:
         if session is None:
             place = SingleUse(backend, effective, prepared.runtime, hooks)
         else:
-            session_id = request.labels.get("ptc.session_id", "")
+            session_id = request.labels.get(SESSION_LABEL, "")
             place = SessionCell(session, session_id, prepared.manifest.sha256, hooks)
         result = assemble.start(prepared, backend.name, place.session_id)
         if prepared.rejection is not None:

@@ -8,9 +8,8 @@ passed unchanged to the broker and the backend.
 
 Every limit has a minimum (`LimitSpec.minimum`: 1 unit, more where a backend cannot apply less)
 checked wherever limits are built (`Limits.__post_init__`), and a maximum, the ceiling, applied
-by `apply_ceilings` (clamp or refuse). A request's own sizes are capped here too
-(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `sandbox.message_bounds` sizes the server's receive
-limit from them), checked the same embedded, by the server and by the client SDK.
+by `apply_ceilings` (clamp or refuse). What one request may carry (its script's and manifest's
+sizes, its labels) is not a limit of a run: `sandbox.request_caps`.
 
 | name           | field            | default  | enforced by
 |----------------|------------------|----------|---------------------------------------------------
@@ -40,27 +39,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sandbox.errors import InvalidArgument, InvalidLimits
+from sandbox.errors import InvalidLimits
 
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
     "LIMIT_SPECS",
-    "MAX_LABELS",
-    "MAX_LABEL_KEY",
-    "MAX_LABEL_VALUE",
-    "MAX_MANIFEST_BYTES",
-    "MAX_SCRIPT_BYTES",
     "MIN_MEMORY",
-    "RESERVED_LABEL_PREFIX",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
-    "check_labels",
-    "check_manifest_size",
-    "check_script_size",
     "fields_json",
     "parse_limit_args",
 ]
@@ -384,57 +374,6 @@ CEILINGS = ResolvedLimits(
     output_file_bytes=64 * 1024**2,
     output_bytes=64 * 1024**2,
 )
-
-# -- sizes of a request ------------------------------------------------------------------------
-# Not limits of a run but caps on what one request may carry, the same embedded, through the
-# server and in the client SDK (which checks them before sending, with the same message).
-MAX_SCRIPT_BYTES = 1024**2
-MAX_MANIFEST_BYTES = 4 * 1024**2
-# Labels a request or session may carry, and their keys' and values' lengths in characters.
-MAX_LABELS = 64
-RESERVED_LABEL_PREFIX = "ptc."
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
-
-
-def check_script_size(script: str) -> None:
-    """Refuses a script larger than `MAX_SCRIPT_BYTES` (as UTF-8)."""
-    # A str longer than the cap in characters is too large whatever it encodes to: checked
-    # first, so that a huge script is refused without encoding it.
-    if len(script) > MAX_SCRIPT_BYTES or len(script.encode("utf-8", "surrogatepass")) > (
-        MAX_SCRIPT_BYTES
-    ):
-        raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
-
-
-def check_manifest_size(manifest: str | bytes) -> None:
-    """Refuses a manifest (JSON text) larger than `MAX_MANIFEST_BYTES`."""
-    size = len(manifest)
-    if isinstance(manifest, str) and size <= MAX_MANIFEST_BYTES:
-        size = len(manifest.encode("utf-8", "surrogatepass"))
-    if size > MAX_MANIFEST_BYTES:
-        raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
-
-
-def check_labels(labels: Mapping[str, str], *, reserved_ok: bool = False) -> None:
-    """Refuses more than `MAX_LABELS` labels, an empty or long key, a long value, or a key in
-    the server's own namespace (`RESERVED_LABEL_PREFIX`: ``ptc.session_id``, ``ptc.kind``, which
-    the audit record and the session look-up trust). ``reserved_ok`` is for a request the
-    server or engine already labelled: its own keys are then not counted."""
-    if reserved_ok:
-        labels = {k: v for k, v in labels.items() if not k.startswith(RESERVED_LABEL_PREFIX)}
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not key or len(key) > MAX_LABEL_KEY:
-            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            raise InvalidArgument(
-                f"labels: key {key[:40]!r} is reserved: keys starting with "
-                f"{RESERVED_LABEL_PREFIX!r} are set by the server"
-            )
-        if len(value) > MAX_LABEL_VALUE:
-            raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
 
 
 @dataclass(frozen=True)

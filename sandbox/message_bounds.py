@@ -6,7 +6,8 @@ before it is read whole."""
 
 from __future__ import annotations
 
-from sandbox.limits import MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES, ResolvedLimits
+from sandbox.limits import ResolvedLimits
+from sandbox.request_caps import MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
 
 __all__ = [
     "FILE_OVERHEAD_BYTES",

@@ -33,6 +33,7 @@ from sandbox.engine import Engine, PreparedExecution
 from sandbox.errors import PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
+from sandbox.request_caps import SESSION_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.telemetry import metrics
 
@@ -136,7 +137,7 @@ def failed_result(
         status = ExecutionStatus.FAILED
     message = exc.message if isinstance(exc, PtcError) else str(exc)
     now = time.time()
-    session_id = prepared.request.labels.get("ptc.session_id", "")
+    session_id = prepared.request.labels.get(SESSION_LABEL, "")
     return ExecutionResult(
         session_id=session_id,
         execution_id=prepared.execution_id,

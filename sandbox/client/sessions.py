@@ -33,9 +33,9 @@ from sandbox.codec.limits import limits_to_proto
 from sandbox.codec.session import session_from_proto
 from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.limits import check_labels
 from sandbox.options import RunOptions, RunOverrides, SessionOptions
 from sandbox.records import SessionInfo
+from sandbox.request_caps import check_labels
 from sandbox.result import ExecutionResult
 
 __all__ = ["AsyncSession", "LoopRunner", "SessionCalls", "SyncSession"]

@@ -19,8 +19,9 @@ from sandbox.codec.values import BACKEND_ENUM, BACKENDS, POLICIES, POLICY_ENUM
 from sandbox.errors import InvalidArgument, quote
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile, check_inputs
-from sandbox.limits import CEILINGS, Limits, check_labels, check_manifest_size, check_script_size
+from sandbox.limits import CEILINGS, Limits
 from sandbox.options import RunOptions
+from sandbox.request_caps import check_labels, check_manifest_size, check_script_size
 
 __all__ = [
     "MAX_EXPECTED_CALLS",

@@ -31,8 +31,9 @@ from sandbox.integrations.runners import (
 )
 from sandbox.limits import Limits
 from sandbox.options import SessionOptions, SessionOverrides
+from sandbox.request_caps import SESSION_LABEL
 from sandbox.result import ExecutionResult
-from sandbox.sessions.cells import SESSION_LABEL, cell_limits
+from sandbox.sessions.cells import cell_limits
 from sandbox.sessions.manager import Session, SessionManager, SessionSettings
 
 __all__ = ["ClientSessionRunner", "EmbeddedSessionRunner", "open_session"]

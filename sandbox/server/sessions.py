@@ -17,9 +17,10 @@ from sandbox.codec.session import session_to_proto
 from sandbox.codec.values import BACKENDS
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
-from sandbox.limits import check_labels, fields_json
+from sandbox.limits import fields_json
 from sandbox.records import SessionInfo
 from sandbox.records import SessionState as InfoState
+from sandbox.request_caps import check_labels
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, check_allowed
 from sandbox.tenants.base import Tenant

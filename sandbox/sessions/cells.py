@@ -18,12 +18,12 @@ from dataclasses import replace
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import InvalidArgument, InvalidLimits
 from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
+from sandbox.request_caps import SESSION_LABEL
 from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.session import Session
 
-__all__ = ["SESSION_FIELDS", "SESSION_LABEL", "cell_limits", "cell_request"]
+__all__ = ["SESSION_FIELDS", "cell_limits", "cell_request"]
 
-SESSION_LABEL = "ptc.session_id"
 # The limits of the whole sandbox, fixed at CreateSession: a cell cannot change them.
 SESSION_FIELDS = ("memory_bytes", "processes", "file_size_bytes", "open_files")
 

@@ -50,8 +50,9 @@ from sandbox.limits import Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import Recording, recording_from
+from sandbox.request_caps import KIND_LABEL, SESSION_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.sessions.cells import SESSION_LABEL, cell_limits
+from sandbox.sessions.cells import cell_limits
 from sandbox.sessions.session import (
     RebuildClock,
     Session,
@@ -81,7 +82,7 @@ log = logging.getLogger(__name__)
 
 # The labels a session's record adds to its own (`SessionManager._admit`); the rest are the
 # client's labels, given back to the rebuilt session.
-_SETTING_LABELS = ("ptc.kind", "ptc.idle_timeout_ms", "ptc.max_lifetime_ms", "ptc.max_executions")
+_SETTING_LABELS = (KIND_LABEL, "ptc.idle_timeout_ms", "ptc.max_lifetime_ms", "ptc.max_executions")
 _PAGE = 500
 
 
@@ -179,7 +180,7 @@ async def rebuild(
     if store is None or not store.holds_sessions:
         return None
     record = await asyncio.to_thread(store.get, tenant, session_id)
-    if record is None or record.admission.labels.get("ptc.kind") != "session":
+    if record is None or record.admission.labels.get(KIND_LABEL) != "session":
         return None
     if record.result is not None:
         return None  # ended: the caller says how

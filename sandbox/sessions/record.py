@@ -14,6 +14,7 @@ import time
 
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.errors import NotFound, quote
+from sandbox.request_caps import KIND_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.session import Session, SessionState
 
@@ -40,7 +41,7 @@ def admit_record(store: AuditStore | None, session: Session) -> None:
             effective_limits=settings.limits,
             labels={
                 **session.labels,
-                "ptc.kind": "session",
+                KIND_LABEL: "session",
                 "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
                 "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
                 "ptc.max_executions": str(settings.max_executions),
@@ -98,7 +99,7 @@ def gone_error(store: AuditStore | None, tenant: str, session_id: str) -> NotFou
     if store is not None:
         with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
             record = store.get(tenant, session_id)
-    if record is None or record.admission.labels.get("ptc.kind") != "session":
+    if record is None or record.admission.labels.get(KIND_LABEL) != "session":
         return NotFound(f"session_id: no session {quote(session_id)}")
     if record.result is None and record.interrupted_reason:
         how = f"{record.status}: {record.interrupted_reason}"
