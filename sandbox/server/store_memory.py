@@ -59,15 +59,16 @@ def _sha(*parts: str) -> str:
     return digest.hexdigest()
 
 
-# Older limits are written as the record wrote them, in place of the typed ones (none).
-_ADMISSION_FIELDS = tuple(f.name for f in fields(Admission) if f.name != "older_limits")
+_ADMISSION_FIELDS = tuple(f.name for f in fields(Admission))
 
 
 def _admission_json(admission: Admission) -> str:
     # The text `dataclasses.asdict` gave, without its deep copy of every value (~110 us per
     # admission for what is a flat record but for its expected calls).
     data = {name: getattr(admission, name) for name in _ADMISSION_FIELDS}
-    data["effective_limits"] = limits_json(admission.effective_limits, admission.older_limits)
+    older = admission.older_limits
+    data["effective_limits"] = limits_json(admission.effective_limits, older)
+    data["older_limits"] = None if older is None else older.to_json()
     data["labels"] = dict(admission.labels)
     if admission.expected_calls is not None:
         data["expected_calls"] = [asdict(item) for item in admission.expected_calls]
