@@ -54,6 +54,9 @@ class ReplayReport:
     execution_id: str
     result: ExecutionResult
     differences: list[Difference] = field(default_factory=list)
+    # The limits the record did not hold (it keeps them in an older format), which the replay
+    # ran at today's defaults: said, so that no replay runs silently under limits never recorded.
+    defaulted_limits: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -65,5 +68,6 @@ class ReplayReport:
             "replay_execution_id": self.result.execution_id,
             "identical": self.identical,
             "differences": [d.to_json() for d in self.differences],
+            "defaulted_limits": list(self.defaulted_limits),
             "result": self.result.to_json(),
         }

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import LimitAdjustment, ResolvedLimits, fields_json
+from sandbox.limits import LimitAdjustment, ResolvedLimits
+from sandbox.older_limits import OlderLimits, limits_json, read_limits
 
 __all__ = [
     "VIOLATION_ORDER",
@@ -261,6 +262,9 @@ class ExecutionResult:
     # The limits applied; None before they are resolved, and on a record written before every
     # limit was recorded by field (`ResolvedLimits.from_record`).
     effective_limits: ResolvedLimits | None = None
+    # The limits as a record in an older format wrote them (`sandbox.older_limits`), kept so that
+    # its JSON says what the record says; set only when `effective_limits` is None.
+    older_limits: OlderLimits | None = None
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -301,7 +305,7 @@ class ExecutionResult:
             "isolation": list(self.isolation),
             # By the proto's unit-named fields ({} for None): a documented output, and what the
             # audit chain hashed before the limits were typed, byte for byte.
-            "limits": fields_json(self.effective_limits),
+            "limits": limits_json(self.effective_limits, self.older_limits),
             "adjustments": [
                 {
                     "limit": a.limit,
@@ -324,6 +328,7 @@ class ExecutionResult:
         """`to_json`'s inverse, as an audit record keeps it (`to_json(content=False)`: output
         files without their bytes); records written before sessions or files have none."""
         error = data.get("error")
+        limits, older = read_limits(data["limits"], "result.limits")
         return cls(
             execution_id=data["execution_id"],
             status=ExecutionStatus(data["status"]),
@@ -336,7 +341,8 @@ class ExecutionResult:
             error=ScriptError(**error) if error else None,
             backend=data["backend"],
             isolation=list(data["isolation"]),
-            effective_limits=ResolvedLimits.from_record(data["limits"], "result.limits"),
+            effective_limits=limits,
+            older_limits=older,
             adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
             started_at=float(data["started_at"]),
             finished_at=float(data["finished_at"]),

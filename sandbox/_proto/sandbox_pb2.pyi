@@ -277,7 +277,7 @@ class LimitAdjustment(_message.Message):
     def __init__(self, limit: _Optional[str] = ..., requested: _Optional[float] = ..., applied: _Optional[float] = ..., action: _Optional[str] = ...) -> None: ...
 
 class ExecutionResult(_message.Message):
-    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at", "session_id", "value", "session_lost", "input_files", "output_files", "omitted_outputs")
+    __slots__ = ("execution_id", "status", "exit_code", "stdout", "stderr", "calls", "violations", "usage", "error", "backend", "isolation", "effective_limits", "adjustments", "started_at", "finished_at", "session_id", "value", "session_lost", "input_files", "output_files", "omitted_outputs", "older_limits_json")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +299,7 @@ class ExecutionResult(_message.Message):
     INPUT_FILES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FILES_FIELD_NUMBER: _ClassVar[int]
     OMITTED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    OLDER_LIMITS_JSON_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     exit_code: int
@@ -320,7 +321,8 @@ class ExecutionResult(_message.Message):
     input_files: _containers.RepeatedCompositeFieldContainer[FileDigest]
     output_files: _containers.RepeatedCompositeFieldContainer[OutputFile]
     omitted_outputs: _containers.RepeatedCompositeFieldContainer[OmittedOutput]
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., value: _Optional[str] = ..., session_lost: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[FileDigest, _Mapping]]] = ..., output_files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., omitted_outputs: _Optional[_Iterable[_Union[OmittedOutput, _Mapping]]] = ...) -> None: ...
+    older_limits_json: str
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[CallRecord, _Mapping]]] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., error: _Optional[_Union[ScriptError, _Mapping]] = ..., backend: _Optional[_Union[Backend, str]] = ..., isolation: _Optional[_Iterable[str]] = ..., effective_limits: _Optional[_Union[Limits, _Mapping]] = ..., adjustments: _Optional[_Iterable[_Union[LimitAdjustment, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., value: _Optional[str] = ..., session_lost: _Optional[str] = ..., input_files: _Optional[_Iterable[_Union[FileDigest, _Mapping]]] = ..., output_files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., omitted_outputs: _Optional[_Iterable[_Union[OmittedOutput, _Mapping]]] = ..., older_limits_json: _Optional[str] = ...) -> None: ...
 
 class ClientMessage(_message.Message):
     __slots__ = ("start", "tool_answer", "approval", "cancel")
@@ -651,16 +653,18 @@ class ReplayDifference(_message.Message):
     def __init__(self, what: _Optional[str] = ..., kind: _Optional[str] = ..., recorded_json: _Optional[str] = ..., replayed_json: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReplayReport(_message.Message):
-    __slots__ = ("execution_id", "identical", "differences", "result")
+    __slots__ = ("execution_id", "identical", "differences", "result", "defaulted_limits")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     IDENTICAL_FIELD_NUMBER: _ClassVar[int]
     DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTED_LIMITS_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     identical: bool
     differences: _containers.RepeatedCompositeFieldContainer[ReplayDifference]
     result: ExecutionResult
-    def __init__(self, execution_id: _Optional[str] = ..., identical: _Optional[bool] = ..., differences: _Optional[_Iterable[_Union[ReplayDifference, _Mapping]]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ...) -> None: ...
+    defaulted_limits: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, execution_id: _Optional[str] = ..., identical: _Optional[bool] = ..., differences: _Optional[_Iterable[_Union[ReplayDifference, _Mapping]]] = ..., result: _Optional[_Union[ExecutionResult, _Mapping]] = ..., defaulted_limits: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class InputFile(_message.Message):
     __slots__ = ("name", "content")

@@ -21,7 +21,7 @@ from typing import Any
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import ResolvedLimits, fields_json
+from sandbox.older_limits import limits_json, read_limits
 from sandbox.result import ExecutionResult
 
 __all__ = [
@@ -112,7 +112,7 @@ def admission_to_json(admission: Admission, admitted_at: float) -> dict[str, Any
         # Proto field names with canonical integers (ms, bytes): the text the chain hashed when
         # these were a dict, byte for byte. Records written before that carry limit names in
         # report units (seconds), kept as they were in their entries (read back as None).
-        "effective_limits": fields_json(admission.effective_limits),
+        "effective_limits": limits_json(admission.effective_limits, admission.older_limits),
         "labels": dict(admission.labels),
         "admitted_at": admitted_at,
     } | _replay_fields(admission)
@@ -135,6 +135,7 @@ def _replay_fields(admission: Admission) -> dict[str, Any]:
 
 
 def admission_from_json(data: Mapping[str, Any]) -> Admission:
+    limits, older = read_limits(data["effective_limits"], "admission.effective_limits")
     return Admission(
         execution_id=data["execution_id"],
         tenant=data["tenant"],
@@ -143,9 +144,7 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         manifest_sha256=data["manifest_sha256"],
         backend=data["backend"],
         policy=data["policy"],
-        effective_limits=ResolvedLimits.from_record(
-            data["effective_limits"], "admission.effective_limits"
-        ),
+        effective_limits=limits,
         labels=dict(data["labels"]),
         admitted_at=float(data["admitted_at"]),
         expected_calls=None
@@ -154,6 +153,7 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         replay_of=str(data.get("replay_of", "")),
         runtime=str(data.get("runtime", "")),
         idempotency_key=str(data.get("idempotency_key", "")),
+        older_limits=older,
     )
 
 

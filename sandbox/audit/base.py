@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from sandbox.errors import FailedPrecondition, quote
 from sandbox.expectations import ExpectedCalls
 from sandbox.limits import ResolvedLimits
+from sandbox.older_limits import OlderLimits
 from sandbox.result import ExecutionResult
 
 __all__ = [
@@ -47,7 +48,7 @@ class Admission:
     backend: str
     policy: str
     # None on an entry written before every limit was recorded by field: its entry keeps them as
-    # written (`ResolvedLimits.from_record`).
+    # written (`ResolvedLimits.from_record`), and `older_limits` holds them so.
     effective_limits: ResolvedLimits | None
     labels: Mapping[str, str] = field(default_factory=dict)
     admitted_at: float = 0.0
@@ -61,6 +62,9 @@ class Admission:
     runtime: str = ""
     # The request's idempotency key ("" for none): at most one admission per tenant and key.
     idempotency_key: str = ""
+    # The limits as an entry in an older format wrote them (`sandbox.older_limits`); set only
+    # when `effective_limits` is None and the entry holds some.
+    older_limits: OlderLimits | None = None
 
 
 class KeyTaken(FailedPrecondition):

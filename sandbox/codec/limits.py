@@ -1,17 +1,23 @@
 """`Limits` <-> protobuf: a request's limits (each unset field inherits) and the effective limits
 a result, a record and a session carry (`ResolvedLimits`: every field set, in canonical integers,
-or None for a record in an older format)."""
+or None for a record in an older format), and a record's limits in an older format as it wrote
+them (`OlderLimits`), as JSON text: names in seconds have no field of `Limits` to travel in."""
 
 from __future__ import annotations
+
+import json
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
 from sandbox.limits import LIMIT_SPECS, SPEC_BY_FIELD, Limits, ResolvedLimits
+from sandbox.older_limits import OlderLimits, read_limits
 
 __all__ = [
     "limits_fields_from_proto",
     "limits_from_proto",
     "limits_to_proto",
+    "older_from_json_text",
+    "older_to_json_text",
     "resolved_from_proto",
 ]
 
@@ -68,3 +74,19 @@ def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
         for descriptor, value in message.ListFields()
         if descriptor in _LIMIT_FIELDS
     }
+
+
+def older_to_json_text(older: OlderLimits | None) -> str:
+    """``older_limits_json``: the limits as the record wrote them; "" for none."""
+    return "" if older is None else json.dumps(older.to_json(), sort_keys=True)
+
+
+def older_from_json_text(text: str, where: str = "older_limits_json") -> OlderLimits | None:
+    """`older_to_json_text`'s inverse; a value that is no limits is refused naming ``where``."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InvalidArgument(f"{where}: not JSON") from None
+    return read_limits(data, where)[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import limits_to_proto
+from sandbox.codec.limits import limits_to_proto, older_to_json_text
 from sandbox.codec.result import result_from_proto, result_to_proto
 from sandbox.codec.values import BACKEND_ENUM, timestamp
 from sandbox.records import RUNNING, ExecutionPage, ExecutionRecord
@@ -39,6 +39,7 @@ def record_to_proto(record: AuditRecord) -> pb.ExecutionRecord:
             else pb.EXECUTION_STATUS_UNSPECIFIED,
             backend=BACKEND_ENUM.get(admission.backend, pb.BACKEND_UNSPECIFIED),
             effective_limits=limits_to_proto(admission.effective_limits),
+            older_limits_json=older_to_json_text(admission.older_limits),
             started_at=timestamp(admission.admitted_at),
         )
     shared: dict[str, Any] = {name: getattr(record, name) for name in _OF_RECORD}

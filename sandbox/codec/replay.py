@@ -26,6 +26,7 @@ def report_to_proto(report: ReplayReport) -> pb.ReplayReport:
             for d in report.differences
         ],
         result=result_to_proto(report.result),
+        defaulted_limits=report.defaulted_limits,
     )
 
 
@@ -43,4 +44,5 @@ def report_from_proto(message: pb.ReplayReport) -> ReplayReport:
             )
             for d in message.differences
         ],
+        defaulted_limits=list(message.defaulted_limits),
     )

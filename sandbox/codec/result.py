@@ -10,7 +10,7 @@ import functools
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import resolved_from_proto
+from sandbox.codec.limits import older_from_json_text, older_to_json_text, resolved_from_proto
 from sandbox.codec.values import (
     BACKEND_ENUM,
     BACKENDS,
@@ -103,6 +103,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         finished_at=_stamp(result.finished_at),
         session_id=result.session_id,
         session_lost=result.session_lost,
+        older_limits_json=older_to_json_text(result.older_limits),
     )
     if result.value is not None:
         message.value = result.value
@@ -171,6 +172,7 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         backend=BACKENDS.get(message.backend, "unspecified"),
         isolation=list(message.isolation),
         effective_limits=resolved_from_proto(message.effective_limits),
+        older_limits=older_from_json_text(message.older_limits_json),
         adjustments=[
             LimitAdjustment(a.limit, a.requested, a.applied, a.action) for a in message.adjustments
         ]

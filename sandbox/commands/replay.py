@@ -137,6 +137,12 @@ def print_report(report: ReplayReport) -> None:
     print(
         f"replay of {report.execution_id} (recorded as {result.execution_id}): {verdict}", file=out
     )
+    if report.defaulted_limits:
+        print(
+            "── limits the record does not hold (an older format), run at today's defaults: "
+            + ", ".join(report.defaulted_limits),
+            file=out,
+        )
     print(f"── status: {result.status}  exit code: {result.exit_code}", file=out)
     for difference in report.differences:
         print(f"  {difference.what:<12} {difference.kind:<10} {difference.detail}", file=out)

@@ -51,11 +51,19 @@ async def replay(
         prepared,
         hooks=RunHooks(handlers=dispatch.handlers(), approver=dispatch.approve),
     )
-    return report(recording, dispatch, result)
+    return report(recording, dispatch, result, limits)
 
 
-def report(recording: Recording, dispatch: ReplayDispatch, result: ExecutionResult) -> ReplayReport:
-    """The report of a finished replay."""
+def report(
+    recording: Recording,
+    dispatch: ReplayDispatch,
+    result: ExecutionResult,
+    limits: Limits | None = None,
+) -> ReplayReport:
+    """The report of a finished replay (run with ``limits`` over the recorded ones, if given)."""
     return ReplayReport(
-        recording.execution_id, result, compare(recording.result, result, dispatch.calls)
+        recording.execution_id,
+        result,
+        compare(recording.result, result, dispatch.calls),
+        recording.defaulted(limits),
     )

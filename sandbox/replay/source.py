@@ -6,6 +6,11 @@ log answers the tool calls. Records written before expected calls were recorded,
 kept only the manifest's hash, and records with no result (still running, or interrupted)
 cannot be replayed: `recording_from` raises `FailedPrecondition` naming everything that is
 missing. A record written before runtimes were recorded replays on the standard library.
+
+A record whose limits are in an older format (`sandbox.older_limits`: limit names in seconds, or
+only some of today's limits) replays under them, each converted to its field, and under today's
+default for each limit it does not hold; `Recording.defaulted_limits` names those, and the
+replay's report says so.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from sandbox.audit.base import AuditRecord
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import FailedPrecondition
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import Limits
+from sandbox.limits import SPEC_BY_NAME, Limits, fields_json
 from sandbox.result import ExecutionResult
 
 __all__ = ["Recording", "recording_from"]
@@ -37,6 +42,8 @@ class Recording:
     expected_calls: tuple[ExpectedCalls, ...]
     result: ExecutionResult
     runtime: str = ""  # "": the standard library
+    # The limits the record does not hold (an older format), which run at today's defaults.
+    defaulted_limits: tuple[str, ...] = ()
 
     def request(
         self,
@@ -61,6 +68,15 @@ class Recording:
             runtime=self.runtime or None,
         )
 
+    def defaulted(self, limits: Limits | None = None) -> list[str]:
+        """The limits the record does not hold that the replay runs at today's defaults: those
+        of `defaulted_limits` that ``limits`` (given instead of the recorded ones) leaves unset."""
+        return [
+            name
+            for name in self.defaulted_limits
+            if limits is None or getattr(limits, SPEC_BY_NAME[name].field) is None
+        ]
+
 
 def recording_from(record: AuditRecord) -> Recording:
     """The record as a `Recording`; raises `FailedPrecondition` naming what it lacks."""
@@ -72,20 +88,25 @@ def recording_from(record: AuditRecord) -> Recording:
         )
     if not admission.manifest_json:
         missing.append("the manifest's text (only its hash was kept)")
-    if admission.effective_limits is None:
+    older = admission.older_limits
+    if admission.effective_limits is None and older is None:
         missing.append(
             "every effective limit in the proto's units (it was recorded in an older format)"
         )
     if record.result is None:
         missing.append(f"a result with the tool calls' outcomes (its status is {record.status})")
-    if missing or record.result is None or admission.effective_limits is None:
+    if missing or record.result is None:
         raise FailedPrecondition(
             f"execution {admission.execution_id} cannot be replayed: its record lacks "
             + "; ".join(missing)
         )
-    limits = Limits.from_mapping(
-        admission.effective_limits.to_fields(), where="recorded effective_limits"
-    )
+    defaulted: tuple[str, ...] = ()
+    if admission.effective_limits is None and older is not None:
+        limits, defaulted = older.as_request(), older.unrecorded()
+    else:
+        limits = Limits.from_mapping(
+            fields_json(admission.effective_limits), where="recorded effective_limits"
+        )
     return Recording(
         execution_id=admission.execution_id,
         tenant=admission.tenant,
@@ -97,4 +118,5 @@ def recording_from(record: AuditRecord) -> Recording:
         expected_calls=tuple(admission.expected_calls or ()),
         result=record.result,
         runtime=admission.runtime,
+        defaulted_limits=defaulted,
     )

@@ -38,9 +38,10 @@ async def serve_replay(
     if record is None:
         raise NotFound(f"execution_id: no execution {quote(message.execution_id)}")
     recording = recording_from(record)
+    given = limits_from_proto(message.limits)
     request = recording.request(
         manifest=message.manifest.json if message.HasField("manifest") else None,
-        limits=limits_from_proto(message.limits),
+        limits=given,
         backend=BACKENDS.get(message.backend),
     )
     check_backend(tenant, request.backend or runner.engine.config.default_backend)
@@ -57,4 +58,4 @@ async def serve_replay(
     except asyncio.CancelledError:  # deadline passed or the client went away
         cancel.set()
         raise
-    return report_to_proto(report(recording, dispatch, result))
+    return report_to_proto(report(recording, dispatch, result, given))

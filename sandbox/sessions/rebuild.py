@@ -419,6 +419,8 @@ def _recording(
     full = replace(record, admission=replace(record.admission, manifest_json=manifest_json))
     if manager.engine.manifest(manifest_json).sha256 != full.admission.manifest_sha256:
         raise _Lost(f"{where} ran with a manifest the record does not hold")
+    if full.admission.older_limits is not None:  # a replay would default some: not the cell
+        raise _Lost(f"{where}: its record keeps its limits in an older format")
     try:
         return recording_from(full)
     except FailedPrecondition as exc:

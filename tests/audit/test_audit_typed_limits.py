@@ -4,8 +4,8 @@ back as the typed value, and the same limits written today are the same bytes.
 
 The two payloads and hashes below were computed by the code before the limits were typed (main
 at 7e996bd, `limits_fields(lim)` as its recording passed them), as constants; an entry in an
-older format (a partial set, as the version 6 fixture holds) reads back as None, and still
-verifies."""
+older format (a partial set, as the version 6 fixture holds) reads back as None (its limits as
+written in `older_limits`), and still verifies."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_entries_in_an_older_format_verify_and_read_back_without_limits(tmp_path
         for record in records:
             assert record.admission.effective_limits is None
             assert record.result is None or record.result.effective_limits is None
-            if record.result is not None:
-                assert record.result.to_json()["limits"] == {}
+            if record.result is not None:  # as recorded (tests/audit/test_audit_older_limits.py)
+                assert record.result.to_json()["limits"] == {"wall_time_ms": 10000}
     finally:
         store.close()

@@ -17,6 +17,7 @@ from sandbox import result as r
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
 from sandbox.limits import LIMIT_SPECS, LimitAdjustment, ResolvedLimits
+from sandbox.older_limits import OlderLimits
 
 __all__ = [
     "RESULTS",
@@ -83,6 +84,13 @@ resolved_limits = st.builds(
     ResolvedLimits, **{spec.field: st.integers(1, 2**64 - 1) for spec in LIMIT_SPECS}
 )
 effective_limits = st.none() | resolved_limits
+# Limits as an older record wrote them: some limits, by name (report units) or by field.
+older_limits = st.none() | st.dictionaries(
+    st.sampled_from([s.name for s in LIMIT_SPECS] + [s.field for s in LIMIT_SPECS]),
+    st.integers(1, 2**53) | st.floats(min_value=1e-3, max_value=1e12),
+    min_size=1,
+    max_size=3,
+).map(lambda values: OlderLimits(tuple(values.items())))
 omitted = st.builds(
     OmittedOutput,
     name=texts,
@@ -108,6 +116,7 @@ def results(draw: st.DrawFn) -> r.ExecutionResult:
         backend=draw(st.sampled_from(["process", "docker", "gvisor", "unspecified"])),
         isolation=draw(st.lists(texts, max_size=3)),
         effective_limits=draw(effective_limits),
+        older_limits=draw(older_limits),
         adjustments=draw(
             st.lists(st.builds(LimitAdjustment, texts, finite, finite, texts), max_size=2)
         ),

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import pytest
 from sandbox.audit import Admission, open_store
 from sandbox.client import Client
 from sandbox.errors import FailedPrecondition, InvalidArgument, NotFound
+from sandbox.limits import DEFAULTS, LIMIT_SPECS
+from sandbox.older_limits import OlderLimits
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, ExecutionStatus
 from sandbox.tenants import hash_key
 from tests.ptc_serve import ptc_serve
@@ -262,6 +265,41 @@ def test_a_record_from_before_replay_names_what_is_missing(served: Served) -> No
         f"execution {'old0' * 8} cannot be replayed: its record lacks the expected call counts "
         "(expected_calls; it was recorded before replay support); every effective limit in the "
         "proto's units (it was recorded in an older format)"
+    )
+    result = served.acme.execute("print('still ok')")
+    assert (result.status, result.stdout) == ("ok", "still ok\n")
+
+
+def test_a_record_with_limits_in_seconds_is_read_and_replayed_through_the_server(
+    served: Served,
+) -> None:
+    # As a version that kept limit names in seconds recorded it (written through the store, so
+    # the chain, checked when the server stops, still verifies).
+    in_seconds = {"memory": 536870912.0, "wall_time": 2.5}
+    older = OlderLimits(tuple(in_seconds.items()))
+    store = open_store(served.audit_db, instance="replay-test")
+    try:
+        store.admit(
+            Admission("secs" * 8, "acme", "print(1)", "[]", "ab" * 32, "process", "none", None,
+                      expected_calls=(), older_limits=older),
+        )  # fmt: skip
+        store.complete(
+            "secs" * 8,
+            ExecutionResult("secs" * 8, ExecutionStatus.OK, stdout="1\n", older_limits=older),
+        )
+    finally:
+        store.close()
+    fetched = served.acme.get_execution("secs" * 8)
+    assert fetched.result is not None
+    assert (fetched.result.effective_limits, fetched.result.older_limits) == (None, older)
+    assert fetched.result.to_json()["limits"] == in_seconds
+    report = served.acme.replay("secs" * 8)
+    assert report.identical, report.differences
+    assert report.defaulted_limits == [
+        s.name for s in LIMIT_SPECS if s.name not in ("wall_time", "memory")
+    ]
+    assert report.result.effective_limits == replace(
+        DEFAULTS, wall_time_ms=2500, memory_bytes=536870912
     )
     result = served.acme.execute("print('still ok')")
     assert (result.status, result.stdout) == ("ok", "still ok\n")

@@ -102,34 +102,42 @@ def _instance(srv: SessionServer) -> str:
     return str(srv.server.runner.store.store.instance)  # type: ignore[attr-defined]
 
 
-def test_a_session_whose_record_keeps_limits_in_an_older_format_is_not_rebuilt(
-    tmp_path: Path,
+@pytest.mark.parametrize("whose", ["session", "cell"])
+def test_a_record_that_keeps_limits_in_an_older_format_is_not_rebuilt(
+    tmp_path: Path, whose: str
 ) -> None:
+    # The session's own record, or its cell's: a replay of such a cell would run (today's
+    # defaults for what it lacks, and say so), but a session resumes only as it ran.
     srv = SessionServer(tmp_path, "process")
     session = srv.a.session()
     session.create()
-    assert session.execute("x = 1").status == "ok"
+    cell = session.execute("x = 1")
+    assert cell.status == "ok"
     srv.close()
-    # The session's admission as written before every limit was recorded by field: limit names
-    # in seconds (white box: the store's rows; the edited entry no longer verifies).
+    edited = session.id if whose == "session" else cell.execution_id
+    # Its admission as written before every limit was recorded by field: limit names in
+    # seconds (white box: the store's rows; the edited entry no longer verifies).
     with sqlite3.connect(srv.audit_db) as conn:
         where = "execution_id = ? AND kind = 'admitted'"
-        (text,) = conn.execute(
-            f"SELECT payload FROM entries WHERE {where}", (session.id,)
-        ).fetchone()
+        (text,) = conn.execute(f"SELECT payload FROM entries WHERE {where}", (edited,)).fetchone()
         payload = json.loads(text)
         payload["effective_limits"] = {"wall_time": 10.0, "memory": 268435456.0}
-        conn.execute(
-            f"UPDATE entries SET payload = ? WHERE {where}", (canonical(payload), session.id)
-        )
+        conn.execute(f"UPDATE entries SET payload = ? WHERE {where}", (canonical(payload), edited))
     (tmp_path / "again").mkdir()
     again = SessionServer(tmp_path / "again", "process", audit_db=srv.audit_db)
     try:
         with pytest.raises(FailedPrecondition) as lost:
             again.a.run("print(x)", session_id=session.id)
-        assert str(lost.value) == (
-            f"session_lost: session {session.id!r} could not be rebuilt on {_instance(again)} "
-            f"now: session {session.id}: its record keeps its limits in an older format"
+        assert (
+            str(lost.value)
+            == {
+                "session": f"session_lost: session {session.id!r} could not be rebuilt on "
+                f"{_instance(again)} now: session {session.id}: its record keeps its limits in an "
+                "older format",
+                "cell": f"session_lost: session {session.id!r} is lost: could not be rebuilt on "
+                f"{_instance(again)}: cell 1 (execution id {cell.execution_id}): its record keeps "
+                "its limits in an older format",
+            }[whose]
         )
         again.assert_healthy()
     finally:
