@@ -10,10 +10,13 @@ spare the script, its pid 1, from the signals it sends itself, so a self-sent SI
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
+from sandbox.engine import ExecutionRequest, RunHooks
+from sandbox.limits import parse_limit_args
 from tests.memory_peaks import assert_memory_kill_peak
 
 if TYPE_CHECKING:
@@ -74,6 +77,31 @@ def test_real_violation_carries_its_evidence(oclean: DockerHarness, name: str) -
         assert_memory_kill_peak(found[0][1], 128 * MiB, oclean.backend.name)
         found = [(found[0][0], 128 * MiB, found[0][2], found[0][3])]
     assert found == expected
+    oclean.assert_healthy()
+
+
+def test_memory_kill_is_read_while_the_loop_is_stalled(oclean: DockerHarness) -> None:
+    # The engine removes an OOM-killed container's cgroup as soon as it sees the exit, and under
+    # load that came before the event loop's own look at the exit: the peak was the last CPU
+    # poll's (117 MiB of 128 in a CI run). Here the loop is held for the whole kill (the script's
+    # first output blocks it for 3 s), so only the kernel's OOM notice, read on the OOM watch's
+    # thread, can see the counters: before that watch the peak here was the guest's first few MiB.
+    def stall(stream: str, data: bytes) -> None:
+        if b"go" in data:
+            time.sleep(3)
+
+    script = "print('go', flush=True)\n" + CASES["memory"][0]
+    request = ExecutionRequest(
+        script=script,
+        manifest="[]",
+        limits=parse_limit_args([f"memory={128 * MiB}"]),
+        backend=oclean.backend.name,
+    )
+    result = oclean.call(oclean.engine.execute(request, hooks=RunHooks(on_output=stall)))
+    assert result.status == "limit_exceeded", (result.status, result.stderr)
+    found = [(v.limit, v.action, v.evidence) for v in result.violations]
+    assert found == [("memory", "killed", "kernel")]
+    assert_memory_kill_peak(result.violations[0].observed, 128 * MiB, oclean.backend.name)
     oclean.assert_healthy()
 
 
