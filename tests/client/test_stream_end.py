@@ -1,11 +1,13 @@
 """A blocking client's stream that ends abnormally ends its iterator with the error, in bounded
 time, against a real `ptc serve`: killed with SIGKILL mid-stream, or the client closed under the
 reader. Before, the iterator ended as if the output were complete (the error only in `result`),
-and iterating a second time waited forever on an empty queue."""
+and iterating a second time waited forever on an empty queue. Ctrl-C in a reader blocked in the
+iterator's wait raises KeyboardInterrupt there (it did before too: the wait is a lock's)."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -17,7 +19,7 @@ import pytest
 
 from sandbox.client import Client, SyncExecution
 from sandbox.errors import Cancelled, Unavailable
-from tests.ptc_serve import ptc_serve, start_serve, stop_serve
+from tests.ptc_serve import PYTHON, ROOT, ptc_serve, start_serve, stop_serve
 
 # Prints for up to a minute: long past the kill, yet never forever should the kill not come.
 CHATTY = "import time\nfor i in range(1200):\n    print(i, flush=True)\n    time.sleep(0.05)"
@@ -107,3 +109,42 @@ def test_a_complete_stream_can_be_iterated_again() -> None:
         assert chunks == b"0\n1\n2\n"
         assert _bounded(lambda: list(execution)) == []  # the end, at once: no wait
         assert execution.result(END_BOUND_S).stdout == "0\n1\n2\n"
+
+
+# A caller blocked in the iterator, as an interactive Python has it: SIGINT to Python's own
+# handler (set here, since a test run started in the background inherits SIGINT ignored).
+CTRL_C_READER = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from sandbox.client import Client
+client = Client(sys.argv[1])
+execution = client.stream("import time\\nprint('go', flush=True)\\ntime.sleep(60)")
+try:
+    for chunk in execution:
+        print(chunk.data.decode().strip(), flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    client.close()
+    sys.exit(7)
+"""
+
+
+def test_ctrl_c_while_iterating_ends_the_wait() -> None:
+    with ptc_serve() as serving:
+        reader = subprocess.Popen(
+            [PYTHON, "-c", CTRL_C_READER, serving.address],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert reader.stdout is not None
+            assert reader.stdout.readline() == "go\n"  # now blocked in the iterator
+            reader.send_signal(signal.SIGINT)
+            out, err = reader.communicate(timeout=END_BOUND_S)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.communicate()
+        assert (reader.returncode, out) == (7, "interrupted\n"), err
