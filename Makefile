@@ -17,8 +17,8 @@ map:            ## write docs/architecture.md's floors from the import graph (te
 	$(PY) -m tests.test_layers
 
 lint:
-	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts setup.py
-	$(PY) -m ruff check sandbox stubs_gen tests bench scripts setup.py
+	$(PY) -m ruff format --check sandbox stubs_gen tests bench scripts examples setup.py
+	$(PY) -m ruff check sandbox stubs_gen tests bench scripts examples setup.py
 	$(PY) -m mypy
 	cd clients/typescript && npm run --silent typecheck && npm run --silent lint
 

@@ -20,6 +20,7 @@ import uuid
 
 from bench.harness import Report, bench_parser, interleave_sync
 from sandbox.audit import Admission, SqlAuditStore, open_store
+from sandbox.limits import DEFAULTS
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, ExecutionStatus
 
 
@@ -32,7 +33,7 @@ def _admission(tenant: str) -> Admission:
         manifest_sha256="ab" * 32,
         backend="process",
         policy="none",
-        effective_limits={"wall_time": 10.0, "memory": 268435456.0},
+        effective_limits=DEFAULTS,
     )
 
 

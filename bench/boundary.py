@@ -10,7 +10,7 @@ backend). Two real servers run side by side, each in its own process with the sa
   its cap from the wire without building the string, so its figures are if anything lower
   than the old server's;
 - ``after``: the server as it is: the receive limit from the documented caps
-  (`sandbox.limits.request_bytes_bound`, 72 MiB) and unary calls refused on their metadata.
+  (`sandbox.message_bounds.request_bytes_bound`, 72 MiB) and unary calls refused on their metadata.
 
 Three bursts, each ``--burst`` requests sent 8 at a time over loopback:
 
@@ -47,7 +47,8 @@ import psutil
 
 from bench.harness import Report, bench_parser, interleave_sync, percentile
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.limits import CEILINGS, request_files_bound
+from sandbox.limits import CEILINGS
+from sandbox.message_bounds import request_files_bound
 from sandbox.tenants.keys import hash_key
 
 MiB = 1024**2

@@ -33,6 +33,7 @@ from sandbox.audit.checkpoints import (
 )
 from sandbox.audit.merkle import root
 from sandbox.audit.publisher import CheckpointPublisher
+from sandbox.limits import DEFAULTS
 from sandbox.result import ExecutionResult, ExecutionStatus
 
 
@@ -47,7 +48,7 @@ def _record(store: SqlAuditStore) -> None:
             manifest_sha256="ab" * 32,
             backend="process",
             policy="none",
-            effective_limits={"wall_time_ms": 10000},
+            effective_limits=DEFAULTS,
         )
     )
     store.complete(execution_id, ExecutionResult(execution_id, ExecutionStatus.OK, stdout="1\n"))

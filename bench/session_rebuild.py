@@ -10,10 +10,14 @@ run is one rebuild, as a session's next call on another server does it (`Session
 → `sandbox.sessions.rebuild`): the session is let go of as a draining server does (its sandbox
 disposed, its record handed over in the store), untimed, then taken over and rebuilt: the cells
 read from the store, a fresh sandbox, every cell replayed and checked. No gRPC in the timed
-part; a rebuild through another server adds one call's cost.
+part; a rebuild through another server adds one call's cost. A third case, ``10 cells, dead
+holder``, lets go as a dead server does: after the hand-over a second store (``bench-dead``)
+takes the session over and its fleet lease runs out, so the rebuild finds the record running
+under a holder that is gone (`SessionMoves.take_over` reads the holder's lease: one more
+indexed read of the fleet table than after a hand-over).
 
 ``--history`` runs the whole at each size: before the server opens the store, the session's
-tenant is given that many executions (`bench.store_scale`'s bulk fill: the store's own admission
+tenant is given that many executions (`bench.scale_history`'s bulk fill: the store's own admission
 and completion code, 2,000 a transaction), so the take-over reads and writes a store that big.
 ``--store`` keeps the SQLite file between runs (filled once, topped up to each size; without
 it, a temporary file); ``--pg-url`` runs it all on a fresh schema of that PostgreSQL server
@@ -47,7 +51,8 @@ import sandbox  # noqa: F401  first: it configures gRPC's fork handling (see its
 
 # isort: split
 from bench.harness import Report, bench_parser, interleave, percentile
-from bench.store_scale import _fill_bulk, _postgres
+from bench.scale_history import fill_bulk
+from bench.store_scale import postgres_schema
 from sandbox.audit import open_store
 from sandbox.client import AsyncClient
 from sandbox.server import SandboxServer, ServerConfig
@@ -59,6 +64,7 @@ TOOLS = [
 BOUNDS = RebuildBounds(max_cells=1000, max_cpu_s=600)
 TENANT = "default"  # the tenant of a server with no tenants configured
 TARGET_MS = 100.0
+HANDED, DEAD = "handed over", "dead holder"  # how the session's last holder let go of it
 
 
 def prefill(path: str, size: int, report: Report) -> None:
@@ -74,7 +80,7 @@ def prefill(path: str, size: int, report: Report) -> None:
         have = int(str(last[0][0]).rsplit("-", 1)[1]) + 1 if last else 0
         if have < size:
             started = time.perf_counter()
-            _fill_bulk(store, TENANT, have, size)
+            fill_bulk(store, TENANT, have, size)
             report.print(
                 f"filled the store from {have:,} to {size:,} executions of {TENANT!r} in "
                 f"{time.perf_counter() - started:.1f} s"
@@ -88,7 +94,7 @@ def _store_file(kept: str | None, pg_url: str | None) -> Iterator[str]:
     """The store's target: ``kept`` (a SQLite file), a fresh schema of the PostgreSQL server
     ``pg_url`` (dropped afterwards), or a SQLite file in a temporary directory."""
     if pg_url:
-        with _postgres(pg_url) as (target, _size):
+        with postgres_schema(pg_url) as (target, _size):
             yield target
     elif kept:
         yield kept
@@ -106,6 +112,7 @@ async def run(
     address = await server.start()
     manager = server.runner.sessions
     store: Any = server.runner.store
+    dead = open_store(path, instance="bench-dead")  # a server that takes a session, then dies
     pool: Any = server.engine.config.backends[backend].pool
     try:
         sizes = (10, 100)
@@ -121,29 +128,39 @@ async def run(
                 ids[size] = session.id
         tenant = manager._sessions[ids[10]].tenant
         assert tenant == TENANT, tenant
-        cpu: dict[int, list[float]] = {size: [] for size in sizes}
-        sandbox_cpu: dict[int, list[float]] = {size: [] for size in sizes}
+        cases = {f"{size} cells": (size, HANDED) for size in sizes}
+        cases["10 cells, dead holder"] = (10, DEAD)
+        cpu: dict[str, list[float]] = {label: [] for label in cases}
+        sandbox_cpu: dict[str, list[float]] = {label: [] for label in cases}
         # (asked → taken over, taken over → first cell, asked → first cell) per rebuild
-        clock: dict[int, list[tuple[float, float, float]]] = {size: [] for size in sizes}
+        clock: dict[str, list[tuple[float, float, float]]] = {label: [] for label in cases}
 
-        async def let_go(session_id: str) -> None:
+        async def let_go(session_id: str, how: str) -> None:
             held = manager._sessions.pop(session_id)
             await held.sandbox.dispose()
             assert await asyncio.to_thread(store.hand_over, session_id, "bench")
+            if how == DEAD:
+                # Another server took the session over, then died: its lease ran out a second
+                # ago, and the rebuild finds the record running under a holder that is gone.
+                taken = await asyncio.to_thread(dead.take_over, tenant, session_id)
+                assert taken == store.instance, taken
+                await asyncio.to_thread(dead.heartbeat, "127.0.0.1:1", -1.0)
 
-        def case(size: int) -> Any:
+        def case(label: str) -> Any:
+            size, how = cases[label]
+
             async def rebuild() -> float:
-                await let_go(ids[size])
+                await let_go(ids[size], how)
                 await pool.wait_ready()
                 cpu_before, started = time.process_time(), time.perf_counter()
                 session = await manager.resume(tenant, ids[size], BOUNDS)
                 elapsed = time.perf_counter() - started
-                cpu[size].append(time.process_time() - cpu_before)
-                sandbox_cpu[size].append(session.sandbox.handle.usage().cpu_time_s)
+                cpu[label].append(time.process_time() - cpu_before)
+                sandbox_cpu[label].append(session.sandbox.handle.usage().cpu_time_s)
                 assert len(session.executions) == size
                 points, first = session.rebuilt, session.sandbox.first_job_at
                 assert points is not None and first is not None
-                clock[size].append(
+                clock[label].append(
                     (
                         points.taken_over - points.asked,
                         first - points.taken_over,
@@ -158,32 +175,39 @@ async def run(
             f"{history:,} executions in the store: rebuild a session (take-over, replay, verify) "
             f"on {backend}"
         )
-        times = await interleave(
-            {f"{size} cells": case(size) for size in sizes}, rounds, warmup=warmup
-        )
-        for size in sizes:
-            values = times[f"{size} cells"]
-            report.timings(f"{size} cells: wall time", values)
-            cpu_s = cpu[size][-len(values) :]
-            box_s = sandbox_cpu[size][-len(values) :]
-            report.figure(f"{size} cells: server CPU p50", percentile(cpu_s, 0.5) * 1000, "ms")
-            report.figure(f"{size} cells: sandbox CPU p50", percentile(box_s, 0.5) * 1000, "ms")
-            report.figure(
-                f"{size} cells: wall time per cell", percentile(values, 0.5) / size * 1000, "ms"
-            )
-            points = clock[size][-len(values) :]
-            report.timings(f"{size} cells: asked -> taken over", [p[0] for p in points])
-            first = [p[1] for p in points]
-            over = percentile(first, 1.0) * 1000 > TARGET_MS
-            report.timings(
-                f"{size} cells: taken over -> first cell sent",
-                first,
-                note=f"  max {max(first) * 1000:.2f} ms, target {TARGET_MS:g} ms"
-                + (": OVER" if over else ""),
-            )
-            report.timings(f"{size} cells: asked -> first cell sent", [p[2] for p in points])
+        times = await interleave({label: case(label) for label in cases}, rounds, warmup=warmup)
+        for label, (size, _how) in cases.items():
+            _report_case(report, label, size, times[label], cpu[label], sandbox_cpu[label], clock)
     finally:
+        dead.close()
         await server.stop(grace_s=1.0)
+
+
+def _report_case(
+    report: Report,
+    label: str,
+    size: int,
+    values: list[float],
+    cpu: list[float],
+    sandbox_cpu: list[float],
+    clock: dict[str, list[tuple[float, float, float]]],
+) -> None:
+    report.timings(f"{label}: wall time", values)
+    cpu_s, box_s = cpu[-len(values) :], sandbox_cpu[-len(values) :]
+    report.figure(f"{label}: server CPU p50", percentile(cpu_s, 0.5) * 1000, "ms")
+    report.figure(f"{label}: sandbox CPU p50", percentile(box_s, 0.5) * 1000, "ms")
+    report.figure(f"{label}: wall time per cell", percentile(values, 0.5) / size * 1000, "ms")
+    points = clock[label][-len(values) :]
+    report.timings(f"{label}: asked -> taken over", [p[0] for p in points])
+    first = [p[1] for p in points]
+    over = percentile(first, 1.0) * 1000 > TARGET_MS
+    report.timings(
+        f"{label}: taken over -> first cell sent",
+        first,
+        note=f"  max {max(first) * 1000:.2f} ms, target {TARGET_MS:g} ms"
+        + (": OVER" if over else ""),
+    )
+    report.timings(f"{label}: asked -> first cell sent", [p[2] for p in points])
 
 
 async def main(report: Report, args: Any) -> None:

@@ -36,16 +36,18 @@ get_weather_v2.__name__ = "get_weather"  # the same tool, with a new required ar
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        with EmbeddedRunner(audit=str(Path(tmp) / "audit.db")) as runner:
-            recorded = runner.run(RunRequest(SCRIPT, tools=[get_weather]))
-            print(f"recorded: {recorded.status}, {len(recorded.calls)} calls, {recorded.stdout!r}")
-            same = runner.replay(recorded.execution_id)
-            print(f"replayed as recorded: {'identical' if same.identical else 'differs'}")
-            changed = runner.replay(recorded.execution_id, tools=[get_weather_v2])
-            print(f"replayed after the change: {len(changed.differences)} differences")
-            for difference in changed.differences:
-                print(f"  {difference.what} ({difference.kind}): {difference.detail}")
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmbeddedRunner(audit=str(Path(tmp) / "audit.db")) as runner,
+    ):
+        recorded = runner.run(RunRequest(SCRIPT, tools=[get_weather]))
+        print(f"recorded: {recorded.status}, {len(recorded.calls)} calls, {recorded.stdout!r}")
+        same = runner.replay(recorded.execution_id)
+        print(f"replayed as recorded: {'identical' if same.identical else 'differs'}")
+        changed = runner.replay(recorded.execution_id, tools=[get_weather_v2])
+        print(f"replayed after the change: {len(changed.differences)} differences")
+        for difference in changed.differences:
+            print(f"  {difference.what} ({difference.kind}): {difference.detail}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,6 @@ import tools
 
 cities = ["Paris", "Oslo", "Lima", "Cairo", "Hanoi"]
 readings = await asyncio.gather(*(tools.aio.get_weather(city=c) for c in cities))
-warmest = max(zip(cities, readings), key=lambda pair: pair[1]["temp"])
+warmest = max(zip(cities, readings, strict=True), key=lambda pair: pair[1]["temp"])
 tools.send_report(text=f"Warmest of {len(cities)} cities: {warmest[0]} ({warmest[1]['temp']} C)")
 print(f"checked {len(cities)} cities; warmest: {warmest[0]}")

@@ -35,7 +35,6 @@ from sandbox.backends.base import Backend, Job
 from sandbox.errors import InvalidArgument, InvalidManifest, Unavailable
 from sandbox.execution import assemble
 from sandbox.execution.acquire import acquire_sandbox
-from sandbox.execution.assemble import limits_fields
 from sandbox.execution.broker import Broker
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
@@ -50,10 +49,8 @@ from sandbox.limits import (
     Limits,
     ResolvedLimits,
     apply_ceilings,
-    check_labels,
-    check_manifest_size,
-    check_script_size,
 )
+from sandbox.request_caps import SESSION_LABEL, check_labels, check_manifest_size, check_script_size
 from sandbox.restricted import check_restricted
 from sandbox.result import ExecutionResult, ScriptError
 from sandbox.telemetry.progress import LiveProbe
@@ -69,7 +66,6 @@ __all__ = [
     "StartedInfo",
     "acquire_sandbox",
     "check_runtime",
-    "limits_fields",
 ]
 
 CACHE_SIZE = 256
@@ -225,7 +221,7 @@ class Engine:
         if session is None:
             place = SingleUse(backend, effective, prepared.runtime, hooks)
         else:
-            session_id = request.labels.get("ptc.session_id", "")
+            session_id = request.labels.get(SESSION_LABEL, "")
             place = SessionCell(session, session_id, prepared.manifest.sha256, hooks)
         result = assemble.start(prepared, backend.name, place.session_id)
         if prepared.rejection is not None:

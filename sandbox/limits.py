@@ -8,9 +8,8 @@ passed unchanged to the broker and the backend.
 
 Every limit has a minimum (`LimitSpec.minimum`: 1 unit, more where a backend cannot apply less)
 checked wherever limits are built (`Limits.__post_init__`), and a maximum, the ceiling, applied
-by `apply_ceilings` (clamp or refuse). A request's own sizes are capped here too
-(`MAX_SCRIPT_BYTES`, `MAX_MANIFEST_BYTES`; `request_bytes_bound` sizes the server's receive
-limit from them), checked the same embedded, by the server and by the client SDK.
+by `apply_ceilings` (clamp or refuse). What one request may carry (its script's and manifest's
+sizes, its labels) is not a limit of a run: `sandbox.request_caps`.
 
 | name           | field            | default  | enforced by
 |----------------|------------------|----------|---------------------------------------------------
@@ -40,36 +39,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sandbox.errors import InvalidArgument, InvalidLimits
+from sandbox.errors import InvalidLimits
 
 __all__ = [
     "CEILINGS",
     "DEFAULTS",
-    "FILE_OVERHEAD_BYTES",
     "LIMIT_SPECS",
-    "MAX_LABELS",
-    "MAX_LABEL_KEY",
-    "MAX_LABEL_VALUE",
-    "MAX_MANIFEST_BYTES",
-    "MAX_OMITTED_LISTED",
-    "MAX_SCRIPT_BYTES",
     "MIN_MEMORY",
-    "REQUEST_OVERHEAD_BYTES",
-    "RESERVED_LABEL_PREFIX",
-    "RESULT_OVERHEAD_BYTES",
     "LimitAdjustment",
     "LimitSpec",
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
-    "check_labels",
-    "check_manifest_size",
-    "check_script_size",
-    "files_bytes_bound",
+    "fields_json",
     "parse_limit_args",
-    "request_bytes_bound",
-    "request_files_bound",
-    "result_bytes_bound",
 ]
 
 Unit = Literal["s", "bytes", "count"]
@@ -277,16 +260,51 @@ class ResolvedLimits:
     output_file_bytes: int
     output_bytes: int
 
+    def to_fields(self) -> dict[str, int]:
+        """The limits as results, audit records and ``ptc run --json`` carry them: keyed by the
+        proto's unit-named fields (``wall_time_ms``, ``memory_bytes``, ...), canonical integers,
+        in `LIMIT_SPECS` order. A new dict each call (the caller may change it), copied from the
+        one remembered per limits: every result and admission asks for it."""
+        return dict(_fields_of(self))
+
     @classmethod
-    def from_fields(cls, fields: Mapping[str, object], where: str = "limits") -> ResolvedLimits:
-        """The effective limits as results, audit records and sessions carry them (``{field:
-        value}``, the proto's unit-named fields: `sandbox.codec.limits`), checked as
-        `Limits.from_mapping` checks a request's, and every one present."""
-        limits = Limits.from_mapping(fields, where)
-        missing = [s.field for s in LIMIT_SPECS if getattr(limits, s.field) is None]
-        if missing:
-            raise InvalidLimits(f"{where}: lacks {', '.join(missing)}")
-        return cls(**{s.field: getattr(limits, s.field) for s in LIMIT_SPECS})
+    def from_record(cls, data: object, where: str = "limits") -> ResolvedLimits | None:
+        """`to_fields`'s inverse, as a result or an audit record read back carries it.
+
+        None for limits written before every limit was recorded by field: an empty mapping (a
+        result that never resolved any), one keyed by limit name in report units (``wall_time``
+        in seconds), or one lacking a limit added since. Such a record says what was enforced
+        then, which is no complete set of today's limits, so none is made up; its entry keeps the
+        text as written and still verifies. A complete set with a value that is not a positive
+        integer is refused naming it (`InvalidLimits`). Today's minimums are not applied: a
+        record says what ran, under the minimums of its day."""
+        if type(data) is dict and len(data) == len(_FIELDS):
+            # Every result a client reads and every record read back: the limits remembered,
+            # not rebuilt, when they are the fields alone, each a positive int.
+            given = tuple(map(data.get, _FIELDS))
+            if all(type(value) is int and value > 0 for value in given):
+                return _resolved(given)
+        if not isinstance(data, Mapping):
+            raise InvalidLimits(f"{where}: expected an object of limits, got {type(data).__name__}")
+        if data.keys() != SPEC_BY_FIELD.keys():
+            unknown = [k for k in data if k not in SPEC_BY_FIELD and k not in SPEC_BY_NAME]
+            if unknown:
+                known = ", ".join(s.field for s in LIMIT_SPECS)
+                raise InvalidLimits(f"{where}.{unknown[0]}: unknown limit (known: {known})")
+            return None
+        values: dict[str, int] = {}
+        for spec in LIMIT_SPECS:
+            value = data[spec.field]
+            if type(value) is float and value.is_integer():
+                value = int(value)
+            if type(value) is not int or value <= 0:
+                unit = "ms" if spec.unit == "s" else spec.unit
+                shown = repr(value)[:40]
+                raise InvalidLimits(
+                    f"{where}.{spec.field}: must be a positive integer ({unit}), got {shown}"
+                )
+            values[spec.field] = value
+        return cls(**values)
 
     def value(self, name: str) -> int:
         value: int = getattr(self, SPEC_BY_NAME[name].field)
@@ -298,6 +316,25 @@ class ResolvedLimits:
 
     def to_json(self) -> dict[str, float]:
         return {spec.name: self.human(spec.name) for spec in LIMIT_SPECS}
+
+
+def fields_json(limits: ResolvedLimits | None) -> dict[str, int]:
+    """``limits.to_fields()``, and ``{}`` for None (no limits, or a record's in an older format):
+    what a result's ``limits`` and an admission's ``effective_limits`` hold as JSON."""
+    return {} if limits is None else limits.to_fields()
+
+
+_FIELDS = tuple(spec.field for spec in LIMIT_SPECS)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(values: tuple[int, ...]) -> ResolvedLimits:
+    return ResolvedLimits(**dict(zip(_FIELDS, values, strict=True)))
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(limits: ResolvedLimits) -> dict[str, int]:
+    return {spec.field: getattr(limits, spec.field) for spec in LIMIT_SPECS}
 
 
 DEFAULTS = ResolvedLimits(
@@ -330,115 +367,13 @@ CEILINGS = ResolvedLimits(
     open_files=4096,
     call_log_bytes=64 * 1024**2,
     # Inputs travel in the request and the job frame, outputs in the result: these ceilings also
-    # size the server's and the client's gRPC message limits (`request_files_bound`).
+    # size the server's and the client's gRPC message limits (`sandbox.message_bounds`).
     input_files=1024,
     input_bytes=64 * 1024**2,
     output_files=1024,
     output_file_bytes=64 * 1024**2,
     output_bytes=64 * 1024**2,
 )
-
-# What a result holds beyond its output and call log, at most: the truncation markers, the
-# violations, usage, limits, the script error (type and message are cut at 200 and 2000
-# characters), ids and timestamps. Generous: it only sizes a message limit.
-RESULT_OVERHEAD_BYTES = 1024**2
-
-
-def result_bytes_bound(limits: ResolvedLimits) -> int:
-    """The most bytes one execution's result can take as a protobuf message under ``limits``.
-
-    Output is kept up to its cap in bytes, but a byte that is not UTF-8 becomes U+FFFD, three
-    bytes, in the text a result carries; the call log is bounded by `call_log_bytes` as the
-    broker counts it (JSON as the wire carries it, plus a fixed share per call for its other
-    fields). Client and server size their gRPC message limits from this, so a result the
-    limits allow always reaches the client.
-    """
-    output = 3 * (limits.stdout_bytes + limits.stderr_bytes)
-    return output + limits.call_log_bytes + files_bytes_bound(limits) + RESULT_OVERHEAD_BYTES
-
-
-# Per file, beside its bytes: its name (at most 1024 bytes), size, sha256 and framing; an omitted
-# file's report (name, size, reason) fits the same share.
-FILE_OVERHEAD_BYTES = 2048
-# Omitted files listed one by one at most; the rest are counted in one last entry.
-MAX_OMITTED_LISTED = 100
-
-
-def files_bytes_bound(limits: ResolvedLimits) -> int:
-    """The most bytes a result's returned and omitted files take as protobuf."""
-    listed = limits.output_files + MAX_OMITTED_LISTED + 1
-    return limits.output_bytes + listed * FILE_OVERHEAD_BYTES
-
-
-def request_files_bound(limits: ResolvedLimits) -> int:
-    """The most bytes a request's input files take as protobuf under ``limits``."""
-    return limits.input_bytes + limits.input_files * FILE_OVERHEAD_BYTES
-
-
-# -- sizes of a request ------------------------------------------------------------------------
-# Not limits of a run but caps on what one request may carry, the same embedded, through the
-# server and in the client SDK (which checks them before sending, with the same message).
-MAX_SCRIPT_BYTES = 1024**2
-MAX_MANIFEST_BYTES = 4 * 1024**2
-# Labels a request or session may carry, and their keys' and values' lengths in characters.
-MAX_LABELS = 64
-RESERVED_LABEL_PREFIX = "ptc."
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
-# Everything else a request carries (the labels; expected calls; ids, tokens and names), at
-# most; generous, since it only sizes a message limit.
-REQUEST_OVERHEAD_BYTES = 1024**2
-
-
-def check_script_size(script: str) -> None:
-    """Refuses a script larger than `MAX_SCRIPT_BYTES` (as UTF-8)."""
-    # A str longer than the cap in characters is too large whatever it encodes to: checked
-    # first, so that a huge script is refused without encoding it.
-    if len(script) > MAX_SCRIPT_BYTES or len(script.encode("utf-8", "surrogatepass")) > (
-        MAX_SCRIPT_BYTES
-    ):
-        raise InvalidArgument(f"script: larger than {MAX_SCRIPT_BYTES} bytes")
-
-
-def check_manifest_size(manifest: str | bytes) -> None:
-    """Refuses a manifest (JSON text) larger than `MAX_MANIFEST_BYTES`."""
-    size = len(manifest)
-    if isinstance(manifest, str) and size <= MAX_MANIFEST_BYTES:
-        size = len(manifest.encode("utf-8", "surrogatepass"))
-    if size > MAX_MANIFEST_BYTES:
-        raise InvalidArgument(f"manifest: larger than {MAX_MANIFEST_BYTES} bytes")
-
-
-def check_labels(labels: Mapping[str, str], *, reserved_ok: bool = False) -> None:
-    """Refuses more than `MAX_LABELS` labels, an empty or long key, a long value, or a key in
-    the server's own namespace (`RESERVED_LABEL_PREFIX`: ``ptc.session_id``, ``ptc.kind``, which
-    the audit record and the session look-up trust). ``reserved_ok`` is for a request the
-    server or engine already labelled: its own keys are then not counted."""
-    if reserved_ok:
-        labels = {k: v for k, v in labels.items() if not k.startswith(RESERVED_LABEL_PREFIX)}
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgument(f"labels: more than {MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not key or len(key) > MAX_LABEL_KEY:
-            raise InvalidArgument(f"labels: key {key[:40]!r} must be 1-{MAX_LABEL_KEY} characters")
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            raise InvalidArgument(
-                f"labels: key {key[:40]!r} is reserved: keys starting with "
-                f"{RESERVED_LABEL_PREFIX!r} are set by the server"
-            )
-        if len(value) > MAX_LABEL_VALUE:
-            raise InvalidArgument(f"labels[{key!r}]: longer than {MAX_LABEL_VALUE} characters")
-
-
-def request_bytes_bound(ceilings: ResolvedLimits) -> int:
-    """The most bytes a valid request takes as protobuf under ``ceilings``: the server's
-    receive limit, so that a larger one is refused by gRPC before it is read whole."""
-    return (
-        MAX_SCRIPT_BYTES
-        + MAX_MANIFEST_BYTES
-        + request_files_bound(ceilings)
-        + REQUEST_OVERHEAD_BYTES
-    )
 
 
 @dataclass(frozen=True)

@@ -72,10 +72,7 @@ class RunOptions:
             raise InvalidArgument(
                 f"policy: unknown policy {self.policy!r} (known: {', '.join(_POLICIES)})"
             )
-        # Frozen all the way down: a caller's dict changed later changes nothing here.
-        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
-        object.__setattr__(self, "expected_calls", tuple(self.expected_calls))
-        object.__setattr__(self, "files", tuple(self.files))
+        _freeze(self)
 
     @classmethod
     def of(
@@ -116,7 +113,7 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         RunOptions(backend=self.backend)  # the same check, the same message
-        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "labels", _frozen_labels(self.labels))
 
     @classmethod
     def of(
@@ -136,6 +133,25 @@ class SessionOverrides(TypedDict, total=False):
     idle_timeout: float | None
     max_lifetime: float | None
     max_executions: int | None
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def _frozen_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
+    """A read-only copy of ``labels``: a caller's dict changed later changes nothing here. Most
+    have none, and share one empty mapping."""
+    return MappingProxyType(dict(labels)) if labels else _NO_LABELS
+
+
+def _freeze(options: RunOptions) -> None:
+    """Makes ``options`` frozen all the way down. It runs for every request the server decodes,
+    so what is already frozen (a tuple, no labels) is left as it is rather than copied."""
+    object.__setattr__(options, "labels", _frozen_labels(options.labels))
+    if type(options.expected_calls) is not tuple:
+        object.__setattr__(options, "expected_calls", tuple(options.expected_calls))
+    if type(options.files) is not tuple:
+        object.__setattr__(options, "files", tuple(options.files))
 
 
 _Options = TypeVar("_Options", RunOptions, SessionOptions)

@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import Engine, PreparedExecution, limits_fields
+from sandbox.engine import Engine, PreparedExecution
 from sandbox.errors import PtcError
 from sandbox.execution.cell import SessionSandbox
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
+from sandbox.request_caps import SESSION_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError
 from sandbox.telemetry import metrics
 
@@ -60,7 +61,7 @@ class Recorder:
                 manifest_sha256=prepared.manifest.sha256,
                 backend=prepared.backend,
                 policy=request.policy,
-                effective_limits=limits_fields(prepared.limits),
+                effective_limits=prepared.limits,
                 labels=dict(request.labels),
                 admitted_at=time.time(),
                 expected_calls=tuple(request.expected_calls),
@@ -136,14 +137,14 @@ def failed_result(
         status = ExecutionStatus.FAILED
     message = exc.message if isinstance(exc, PtcError) else str(exc)
     now = time.time()
-    session_id = prepared.request.labels.get("ptc.session_id", "")
+    session_id = prepared.request.labels.get(SESSION_LABEL, "")
     return ExecutionResult(
         session_id=session_id,
         execution_id=prepared.execution_id,
         status=status,
         exit_code=-1,
         backend=prepared.backend,
-        effective_limits=limits_fields(prepared.limits),
+        effective_limits=prepared.limits,
         adjustments=list(prepared.adjustments),
         error=ScriptError(type(exc).__name__, message[:2000]),
         started_at=now,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import LimitAdjustment
+from sandbox.limits import LimitAdjustment, ResolvedLimits, fields_json
 
 __all__ = [
     "VIOLATION_ORDER",
@@ -258,8 +258,9 @@ class ExecutionResult:
     error: ScriptError | None = None
     backend: str = "process"
     isolation: list[str] = field(default_factory=list)
-    # The limits applied, keyed by the proto's unit-named fields: {"wall_time_ms": 10000, ...}.
-    effective_limits: dict[str, int] = field(default_factory=dict)
+    # The limits applied; None before they are resolved, and on a record written before every
+    # limit was recorded by field (`ResolvedLimits.from_record`).
+    effective_limits: ResolvedLimits | None = None
     adjustments: list[LimitAdjustment] = field(default_factory=list)
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -298,7 +299,9 @@ class ExecutionResult:
             "error": self.error.to_json() if self.error else None,
             "backend": self.backend,
             "isolation": list(self.isolation),
-            "limits": dict(self.effective_limits),
+            # By the proto's unit-named fields ({} for None): a documented output, and what the
+            # audit chain hashed before the limits were typed, byte for byte.
+            "limits": fields_json(self.effective_limits),
             "adjustments": [
                 {
                     "limit": a.limit,
@@ -333,7 +336,7 @@ class ExecutionResult:
             error=ScriptError(**error) if error else None,
             backend=data["backend"],
             isolation=list(data["isolation"]),
-            effective_limits=dict(data["limits"]),
+            effective_limits=ResolvedLimits.from_record(data["limits"], "result.limits"),
             adjustments=[LimitAdjustment(**a) for a in data["adjustments"]],
             started_at=float(data["started_at"]),
             finished_at=float(data["finished_at"]),

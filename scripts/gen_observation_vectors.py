@@ -1,11 +1,11 @@
 """Write tests/data/observation_vectors.json: results in, the Python observation text out.
 
 Run `.venv/bin/python scripts/gen_observation_vectors.py` after changing the observation
-(`sandbox/integrations/observation.py`) or the cases below; `--check` exits 1 when the
-committed file differs from what the Python code renders now. Both test suites read the file:
-`tests/integrations/test_observation_vectors.py` renders every case with the Python SDK and the
-TypeScript package's `test/observation.test.ts` with `ptc-sandbox/observation`, each expecting
-the text recorded here, so the two languages cannot drift apart.
+(`sandbox/integrations/observation.py`, `script_frames.py`) or the cases below; `--check` exits 1
+when the committed file differs from what the Python code renders now. Both test suites read
+the file: `tests/integrations/test_observation_vectors.py` renders every case with the Python SDK
+and the TypeScript package's `test/observation.test.ts` with `ptc-sandbox/observation`, each
+expecting the text recorded here, so the two languages cannot drift apart.
 
 A case's ``result`` is the wire form of a result (the proto's fields in snake case; a call's
 arguments and result as the JSON text the proto carries), turned into a protobuf message and

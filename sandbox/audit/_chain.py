@@ -21,7 +21,7 @@ from sandbox.audit._checking import ENTRY_COLUMNS, EXEC_COLUMNS
 from sandbox.audit._codec import Entry, entry_hash
 from sandbox.audit._db import Db, Engine, Tx
 from sandbox.audit._index import CallRow, ExecRow, ViolationRow, derive
-from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE
+from sandbox.audit._schema import MIGRATIONS, VERSION_TABLE, PerEngine
 from sandbox.errors import NotFound
 
 __all__ = ["BATCH", "Chain", "next_entry", "now_us"]
@@ -79,6 +79,9 @@ class Chain:
                 for step in statements:
                     if isinstance(step, str):
                         tx.execute(step)
+                    elif isinstance(step, PerEngine):
+                        for statement in step.statements(self._db.engine):
+                            tx.execute(statement)
                     else:
                         step(tx)
                 tx.execute(

@@ -21,6 +21,7 @@ from typing import Any
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
+from sandbox.limits import ResolvedLimits, fields_json
 from sandbox.result import ExecutionResult
 
 __all__ = [
@@ -108,11 +109,10 @@ def admission_to_json(admission: Admission, admitted_at: float) -> dict[str, Any
         "manifest_sha256": admission.manifest_sha256,
         "backend": admission.backend,
         "policy": admission.policy,
-        # Proto field names with canonical integers (ms, bytes); records written before that
-        # carry limit names in report units (seconds), kept as they were.
-        "effective_limits": {
-            k: v if isinstance(v, int) else float(v) for k, v in admission.effective_limits.items()
-        },
+        # Proto field names with canonical integers (ms, bytes): the text the chain hashed when
+        # these were a dict, byte for byte. Records written before that carry limit names in
+        # report units (seconds), kept as they were in their entries (read back as None).
+        "effective_limits": fields_json(admission.effective_limits),
         "labels": dict(admission.labels),
         "admitted_at": admitted_at,
     } | _replay_fields(admission)
@@ -143,7 +143,9 @@ def admission_from_json(data: Mapping[str, Any]) -> Admission:
         manifest_sha256=data["manifest_sha256"],
         backend=data["backend"],
         policy=data["policy"],
-        effective_limits=dict(data["effective_limits"]),
+        effective_limits=ResolvedLimits.from_record(
+            data["effective_limits"], "admission.effective_limits"
+        ),
         labels=dict(data["labels"]),
         admitted_at=float(data["admitted_at"]),
         expected_calls=None

@@ -12,7 +12,7 @@ what it proved when it held the text: `verify` checks each referenced row agains
 
 Each row keeps the sequence number of the latest admission that named it (``last_seq``, moved
 by the same statement that writes the row, which does nothing else when the text is there), so
-retention removes the rows no entry it keeps refers to (`prune_before`): of those the pruned
+retention removes the rows no entry it keeps refers to (`prune_named`): of those the pruned
 admissions name, the ones no later entry names, each by its key, never a search of the history.
 One table, one statement, no index but the key: a second table for the last use cost an
 admission of a new script 25 us more CPU (two more statements' worth of B-trees), and SQLite
@@ -22,7 +22,6 @@ rewrites only the changed page of a row whose record keeps its size.
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -37,7 +36,7 @@ __all__ = [
     "STORED",
     "ContentCheck",
     "Contents",
-    "prune_before",
+    "prune_named",
     "references",
     "stored_form",
     "texts",
@@ -215,16 +214,11 @@ def _state(digest: object, body: object, last: object) -> tuple[bool, int]:
     return sha256_text(str(body)) == str(digest), -1 if last is None else int(str(last))
 
 
-def prune_before(tx: Tx, tenant: str, through_seq: int) -> None:
+def prune_named(tx: Tx, tenant: str, named: set[str], through_seq: int) -> None:
     """Removes the tenant's rows that no entry after ``through_seq`` names, retention being
-    about to remove the entries up to it: of the rows its admissions name (read from them:
-    what is pruned), those no later entry names (``last_seq``), each by its key."""
-    named: set[str] = set()
-    for (payload,) in tx.stream(
-        "SELECT payload FROM entries WHERE tenant = ? AND seq <= ? AND kind = 'admitted'",
-        (tenant, through_seq),
-    ):
-        named.update(digest for _, digest in references(json.loads(payload)) or ())
+    about to remove the entries up to it: of the rows ``named`` by its admissions (read from
+    them by the caller: what is pruned), those no later entry names (``last_seq``), each by its
+    key."""
     stale = sorted(named)
     for start in range(0, len(stale), 500):
         chunk = stale[start : start + 500]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.audit._schema import SESSION_LABEL
+from sandbox.request_caps import SESSION_LABEL
 
 __all__ = ["CallRow", "ExecRow", "ViolationRow", "derive", "ended", "session_of"]
 

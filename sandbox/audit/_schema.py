@@ -27,13 +27,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from sandbox.audit._db import Tx
+from sandbox.audit._db import Engine, Tx
+from sandbox.request_caps import SESSION_LABEL
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SESSION_LABEL", "Step"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PerEngine", "Step"]
 
-Step = str | Callable[[Tx], None]
-SESSION_LABEL = "ptc.session_id"  # the label a session's cells carry (`sandbox.sessions`)
+
+@dataclass(frozen=True)
+class PerEngine:
+    """Statements that differ between the engines, where one engine has a structure the other
+    lacks (a table without rowids; an index that carries a column); run in the step's
+    transaction like any other."""
+
+    sqlite: tuple[str, ...]
+    postgresql: tuple[str, ...]
+
+    def statements(self, engine: Engine) -> tuple[str, ...]:
+        return self.sqlite if engine.name == "sqlite" else self.postgresql
+
+
+Step = str | Callable[[Tx], None] | PerEngine
 
 _V1 = (
     """CREATE TABLE IF NOT EXISTS entries (
@@ -279,6 +294,43 @@ _V10: tuple[Step, ...] = (
     )""",
 )
 
+# Version 11 (the idempotency look-up flat at a million executions): a look-up read two
+# structures, each a level deeper as the history grew. On SQLite the table had rowids, so the
+# primary key was an index beside the table and a look-up probed both B-trees; it becomes a
+# table ``WITHOUT ROWID``, whose rows live in the primary key's own B-tree (rebuilt in place:
+# create, copy, drop, rename, in this step's transaction, so a half-done rebuild is never seen).
+# On PostgreSQL the key's index led to a heap page that the entries' traffic had pushed out of
+# shared buffers; the primary key's index now carries ``execution_id`` (``INCLUDE``), so the
+# look-up is an index-only scan, and autovacuum visits the table after every 10,000 new keys
+# whatever its size (not after 20% more rows, the default) so that the visibility map, which
+# lets the scan skip the heap, covers all but the newest keys. Those two settings exist since
+# PostgreSQL 13 (``INCLUDE`` since 11): the step fails, and the store does not open, on older.
+_V11: tuple[Step, ...] = (
+    PerEngine(
+        sqlite=(
+            """CREATE TABLE idempotency_keys_v11 (
+                tenant TEXT NOT NULL,
+                idem_key TEXT NOT NULL,
+                execution_id TEXT NOT NULL,
+                PRIMARY KEY (tenant, idem_key)
+            ) WITHOUT ROWID""",
+            "INSERT INTO idempotency_keys_v11 (tenant, idem_key, execution_id) "
+            "SELECT tenant, idem_key, execution_id FROM idempotency_keys",
+            "DROP TABLE idempotency_keys",
+            "ALTER TABLE idempotency_keys_v11 RENAME TO idempotency_keys",
+        ),
+        postgresql=(
+            """CREATE UNIQUE INDEX idempotency_keys_covering
+                ON idempotency_keys (tenant, idem_key) INCLUDE (execution_id)""",
+            "ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey",
+            "ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey "
+            "PRIMARY KEY USING INDEX idempotency_keys_covering",
+            "ALTER TABLE idempotency_keys SET (autovacuum_vacuum_insert_scale_factor = 0, "
+            "autovacuum_vacuum_insert_threshold = 10000)",
+        ),
+    ),
+)
+
 # Ordered steps: (version, steps). Append new steps; never edit an applied one.
 MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (1, _V1),
@@ -291,6 +343,7 @@ MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
     (8, _V8),
     (9, _V9),
     (10, _V10),
+    (11, _V11),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from sandbox.audit._db import Tx
 from sandbox.audit.base import SessionRecord
+from sandbox.request_caps import KIND_LABEL
 
 __all__ = [
     "ENDED_STATES",
@@ -41,7 +42,7 @@ _COLUMNS = (
 def settings_of(labels: Mapping[str, Any]) -> tuple[int, int, int] | None:
     """(idle timeout ms, lifetime ms, max executions) of a session admission's labels; None
     when the admission is not a session's."""
-    if labels.get("ptc.kind") != "session":
+    if labels.get(KIND_LABEL) != "session":
         return None
 
     def number(name: str) -> int:

@@ -10,6 +10,7 @@ its hashes as Merkle leaves and recording the cut in the chain itself.
 from __future__ import annotations
 
 import builtins
+import json
 
 from sandbox.audit import _contents, _frontiers
 from sandbox.audit._chain import BATCH, Chain
@@ -147,17 +148,45 @@ def _prunable_prefix(tx: Tx, tenant: str, before: float) -> tuple[tuple[int, str
     return cut, set(admitted[:through])
 
 
+def _pruned_names(tx: Tx, tenant: str, through_seq: int) -> tuple[set[str], set[str]]:
+    """What the pruned admissions name, read from them once: the digests of their stored texts
+    (`sandbox.audit._contents`) and their idempotency keys."""
+    digests: set[str] = set()
+    keys: set[str] = set()
+    for (payload,) in tx.stream(
+        "SELECT payload FROM entries WHERE tenant = ? AND seq <= ? AND kind = 'admitted'",
+        (tenant, through_seq),
+    ):
+        data = json.loads(payload)
+        digests.update(digest for _, digest in _contents.references(data) or ())
+        key = data.get("idempotency_key")
+        if isinstance(key, str) and key:
+            keys.add(key)
+    return digests, keys
+
+
 def _drop_rows(tx: Tx, tenant: str, ids: builtins.list[str], through_seq: int) -> None:
     """Deletes the index, key and session rows of pruned records (their entries, up to
-    ``through_seq``, go next), and the stored text no kept entry names
-    (`sandbox.audit._contents`, which reads the pruned admissions for it)."""
-    _contents.prune_before(tx, tenant, through_seq)
+    ``through_seq``, go next), and the stored text no kept entry names. Each idempotency key
+    goes by its primary key, named by its admission: the table has no index by execution (one
+    would cost every keyed admission a write), and a key names only the execution admitted
+    under it (a second admission with it is refused and leaves no entry)."""
+    digests, keys = _pruned_names(tx, tenant, through_seq)
+    _contents.prune_named(tx, tenant, digests, through_seq)
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
         marks = ", ".join("?" for _ in chunk)
-        for table in ("executions", "calls", "violations", "idempotency_keys"):
+        for table in ("executions", "calls", "violations"):
             tx.execute(f"DELETE FROM {table} WHERE execution_id IN ({marks})", chunk)
         tx.execute(
             f"DELETE FROM sessions WHERE tenant = ? AND session_id IN ({marks})",
+            (tenant, *chunk),
+        )
+    named = sorted(keys)
+    for start in range(0, len(named), BATCH):
+        chunk = named[start : start + BATCH]
+        marks = ", ".join("?" for _ in chunk)
+        tx.execute(
+            f"DELETE FROM idempotency_keys WHERE tenant = ? AND idem_key IN ({marks})",
             (tenant, *chunk),
         )

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from sandbox.errors import FailedPrecondition, quote
 from sandbox.expectations import ExpectedCalls
+from sandbox.limits import ResolvedLimits
 from sandbox.result import ExecutionResult
 
 __all__ = [
@@ -45,7 +46,9 @@ class Admission:
     manifest_sha256: str
     backend: str
     policy: str
-    effective_limits: Mapping[str, float]  # {"wall_time_ms": 10000, ...}: proto fields
+    # None on an entry written before every limit was recorded by field: its entry keeps them as
+    # written (`ResolvedLimits.from_record`).
+    effective_limits: ResolvedLimits | None
     labels: Mapping[str, str] = field(default_factory=dict)
     admitted_at: float = 0.0
     # What a replay needs beyond the above (`sandbox.replay`). None: a record written before

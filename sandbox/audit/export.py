@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from sandbox.audit._sqlcore import SqlAuditStore
 from sandbox.audit.base import AuditQuery, AuditRecord
+from sandbox.limits import fields_json
 
 __all__ = ["export_jsonl", "iter_records", "record_to_json"]
 
@@ -32,7 +33,7 @@ def record_to_json(record: AuditRecord) -> dict[str, Any]:
         "manifest_json": admission.manifest_json,
         "backend": admission.backend,
         "policy": admission.policy,
-        "effective_limits": dict(admission.effective_limits),
+        "effective_limits": fields_json(admission.effective_limits),
         "labels": dict(admission.labels),
         "result": record.result.to_json() if record.result else None,
         "prev_hash": record.prev_hash,

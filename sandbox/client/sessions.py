@@ -12,58 +12,57 @@ in a session run one at a time: a second one while one runs is refused with
 `FailedPrecondition`; an ended session's id gives `NotFound` (closed, expired) or
 `FailedPrecondition` (lost), each with a message that starts with ``session_lost`` and says why.
 
-The clients import this module and it imports neither of them: what a session needs of its
-client is named here as a protocol (`SessionClient`, `SessionRunner`), which `AsyncClient` and
-`Client` meet as they are, so that the three modules make no circle.
+The clients import this module and it imports neither of them, so the three make no circle. What
+a session needs of its client is a value the client hands it: `SessionCalls` (the session RPCs
+bound to the client's channel and credentials, and the client's `execute` for cells) for an
+`AsyncSession`, and a `LoopRunner` (the blocking client's way of running a coroutine on its loop)
+for a `SyncSession`. Neither names an attribute of the clients.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, Unpack
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client._errors import translated
 from sandbox.client.tools import build_manifest
 from sandbox.codec.limits import limits_to_proto
 from sandbox.codec.session import session_from_proto
 from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import FailedPrecondition, NotFound
-from sandbox.limits import check_labels
 from sandbox.options import RunOptions, RunOverrides, SessionOptions
 from sandbox.records import SessionInfo
+from sandbox.request_caps import check_labels
 from sandbox.result import ExecutionResult
 
-__all__ = ["AsyncSession", "SyncSession"]
+__all__ = ["AsyncSession", "LoopRunner", "SessionCalls", "SyncSession"]
 
 T = TypeVar("T")
 
 
-class SessionClient(Protocol):
-    """What an `AsyncSession` uses of its `AsyncClient`: the channel's stub and metadata for the
-    session calls, and `execute` for its cells (which then go through the client's retries)."""
-
-    @property
-    def _stub(self) -> pb_grpc.SandboxServiceStub: ...
-
-    @property
-    def _metadata(self) -> tuple[tuple[str, str], ...]: ...
-
-    async def execute(
-        self,
-        script: str,
-        tools: str | Sequence[Mapping[str, Any]] | None,
-        options: RunOptions | None,
-    ) -> ExecutionResult: ...
+_Tools = str | Sequence[Mapping[str, Any]] | None
 
 
-class SessionRunner(Protocol):
-    """What a `SyncSession` uses of its `Client`: running a coroutine on the client's loop."""
+@dataclass(frozen=True)
+class SessionCalls:
+    """What an `AsyncSession` calls through its `AsyncClient`, handed over when the client makes
+    the session: each session RPC with the client's channel and metadata bound, and the client's
+    ``execute`` for the session's cells (which then go through the client's retries)."""
 
-    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T: ...
+    create: Callable[[pb.CreateSessionRequest], Awaitable[pb.SessionInfo]]
+    get: Callable[[pb.GetSessionRequest], Awaitable[pb.SessionInfo]]
+    close: Callable[[pb.CloseSessionRequest], Awaitable[pb.SessionInfo]]
+    execute: Callable[[str, _Tools, RunOptions | None], Awaitable[ExecutionResult]]
+
+
+class LoopRunner(Protocol):
+    """What a `SyncSession` needs of its blocking `Client`: run a coroutine on the client's loop
+    and return its result (the client's own ``_call``, handed over as a bound method)."""
+
+    def __call__(self, coroutine: Coroutine[Any, Any, T], /) -> T: ...
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -75,13 +74,13 @@ class AsyncSession:
 
     def __init__(
         self,
-        client: SessionClient,
+        calls: SessionCalls,
         tools: str | Sequence[Mapping[str, Any]] = (),
         options: SessionOptions | None = None,
         *,
         session_id: str | None = None,
     ) -> None:
-        self._client = client
+        self._calls = calls
         self._tools = tools
         self.options = options or SessionOptions()
         self.id: str = session_id or ""
@@ -120,9 +119,7 @@ class AsyncSession:
             if value is not None:
                 setattr(request, field, value)
         async with translated():
-            message = await self._client._stub.CreateSession(
-                request, metadata=self._client._metadata
-            )
+            message = await self._calls.create(request)
         info = session_from_proto(message)
         self.id, self.info = info.session_id, info
         return info
@@ -142,21 +139,17 @@ class AsyncSession:
         chosen = replace(RunOptions.of(options, **overrides), session_id=self.id)
         if tools is not None and build_manifest(tools)[1]:
             raise ValueError("a session's tools must be served by the server (echo, mock, host)")
-        return await self._client.execute(script, tools, chosen)
+        return await self._calls.execute(script, tools, chosen)
 
     async def get(self) -> SessionInfo:
         async with translated():
-            message = await self._client._stub.GetSession(
-                pb.GetSessionRequest(session_id=self.id), metadata=self._client._metadata
-            )
+            message = await self._calls.get(pb.GetSessionRequest(session_id=self.id))
         self.info = session_from_proto(message)
         return self.info
 
     async def close(self) -> SessionInfo:
         async with translated():
-            message = await self._client._stub.CloseSession(
-                pb.CloseSessionRequest(session_id=self.id), metadata=self._client._metadata
-            )
+            message = await self._calls.close(pb.CloseSessionRequest(session_id=self.id))
         self.info = session_from_proto(message)
         return self.info
 
@@ -164,8 +157,8 @@ class AsyncSession:
 class SyncSession:
     """The blocking `Client`'s session: the same calls, run on the client's loop."""
 
-    def __init__(self, client: SessionRunner, session: AsyncSession) -> None:
-        self._client = client
+    def __init__(self, run: LoopRunner, session: AsyncSession) -> None:
+        self._run = run
         self._session = session
 
     @property
@@ -178,14 +171,14 @@ class SyncSession:
         return self._session.info
 
     def __enter__(self) -> SyncSession:
-        self._client._call(self._session.__aenter__())
+        self._run(self._session.__aenter__())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._client._call(self._session.__aexit__(*exc))
+        self._run(self._session.__aexit__(*exc))
 
     def create(self) -> SessionInfo:
-        return self._client._call(self._session.create())
+        return self._run(self._session.create())
 
     def execute(
         self,
@@ -194,12 +187,10 @@ class SyncSession:
         options: RunOptions | None = None,
         **overrides: Unpack[RunOverrides],
     ) -> ExecutionResult:
-        return self._client._call(
-            self._session.execute(script, tools, RunOptions.of(options, **overrides))
-        )
+        return self._run(self._session.execute(script, tools, RunOptions.of(options, **overrides)))
 
     def get(self) -> SessionInfo:
-        return self._client._call(self._session.get())
+        return self._run(self._session.get())
 
     def close(self) -> SessionInfo:
-        return self._client._call(self._session.close())
+        return self._run(self._session.close())

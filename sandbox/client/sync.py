@@ -18,22 +18,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Unpack
 
 from sandbox.client._retry import RetryPolicy
-from sandbox.client.aio import (
-    AsyncClient,
-    Execution,
-    OutputChunk,
-    Progress,
-    StreamKeywords,
-    Stubs,
-    split_keywords,
-)
+from sandbox.client.aio import AsyncClient, Progress, Stubs
+from sandbox.client.execution import Execution, OutputChunk, StreamKeywords, split_keywords
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
 from sandbox.errors import Cancelled
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
 from sandbox.result import ExecutionResult
 
 __all__ = ["Client", "SyncExecution"]
@@ -199,7 +192,7 @@ class Client:
     ) -> SyncSession:
         """A session: ``with client.session(...) as s: s.execute(...)`` (see `AsyncClient`)."""
         chosen = SessionOptions.of(options, **overrides)
-        return SyncSession(self, self._async.session(tools, chosen, session_id=session_id))
+        return SyncSession(self._call, self._async.session(tools, chosen, session_id=session_id))
 
     def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:
         return self._call(self._async.list_sessions(include_ended))

@@ -32,7 +32,7 @@ from typing import Any, overload
 import pydantic
 import pydantic_core
 
-from sandbox.limits import check_manifest_size
+from sandbox.request_caps import check_manifest_size
 
 __all__ = ["ClientTool", "build_manifest", "function_tool", "tool"]
 

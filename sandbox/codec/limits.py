@@ -1,16 +1,19 @@
 """`Limits` <-> protobuf: a request's limits (each unset field inherits) and the effective limits
-a result, a record and a session carry (every field set, keyed by the proto's unit-named field,
-``wall_time_ms``, in canonical integers)."""
+a result, a record and a session carry (`ResolvedLimits`: every field set, in canonical integers,
+or None for a record in an older format)."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.errors import InvalidArgument
 from sandbox.limits import LIMIT_SPECS, SPEC_BY_FIELD, Limits, ResolvedLimits
 
-__all__ = ["limits_fields_from_proto", "limits_from_proto", "limits_to_proto"]
+__all__ = [
+    "limits_fields_from_proto",
+    "limits_from_proto",
+    "limits_to_proto",
+    "resolved_from_proto",
+]
 
 _LIMIT_FIELDS = {d: d.name for d in pb.Limits.DESCRIPTOR.fields if d.name in SPEC_BY_FIELD}
 _NO_LIMITS = Limits()  # frozen: one for every request that sets none
@@ -33,31 +36,33 @@ def limits_from_proto(message: pb.Limits, where: str = "limits") -> Limits:
     return Limits(**values) if values else _NO_LIMITS
 
 
-def limits_to_proto(limits: Limits | ResolvedLimits | Mapping[str, float]) -> pb.Limits:
-    """From canonical dataclasses, or from a mapping keyed by field (``wall_time_ms``, what
-    results and audit records carry) or, in records written before that, by limit name in the
-    limit's report unit (``wall_time`` in seconds)."""
-    if isinstance(limits, Mapping) and limits.keys() <= SPEC_BY_FIELD.keys():
-        # Keyed by field, as every result is: built in one call (a result's hot path).
-        return pb.Limits(**{field: int(value) for field, value in limits.items()})
+def limits_to_proto(limits: Limits | ResolvedLimits | None) -> pb.Limits:
+    """A request's limits (the fields set), or effective limits (every field); None, a record's
+    limits in an older format (`ResolvedLimits.from_record`), is an empty message."""
+    if isinstance(limits, ResolvedLimits):
+        return pb.Limits(**limits.to_fields())  # built in one call: a result's hot path
     message = pb.Limits()
-    for spec in LIMIT_SPECS:
-        value: float | None
-        if not isinstance(limits, Mapping):
+    if limits is not None:
+        for spec in LIMIT_SPECS:
             value = getattr(limits, spec.field)
-        elif spec.field in limits:
-            value = limits[spec.field]
-        else:
-            human = limits.get(spec.name)
-            value = None if human is None else round(human * spec.scale)
-        if value is not None:
-            setattr(message, spec.field, int(value))
+            if value is not None:
+                setattr(message, spec.field, value)
     return message
 
 
+def resolved_from_proto(
+    message: pb.Limits, where: str = "effective_limits"
+) -> ResolvedLimits | None:
+    """The effective limits a result, a record or a session carries: every field set (in field
+    number order, which is `LIMIT_SPECS` order); None when none or only some are, as from a
+    server before every limit was sent (`ResolvedLimits.from_record`)."""
+    return ResolvedLimits.from_record(limits_fields_from_proto(message), where)
+
+
 def limits_fields_from_proto(message: pb.Limits) -> dict[str, int]:
-    """The set fields of ``message`` as ``{field: value}``, as a result carries them (in field
-    number order, which is `LIMIT_SPECS` order)."""
+    """The set fields of ``message`` as ``{field: value}``, as a session's info carries them: a
+    live session shows its whole-sandbox limits only (in field number order, which is
+    `LIMIT_SPECS` order)."""
     return {
         _LIMIT_FIELDS[descriptor]: int(value)
         for descriptor, value in message.ListFields()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.codec.result import result_from_proto, result_to_proto
 from sandbox.codec.values import json_text, value_of_json_text
-from sandbox.replay.report import Difference, ReplayReport
+from sandbox.replay_report import Difference, ReplayReport
 
 __all__ = ["report_from_proto", "report_to_proto"]
 

@@ -19,8 +19,9 @@ from sandbox.codec.values import BACKEND_ENUM, BACKENDS, POLICIES, POLICY_ENUM
 from sandbox.errors import InvalidArgument, quote
 from sandbox.expectations import ExpectedCalls
 from sandbox.files import InputFile, check_inputs
-from sandbox.limits import CEILINGS, Limits, check_labels, check_manifest_size, check_script_size
+from sandbox.limits import CEILINGS, Limits
 from sandbox.options import RunOptions
+from sandbox.request_caps import check_labels, check_manifest_size, check_script_size
 
 __all__ = [
     "MAX_EXPECTED_CALLS",
@@ -88,28 +89,32 @@ def request_to_proto(request: Request) -> pb.ExecuteRequest:
 
 def request_from_proto(message: pb.ExecuteRequest) -> Request:
     """The request as the server reads it, every field checked (input files' names and sizes
-    against the tenant's limits are the engine's to check)."""
-    if message.backend and message.backend not in BACKENDS:
-        raise InvalidArgument(f"backend: unknown value {message.backend}")
-    if message.policy and message.policy not in POLICIES:
-        raise InvalidArgument(f"policy: unknown value {message.policy}")
-    if len(message.runtime) > MAX_NAME_CHARS:
+    against the tenant's limits are the engine's to check). It runs for every request a server
+    serves: each field is read from the message once, and checked once (`RunOptions` is then
+    given names its own checks pass)."""
+    backend, policy, runtime = message.backend, message.policy, message.runtime
+    if backend and backend not in BACKENDS:
+        raise InvalidArgument(f"backend: unknown value {backend}")
+    if policy and policy not in POLICIES:
+        raise InvalidArgument(f"policy: unknown value {policy}")
+    if len(runtime) > MAX_NAME_CHARS:
         raise InvalidArgument(f"runtime: longer than {MAX_NAME_CHARS} characters")
-    labels = dict(message.labels) if message.labels else {}
-    check_labels(labels)
+    labels = message.labels
+    if labels:
+        check_labels(labels)
     limits = limits_from_proto(message.limits) if message.HasField("limits") else None
     options = RunOptions(
         # Most requests leave the repeated and map fields empty: asking one for its length is
         # cheap, iterating it even empty is not (~2.5 us each).
         limits=None if limits is None or limits == _NO_LIMITS else limits,
-        backend=BACKENDS.get(message.backend),
-        runtime=message.runtime or None,
-        policy=POLICIES.get(message.policy),
+        backend=BACKENDS.get(backend),
+        runtime=runtime or None,
+        policy=POLICIES.get(policy),
         expected_calls=_expected_calls(message) if message.expected_calls else (),
         files=tuple(InputFile(f.name, f.content) for f in message.input_files)
         if message.input_files
         else (),
-        labels=labels,
+        labels=labels,  # copied once, by `RunOptions`
         session_id=message.session_id,
         idempotency_key=check_idempotency_key(message.idempotency_key) or None,
     )

@@ -10,7 +10,7 @@ import functools
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import limits_fields_from_proto, limits_to_proto
+from sandbox.codec.limits import resolved_from_proto
 from sandbox.codec.values import (
     BACKEND_ENUM,
     BACKENDS,
@@ -22,7 +22,7 @@ from sandbox.codec.values import (
     value_of_json_text,
 )
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment
+from sandbox.limits import LimitAdjustment
 from sandbox.result import (
     CallRecord,
     CallStatus,
@@ -90,9 +90,7 @@ def result_to_proto(result: ExecutionResult) -> pb.ExecutionResult:
         stderr=result.stderr,
         backend=BACKEND_ENUM.get(result.backend, pb.BACKEND_UNSPECIFIED),
         isolation=list(result.isolation),
-        effective_limits={field: int(value) for field, value in limits.items()}
-        if limits.keys() <= SPEC_BY_FIELD.keys()
-        else limits_to_proto(limits),
+        effective_limits=None if limits is None else limits.to_fields(),
         usage={
             "wall_time_ms": round(usage.wall_time_s * 1000),
             "cpu_time_ms": round(usage.cpu_time_s * 1000),
@@ -172,7 +170,7 @@ def result_from_proto(message: pb.ExecutionResult) -> ExecutionResult:
         stderr=message.stderr,
         backend=BACKENDS.get(message.backend, "unspecified"),
         isolation=list(message.isolation),
-        effective_limits=limits_fields_from_proto(message.effective_limits),
+        effective_limits=resolved_from_proto(message.effective_limits),
         adjustments=[
             LimitAdjustment(a.limit, a.requested, a.applied, a.action) for a in message.adjustments
         ]

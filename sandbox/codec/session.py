@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import limits_fields_from_proto, limits_to_proto
+from sandbox.codec.limits import limits_fields_from_proto
 from sandbox.codec.values import BACKEND_ENUM, BACKENDS, enum_name, seconds, timestamp
 from sandbox.records import SessionInfo, SessionState
 
@@ -39,7 +39,7 @@ def session_to_proto(info: SessionInfo) -> pb.SessionInfo:
     message = pb.SessionInfo(
         state=_STATES[info.state],
         backend=BACKEND_ENUM.get(info.backend, pb.BACKEND_UNSPECIFIED),
-        limits=limits_to_proto(info.limits),
+        limits=pb.Limits(**info.limits),  # keyed by field, as `limits_fields_from_proto` reads
         execution_ids=info.execution_ids,
         isolation=info.isolation,
         created_at=timestamp(info.created_at),

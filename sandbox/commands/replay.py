@@ -26,7 +26,7 @@ from sandbox.commands._manifest_file import read_manifest
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError
 from sandbox.limits import Limits, parse_limit_args
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
 
 __all__ = ["register"]
 

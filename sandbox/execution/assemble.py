@@ -12,7 +12,6 @@ host's account of the ending (killed by a signal, or no report at all).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +21,6 @@ from sandbox.execution import evidence
 from sandbox.execution.broker import Broker
 from sandbox.execution.request import PreparedExecution
 from sandbox.expectations import ExpectedCalls, check_expected_calls
-from sandbox.limits import LIMIT_SPECS, ResolvedLimits
 from sandbox.protocol import GuestEnd
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage, Violation
 
@@ -30,23 +28,10 @@ __all__ = [
     "cancelled_before_start",
     "classify_error",
     "finish",
-    "limits_fields",
     "rejected",
     "start",
     "status_of",
 ]
-
-
-def limits_fields(limits: ResolvedLimits) -> dict[str, int]:
-    """Effective limits as results and audit records carry them: the proto's unit-named fields
-    (``wall_time_ms``, ``memory_bytes``, ...) with canonical integer values (a copy of the one
-    remembered per limits: a caller may change it)."""
-    return dict(_limits_fields(limits))
-
-
-@functools.lru_cache(maxsize=256)
-def _limits_fields(limits: ResolvedLimits) -> dict[str, int]:
-    return {spec.field: limits.value(spec.name) for spec in LIMIT_SPECS}
 
 
 def start(prepared: PreparedExecution, backend: str, session_id: str | None) -> ExecutionResult:
@@ -55,7 +40,7 @@ def start(prepared: PreparedExecution, backend: str, session_id: str | None) -> 
         execution_id=prepared.execution_id,
         status=ExecutionStatus.OK,
         backend=backend,
-        effective_limits=limits_fields(prepared.limits),
+        effective_limits=prepared.limits,
         adjustments=list(prepared.adjustments),
         started_at=time.time(),
         input_files=[f.digest() for f in prepared.request.files],

@@ -19,7 +19,8 @@ import hashlib
 from dataclasses import dataclass, field
 
 from sandbox.files import OMIT_REASONS, OmittedOutput, OutputFile, name_problem
-from sandbox.limits import MAX_OMITTED_LISTED, ResolvedLimits
+from sandbox.limits import ResolvedLimits
+from sandbox.message_bounds import MAX_OMITTED_LISTED
 from sandbox.protocol import GuestOmit, GuestOutput, ProtocolViolation
 from sandbox.result import Evidence, Violation
 

@@ -8,7 +8,8 @@ to a third of the line's budget with an explicit marker, so a long argument neve
 outcome off the line. The stderr traceback shows the script's own frames with the script's line
 numbers (and source, when the script is known); the frames of the sandbox's runtime, the
 generated stubs and the standard library are folded into one counted marker, and so are the
-frames of a prelude an adapter put before the model's code (`ScriptSource.prelude_lines`).
+frames of a prelude an adapter put before the model's code (`ScriptSource.prelude_lines`); that
+folding is `sandbox.integrations.script_frames`'s.
 Every section has a budget (`ObservationBudget`); whatever does not fit is replaced by an
 explicit marker that says how much was cut (bytes and lines of output, which calls by number),
 and the whole text has a hard byte ceiling with a final marker of its own.
@@ -23,19 +24,15 @@ position would drop them silently — and the line is then cut to `call_chars` w
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.integrations.script_frames import ScriptSource, error_line, script_frames
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, Violation
 
 __all__ = ["ObservationBudget", "ScriptSource", "render_observation", "summarize_result"]
-
-# The file name the guest compiles the script under (`sandbox/guest/bootstrap.py` SCRIPT_NAME);
-# a real execution in tests/integrations/test_observation.py keeps the two in step.
-SCRIPT_FILE = "<script>"
 
 
 @dataclass(frozen=True)
@@ -48,24 +45,6 @@ class ObservationBudget:
     stderr_bytes: int = 1_000
     calls: int = 30
     call_chars: int = 240
-
-
-@dataclass(frozen=True)
-class ScriptSource:
-    """The script that ran, so tracebacks can show its lines. ``prelude_lines`` lines of set-up
-    code an adapter put before the model's own code are not the model's: their frames are
-    folded away and line numbers count from the model's first line."""
-
-    text: str
-    prelude_lines: int = 0
-
-    def line(self, number: int) -> str:
-        lines = self.text.splitlines()
-        return lines[number - 1].strip() if 0 < number <= len(lines) else ""
-
-    def own(self, number: int) -> int | None:
-        """The model's line number for line ``number`` of the script that ran (None: prelude)."""
-        return number - self.prelude_lines if number > self.prelude_lines else None
 
 
 def summarize_result(value: Any, fields: Sequence[str]) -> Any:
@@ -102,7 +81,7 @@ def render_observation(
     budget = budget or ObservationBudget()
     fields = summary_fields or {}
     source = script or ScriptSource("")
-    stderr = _script_frames(result.stderr, source) if result.stderr else ""
+    stderr = script_frames(result.stderr, source) if result.stderr else ""
     parts = [_status_line(result)]
     if result.stdout:
         parts.append("--- stdout ---\n" + _head_tail(result.stdout, budget, "stdout"))
@@ -118,7 +97,8 @@ def render_observation(
         parts.append(_outputs(result))
     if result.error is not None:
         error = f"{result.error.type}: {result.error.message}"
-        parts.append(f"--- error ---\n{error}{_error_line(result, source)}")
+        line = error_line(result.stderr, result.error.line, source)
+        parts.append(f"--- error ---\n{error}{line}")
     if stderr and result.error is None:
         parts.append("--- stderr ---\n" + _tail(stderr, budget.stderr_bytes, "stderr"))
     elif stderr:
@@ -190,84 +170,6 @@ def _violation_line(v: Violation) -> str:
     if str(getattr(v, "evidence", "")) == "guest":
         detail += " (reported from inside the sandbox; the host could not confirm it)"
     return f"{v.limit}: limit {limit}, observed {seen}, action {v.action}{detail}"
-
-
-def _error_line(result: ExecutionResult, source: ScriptSource) -> str:
-    """`` (line N)`` of the model's code: the traceback's last own frame when the script is
-    known (the guest's line may be a prelude line), else the guest's report."""
-    assert result.error is not None
-    own = [n for n in _frame_lines(result.stderr) if source.own(n) is not None]
-    if own:
-        line = source.own(own[-1])
-    elif source.prelude_lines:
-        line = source.own(result.error.line) if result.error.line else None
-    else:
-        line = result.error.line or None
-    return f" (line {line})" if line else ""
-
-
-_FRAME = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.*)$')
-
-
-def _frame_lines(stderr: str) -> list[int]:
-    """Line numbers of the script's frames in the last traceback of ``stderr``."""
-    lines: list[int] = []
-    for text in stderr.splitlines():
-        if text.startswith("Traceback (most recent call last):"):
-            lines = []
-        match = _FRAME.match(text)
-        if match and match["file"] == SCRIPT_FILE:
-            lines.append(int(match["line"]))
-    return lines
-
-
-def _script_frames(stderr: str, source: ScriptSource) -> str:
-    """``stderr`` with every traceback reduced to the script's own frames.
-
-    A frame is the ``File ...`` line and the indented source and caret lines under it. Frames of
-    other files (the runtime, the stubs, the standard library) and of an adapter's prelude are
-    folded into one marker per run; the script's frames get the model's line numbers and, when
-    the script is known, its source line."""
-    out: list[str] = []
-    hidden = 0
-    in_frame = False
-
-    def flush() -> None:
-        nonlocal hidden
-        if hidden:
-            out.append(f"  [... {_plural(hidden, 'frame')} of the sandbox runtime hidden ...]")
-            hidden = 0
-
-    for text in stderr.splitlines():
-        match = _FRAME.match(text)
-        if match:
-            number = int(match["line"])
-            own = source.own(number) if match["file"] == SCRIPT_FILE else None
-            in_frame = True
-            if own is None:
-                hidden += 1
-                keep_body = False
-                continue
-            flush()
-            keep_body = not source.text
-            out.append(f'  File "{SCRIPT_FILE}", line {own}, in {match["func"]}')
-            code = source.line(number)
-            if code:
-                out.append(f"    {code}")
-            continue
-        if in_frame and text.startswith("    "):
-            if keep_body:
-                out.append(text)
-            continue
-        in_frame = False
-        flush()
-        out.append(text.replace("_ptc_runtime.", "tools.", 1) if _is_exception(text) else text)
-    flush()
-    return "\n".join(out) + ("\n" if stderr.endswith("\n") else "")
-
-
-def _is_exception(text: str) -> bool:
-    return text.startswith("_ptc_runtime.") and ":" in text
 
 
 def _size(text: str) -> int:

@@ -30,10 +30,11 @@ from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.handlers import ToolCall, ToolFailure, ToolHandler
-from sandbox.limits import Limits, check_labels
+from sandbox.limits import Limits
 from sandbox.options import RunOptions
 from sandbox.recording import Recorder
-from sandbox.replay.report import ReplayReport
+from sandbox.replay_report import ReplayReport
+from sandbox.request_caps import check_labels
 from sandbox.result import ExecutionResult
 from sandbox.sessions.manager import SessionManager
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, ProgressSnapshot

@@ -31,13 +31,10 @@ from sandbox.integrations.runners import (
 )
 from sandbox.limits import Limits
 from sandbox.options import SessionOptions, SessionOverrides
+from sandbox.request_caps import SESSION_LABEL
 from sandbox.result import ExecutionResult
-from sandbox.sessions.manager import (
-    SESSION_LABEL,
-    Session,
-    SessionManager,
-    SessionSettings,
-)
+from sandbox.sessions.cells import cell_limits
+from sandbox.sessions.manager import Session, SessionManager, SessionSettings
 
 __all__ = ["ClientSessionRunner", "EmbeddedSessionRunner", "open_session"]
 
@@ -125,7 +122,7 @@ class EmbeddedSessionRunner:
         execution = replace(execution, labels={**execution.labels, SESSION_LABEL: session.id})
         asked = options.limits or Limits()
         limits, adjustments = runner.engine.effective_limits(asked)
-        limits, fixed = self.manager.session_limits(session, limits, asked)
+        limits, fixed = cell_limits(session, limits, asked)
         prepared = runner.engine.prepare(execution, limits=(limits, [*adjustments, *fixed]))
         self.manager.claim(session, prepared.execution_id)
         # A cell the audit store refuses to admit leaves the session as it was (`run_cell`).

@@ -10,13 +10,14 @@ the record cannot answer is refused in the script and reported, never invented. 
 itself recorded, naming the execution it replays, and `compare` lists what differs: status, exit
 code, error, stdout, stderr, violations and the call sequence.
 
-Modules: `report` (the result a caller gets; light, the client imports it), `source` (what a
-record must hold to be replayed), `dispatch` (the record-answered handlers and approver),
-`compare` (the differences), `run` (the embedded flow); its protobuf form is `sandbox.codec.replay`.
+Modules: `source` (what a record must hold to be replayed), `dispatch` (the record-answered
+handlers and approver), `compare` (the differences), `run` (the embedded flow). The result a
+caller gets, `ReplayReport`, is a plain value in `sandbox.replay_report` (re-exported here), so
+that its protobuf form (`sandbox.codec.replay`) and the client need none of this package.
 """
 
 from __future__ import annotations
 
-from sandbox.replay.report import Difference, ReplayReport
+from sandbox.replay_report import Difference, ReplayReport
 
 __all__ = ["Difference", "ReplayReport"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from sandbox.audit import OUTPUT_CAP_BYTES, result_to_json
 from sandbox.replay.dispatch import RecordedCalls, cut_by_call_log
-from sandbox.replay.report import Difference
+from sandbox.replay_report import Difference
 from sandbox.result import CallRecord, CallStatus, ExecutionResult, Violation
 
 __all__ = ["compare"]

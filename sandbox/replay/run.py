@@ -13,8 +13,8 @@ from sandbox.limits import Limits
 from sandbox.recording import Recorder
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import ReplayDispatch
-from sandbox.replay.report import ReplayReport
 from sandbox.replay.source import Recording, recording_from
+from sandbox.replay_report import ReplayReport
 from sandbox.result import ExecutionResult
 
 __all__ = ["find_record", "replay", "report"]

@@ -17,7 +17,7 @@ from sandbox.audit.base import AuditRecord
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import FailedPrecondition
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import SPEC_BY_FIELD, Limits
+from sandbox.limits import Limits
 from sandbox.result import ExecutionResult
 
 __all__ = ["Recording", "recording_from"]
@@ -72,22 +72,19 @@ def recording_from(record: AuditRecord) -> Recording:
         )
     if not admission.manifest_json:
         missing.append("the manifest's text (only its hash was kept)")
-    unknown = sorted(set(admission.effective_limits) - set(SPEC_BY_FIELD))
-    if unknown:
+    if admission.effective_limits is None:
         missing.append(
-            "the effective limits in the proto's units (it has "
-            f"{', '.join(unknown)}: an older format)"
+            "every effective limit in the proto's units (it was recorded in an older format)"
         )
     if record.result is None:
         missing.append(f"a result with the tool calls' outcomes (its status is {record.status})")
-    if missing or record.result is None:
+    if missing or record.result is None or admission.effective_limits is None:
         raise FailedPrecondition(
             f"execution {admission.execution_id} cannot be replayed: its record lacks "
             + "; ".join(missing)
         )
     limits = Limits.from_mapping(
-        {key: int(value) for key, value in admission.effective_limits.items()},
-        where="recorded effective_limits",
+        admission.effective_limits.to_fields(), where="recorded effective_limits"
     )
     return Recording(
         execution_id=admission.execution_id,

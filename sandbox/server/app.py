@@ -42,7 +42,8 @@ from sandbox.backends.base import Backend
 from sandbox.backends.process.cgroups.own_memory import own_memory
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
-from sandbox.limits import CEILINGS, request_bytes_bound, result_bytes_bound
+from sandbox.limits import CEILINGS
+from sandbox.message_bounds import request_bytes_bound, result_bytes_bound
 from sandbox.runtimes import RuntimeStore
 from sandbox.server import fleet
 from sandbox.server.audit_writes import AuditWrites

@@ -25,7 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from sandbox.errors import MalformedRequest, Unauthenticated, bounded
-from sandbox.limits import MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
+from sandbox.request_caps import MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
 from sandbox.tenants.base import Tenancy, Tenant
 
 __all__ = [

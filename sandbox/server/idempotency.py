@@ -72,7 +72,8 @@ async def answer(
             "record is gone (retention pruned it); use a new key to run the script again"
         )
     _same_request(engine, key, record, request)
-    wall_s = float(record.admission.effective_limits.get("wall_time_ms", 0)) / 1000
+    limits = record.admission.effective_limits
+    wall_s = 0.0 if limits is None else limits.wall_time_ms / 1000
     ends_by = record.admission.admitted_at + wall_s + WAIT_GRACE_S
     delay = POLL_FIRST_S
     while record.status == "running":

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sandbox.audit.base import AuditStore
-from sandbox.engine import Engine, ExecutionRequest, PreparedExecution, limits_fields
+from sandbox.engine import Engine, ExecutionRequest, PreparedExecution
 from sandbox.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sandbox.execution.hooks import NO_HOOKS, RunHooks
 from sandbox.recording import Recorder
@@ -32,6 +32,7 @@ from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.runtimes import RuntimeStore
 from sandbox.server.fleet import admit_unless_cancelled
 from sandbox.server.host_handlers import HostHandlers
+from sandbox.sessions.cells import cell_limits
 from sandbox.sessions.manager import Session, SessionManager
 from sandbox.sessions.rebuild import RebuildBounds
 from sandbox.telemetry import metrics
@@ -118,7 +119,7 @@ class Runner:
         check_runtime(tenant, request.runtime, self.runtimes.exists)
         limits, adjustments = effective_limits(tenant, request.limits)
         if session is not None:
-            limits, fixed = self.sessions.session_limits(session, limits, request.limits)
+            limits, fixed = cell_limits(session, limits, request.limits)
             adjustments = [*adjustments, *fixed]
         execution = self.engine.prepare(request, limits=(limits, adjustments))
         return Prepared(tenant, execution, session)
@@ -242,7 +243,7 @@ def _unadmitted(prepared: Prepared) -> ExecutionResult:
         execution_id=prepared.execution_id,
         status=ExecutionStatus.CANCELLED,
         backend=prepared.execution.backend,
-        effective_limits=limits_fields(prepared.execution.limits),
+        effective_limits=prepared.execution.limits,
         adjustments=list(prepared.execution.adjustments),
         started_at=now,
         finished_at=now,

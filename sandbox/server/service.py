@@ -30,6 +30,7 @@ from sandbox.server.forwarding import Forwarder
 from sandbox.server.replay import serve_replay
 from sandbox.server.runner import Runner, rebuild_bounds
 from sandbox.server.stream import StreamSession
+from sandbox.sessions.cells import cell_request
 from sandbox.telemetry.tracing import attached, extract_context, tracer
 from sandbox.tenants.base import Tenant
 from stubs_gen import render_compact
@@ -70,7 +71,7 @@ class SandboxServicer(pb_grpc.SandboxServiceServicer):  # type: ignore[misc]
                 rebuild_bounds(tenant),
                 admit=lambda: self.runner.tenancy.admit(tenant),
             )
-            execution = self.runner.sessions.request_for(
+            execution = cell_request(
                 session, execution, manifest_given=request.HasField("manifest")
             )
         prepared = self.runner.prepare(tenant, execution, streamed=False, session=session)

@@ -12,14 +12,15 @@ import asyncio
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import AuditQuery, AuditStore, SessionRows
-from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto, limits_to_proto
+from sandbox.codec.limits import limits_from_proto
 from sandbox.codec.session import session_to_proto
 from sandbox.codec.values import BACKENDS
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
-from sandbox.limits import check_labels
+from sandbox.limits import fields_json
 from sandbox.records import SessionInfo
 from sandbox.records import SessionState as InfoState
+from sandbox.request_caps import check_labels
 from sandbox.server.runner import Runner
 from sandbox.sessions.manager import Session, SessionSettings, check_allowed
 from sandbox.tenants.base import Tenant
@@ -128,15 +129,14 @@ def _ended_session(
         cells += [r.admission.execution_id for r in page]
         if token is None:
             break
-    limits = {} if record is None else record.admission.effective_limits
     return session_to_proto(
         SessionInfo(
             session_id=row.session_id,
             state=InfoState(row.state),
             end_reason=row.end_reason,
             backend=row.backend,
-            # Field-keyed, also from a record that keeps limit names in report units.
-            limits=limits_fields_from_proto(limits_to_proto(limits)),
+            # Every limit the session ran under; none from a record in an older format.
+            limits=fields_json(None if record is None else record.admission.effective_limits),
             idle_timeout_ms=row.idle_timeout_ms,
             max_lifetime_ms=row.max_lifetime_ms,
             max_executions=row.max_executions,

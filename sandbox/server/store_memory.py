@@ -32,6 +32,7 @@ from sandbox.audit.base import (
     VerifyReport,
 )
 from sandbox.errors import InvalidArgument
+from sandbox.limits import fields_json
 from sandbox.result import ExecutionResult
 
 __all__ = ["MemoryAuditStore"]
@@ -65,7 +66,7 @@ def _admission_json(admission: Admission) -> str:
     # The text `dataclasses.asdict` gave, without its deep copy of every value (~110 us per
     # admission for what is a flat record but for its expected calls).
     data = {name: getattr(admission, name) for name in _ADMISSION_FIELDS}
-    data["effective_limits"] = dict(admission.effective_limits)
+    data["effective_limits"] = fields_json(admission.effective_limits)
     data["labels"] = dict(admission.labels)
     if admission.expected_calls is not None:
         data["expected_calls"] = [asdict(item) for item in admission.expected_calls]

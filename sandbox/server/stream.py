@@ -44,6 +44,7 @@ from sandbox.server import idempotency
 from sandbox.server.boundary import checked
 from sandbox.server.convert import execution_request
 from sandbox.server.runner import Prepared, Runner, rebuild_bounds
+from sandbox.sessions.cells import cell_request
 from sandbox.telemetry.progress import PROGRESS_AFTER_S, PROGRESS_EVERY_S, LiveProbe
 from sandbox.telemetry.tracing import inject_current
 from sandbox.tenants.base import Tenant
@@ -124,9 +125,7 @@ class StreamSession:
                 rebuild_bounds(self.tenant),
                 admit=lambda: self.runner.tenancy.admit(self.tenant),
             )
-            request = self.runner.sessions.request_for(
-                session, request, manifest_given=start.HasField("manifest")
-            )
+            request = cell_request(session, request, manifest_given=start.HasField("manifest"))
         return self.runner.prepare(self.tenant, request, streamed=True, session=session)
 
     async def _final_event(self, start: pb.ExecuteRequest, run: asyncio.Task[Any]) -> Any:

@@ -10,7 +10,8 @@ one at a time, as cells (`sandbox.execution.cell`). Its limits come in two kinds
 * per execution, from each request: wall time, CPU time (a delta of the sandbox's usage),
   output and tool calls. The request's memory, processes, file size and open files are
   replaced by the session's: one above the session's is reported as an adjustment (action
-  ``session``), one below it is refused (a cell cannot tighten its whole sandbox).
+  ``session``), one below it is refused (a cell cannot tighten its whole sandbox). These rules
+  are `sandbox.sessions.cells`'s.
 
 A second execution while one runs is refused with FAILED_PRECONDITION (`SessionBusy`), never
 queued: a conversation sends its cells in order, and a queue would hide a client bug behind a
@@ -50,23 +51,20 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 
 from sandbox.audit.base import AuditStore
-from sandbox.engine import Engine, ExecutionRequest, acquire_sandbox
+from sandbox.engine import Engine, acquire_sandbox
 from sandbox.errors import (
     FailedPrecondition,
     InvalidArgument,
-    InvalidLimits,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
     Unavailable,
 )
 from sandbox.execution.cell import SessionSandbox
-from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment, Limits, ResolvedLimits
+from sandbox.limits import SPEC_BY_FIELD
 from sandbox.result import ExecutionResult, ExecutionStatus
-from sandbox.runtimes.store import DEFAULT_RUNTIME
 from sandbox.sessions.rebuild import RebuildBounds, rebuild
 from sandbox.sessions.record import admit_record, complete_record, gone_error
 from sandbox.sessions.session import Session, SessionSettings, SessionState, error_text
@@ -86,8 +84,6 @@ log = logging.getLogger(__name__)
 
 MAX_ENDED = 4096
 SWEEP_S = 0.1
-SESSION_LABEL = "ptc.session_id"
-_SESSION_FIELDS = ("memory_bytes", "processes", "file_size_bytes", "open_files")
 
 
 class SessionBusy(FailedPrecondition):
@@ -302,59 +298,6 @@ class SessionManager:
         session = self.usable(tenant, session_id)
         await self._end(session, SessionState.CLOSED, "closed by the client", ExecutionStatus.OK)
         return session
-
-    def request_for(
-        self, session: Session, request: ExecutionRequest, *, manifest_given: bool
-    ) -> ExecutionRequest:
-        """The request as it runs in ``session``: the session's backend, runtime and manifest
-        (unless the request brings a new one, which replaces the session's `tools`), its
-        label. A cell cannot move the session to another backend or runtime."""
-        if request.backend not in (None, "", session.backend):
-            raise InvalidArgument(
-                f"backend: session {session.id!r} runs on {session.backend!r}, "
-                f"not {request.backend!r}"
-            )
-        runtime = None if request.runtime in (None, "", DEFAULT_RUNTIME) else request.runtime
-        if runtime is not None and runtime != session.runtime:
-            runs_in = f"runtime {session.runtime!r}" if session.runtime else "the standard library"
-            raise InvalidArgument(
-                f"runtime: session {session.id!r} runs in {runs_in}, not {runtime!r}; a "
-                "session's runtime is chosen at CreateSession"
-            )
-        manifest: object = request.manifest if manifest_given else session.manifest
-        return replace(
-            request,
-            manifest=manifest,  # type: ignore[arg-type]
-            backend=session.backend,
-            runtime=session.runtime,
-            labels={**request.labels, SESSION_LABEL: session.id},
-        )
-
-    def session_limits(
-        self, session: Session, limits: ResolvedLimits, requested: Limits | None = None
-    ) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]:
-        """An execution's effective limits with the session's whole-sandbox ones in force, and
-        what that changed of ``requested`` (the request's own limits). A cell cannot tighten a
-        limit of the whole sandbox, so asking for less than the session has is refused, never
-        ignored; asking for more gets the session's, reported as an adjustment."""
-        fixed = {name: getattr(session.settings.limits, name) for name in _SESSION_FIELDS}
-        adjustments: list[LimitAdjustment] = []
-        for name, value in fixed.items():
-            asked = getattr(requested, name) if requested is not None else None
-            if asked is None or asked == value:
-                continue
-            spec = SPEC_BY_FIELD[name]
-            if asked < value:
-                raise InvalidLimits(
-                    f"limits.{spec.name}: {spec.describe(asked)} is below the "
-                    f"{spec.describe(value)} of session {session.id!r}, set for its whole "
-                    "sandbox at CreateSession; a cell cannot lower it"
-                )
-            adjustments.append(
-                LimitAdjustment(spec.name, spec.to_human(asked), spec.to_human(value), "session")
-            )
-        cpu = min(limits.cpu_time_ms, session.settings.limits.cpu_time_ms)
-        return replace(limits, cpu_time_ms=cpu, **fixed), tuple(adjustments)
 
     def claim(self, session: Session, execution_id: str) -> None:
         """Marks ``session`` busy with ``execution_id``; refuses a second one (never queues)."""

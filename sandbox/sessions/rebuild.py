@@ -42,15 +42,17 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from sandbox.audit.base import AuditQuery, AuditRecord, AuditStore
+from sandbox.audit.base import Admission, AuditQuery, AuditRecord, AuditStore
 from sandbox.engine import Engine, RunHooks, acquire_sandbox
 from sandbox.errors import FailedPrecondition, PtcError, ResourceExhausted, Unavailable
 from sandbox.execution.cell import SessionSandbox
-from sandbox.limits import LimitAdjustment, Limits, ResolvedLimits
+from sandbox.limits import Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import Recording, recording_from
+from sandbox.request_caps import KIND_LABEL, SESSION_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus
+from sandbox.sessions.cells import cell_limits
 from sandbox.sessions.session import (
     RebuildClock,
     Session,
@@ -67,10 +69,6 @@ class SessionHost(Protocol):
     engine: Engine
     store: AuditStore | None
 
-    def session_limits(
-        self, session: Session, limits: ResolvedLimits, requested: Limits | None = None
-    ) -> tuple[ResolvedLimits, tuple[LimitAdjustment, ...]]: ...
-
     def adopt(self, session: Session) -> None: ...
 
     def adopt_ended(self, session: Session, state: SessionState, reason: str) -> None: ...
@@ -82,10 +80,9 @@ __all__ = ["RebuildBounds", "SessionHost", "first_difference", "rebuild"]
 
 log = logging.getLogger(__name__)
 
-SESSION_LABEL = "ptc.session_id"
 # The labels a session's record adds to its own (`SessionManager._admit`); the rest are the
 # client's labels, given back to the rebuilt session.
-_SETTING_LABELS = ("ptc.kind", "ptc.idle_timeout_ms", "ptc.max_lifetime_ms", "ptc.max_executions")
+_SETTING_LABELS = (KIND_LABEL, "ptc.idle_timeout_ms", "ptc.max_lifetime_ms", "ptc.max_executions")
 _PAGE = 500
 
 
@@ -183,7 +180,7 @@ async def rebuild(
     if store is None or not store.holds_sessions:
         return None
     record = await asyncio.to_thread(store.get, tenant, session_id)
-    if record is None or record.admission.labels.get("ptc.kind") != "session":
+    if record is None or record.admission.labels.get(KIND_LABEL) != "session":
         return None
     if record.result is not None:
         return None  # ended: the caller says how
@@ -228,6 +225,19 @@ async def _claim_and_rebuild(
     return session
 
 
+def _recorded_limits(admission: Admission) -> ResolvedLimits:
+    """The limits a session's record says it ran under, which its rebuilt sandbox gets: refused
+    when the record keeps them in an older format, or one is under today's minimum (a backend
+    could not apply it)."""
+    limits = admission.effective_limits
+    if limits is None:
+        raise FailedPrecondition(
+            f"session {admission.execution_id}: its record keeps its limits in an older format"
+        )
+    Limits.from_mapping(limits.to_fields(), "recorded effective_limits")
+    return limits
+
+
 async def _fresh_session(
     manager: SessionHost, record: AuditRecord, bounds: RebuildBounds, here: str, clock: RebuildClock
 ) -> tuple[Session, list[AuditRecord]]:
@@ -239,7 +249,7 @@ async def _fresh_session(
     admission = record.admission
     labels = dict(admission.labels)
     try:
-        limits = ResolvedLimits.from_fields(admission.effective_limits, "recorded effective_limits")
+        limits = _recorded_limits(admission)
         settings = SessionSettings(
             limits=limits,
             idle_timeout_s=int(labels["ptc.idle_timeout_ms"]) / 1000,
@@ -346,7 +356,7 @@ async def _replay(
         recording = _recording(manager, record, manifest_json, where)
         request = replace(recording.request(), labels={SESSION_LABEL: session.id}, replay_of="")
         limits, _ = manager.engine.effective_limits(recording.limits)
-        limits, _ = manager.session_limits(session, limits)
+        limits, _ = cell_limits(session, limits)
         spent = sandbox.handle.usage().cpu_time_s
         left_ms = max(1, int((bounds.max_cpu_s - spent) * 1000))
         clamped = left_ms < limits.cpu_time_ms  # the bound, not the cell's own limit, binds

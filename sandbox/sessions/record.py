@@ -13,8 +13,8 @@ import logging
 import time
 
 from sandbox.audit.base import Admission, AuditStore
-from sandbox.engine import limits_fields
 from sandbox.errors import NotFound, quote
+from sandbox.request_caps import KIND_LABEL
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.session import Session, SessionState
 
@@ -38,10 +38,10 @@ def admit_record(store: AuditStore | None, session: Session) -> None:
             manifest_sha256=session.manifest.sha256,
             backend=session.backend,
             policy="none",
-            effective_limits=limits_fields(settings.limits),
+            effective_limits=settings.limits,
             labels={
                 **session.labels,
-                "ptc.kind": "session",
+                KIND_LABEL: "session",
                 "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
                 "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
                 "ptc.max_executions": str(settings.max_executions),
@@ -71,7 +71,7 @@ def complete_record(
         exit_code=0,
         backend=session.backend,
         isolation=session.sandbox.isolation,
-        effective_limits=limits_fields(session.settings.limits),
+        effective_limits=session.settings.limits,
         error=ScriptError("SessionEnded", f"{session.state.value}: {session.reason}"[:2000]),
         usage=Usage(
             wall_time_s=ended - session.created_at,
@@ -99,7 +99,7 @@ def gone_error(store: AuditStore | None, tenant: str, session_id: str) -> NotFou
     if store is not None:
         with contextlib.suppress(Exception):  # the store is a courtesy here, not a need
             record = store.get(tenant, session_id)
-    if record is None or record.admission.labels.get("ptc.kind") != "session":
+    if record is None or record.admission.labels.get(KIND_LABEL) != "session":
         return NotFound(f"session_id: no session {quote(session_id)}")
     if record.result is None and record.interrupted_reason:
         how = f"{record.status}: {record.interrupted_reason}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from sandbox.audit import Admission
+from sandbox.limits import DEFAULTS
 from sandbox.result import (
     CallRecord,
     CallStatus,
@@ -27,7 +28,7 @@ def admission(
         manifest_sha256="ab" * 32,
         backend="process",
         policy="none",
-        effective_limits={"wall_time": 10.0, "memory": 268435456.0},
+        effective_limits=DEFAULTS,
         labels={"agent": "test"},
         admitted_at=at,
     )
@@ -66,7 +67,7 @@ def result(
         usage=Usage(wall_time_s=0.25, cpu_time_s=0.1, peak_memory_bytes=1 << 20, tool_calls=1),
         backend="process",
         isolation=["userns", "netns"],
-        effective_limits={"wall_time_ms": 10_000},  # the proto's unit-named fields
+        effective_limits=DEFAULTS,
         started_at=1000.0,
         finished_at=1000.25,
     )

@@ -1,7 +1,7 @@
 """A store written by schema version 6 (today's deployed servers) migrates in place, on both engines.
 
 ``fixtures/v6_store.sqlite3`` was written by the code of git 086afc5 through its own store API
-(``fixtures/make_v6_store.py`` says how): sessions and their cells, tools, violations, a
+(``fixtures/make_old_store.py`` says how): sessions and their cells, tools, violations, a
 hand-over and take-over, an interruption, an idempotency key, a pruned prefix, two tenants. The
 SQLite case opens a copy of it; the PostgreSQL case creates version 6's tables in a fresh schema
 (the steps up to 6, which are never edited once applied) and copies every row of the file into
@@ -10,46 +10,40 @@ code migrates it; then every record must read back, the chain must verify (index
 each list filter must find what the old rows hold, and the store must go on taking writes.
 Step 10 leaves the old admission entries as they were, their script and manifest inline, while
 a new admission names its texts by digest (`sandbox.audit._contents`); both read back whole.
+
+``fixtures/v10_store.sqlite3``, the same history written by git 7e996bd (schema version 10, the
+last before step 11), checks step 11's rebuild of the idempotency keys on both engines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.audit import AuditQuery, SqlAuditStore, open_store
-from sandbox.audit._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
+from sandbox.audit._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, PerEngine
+from sandbox.audit.base import KeyTaken
 from tests.audit.audit_support import admission, result
 from tests.postgres_support import fresh_schema
 
-FIXTURE = Path(__file__).parent / "fixtures" / "v6_store.sqlite3"
-TABLES = (
-    "schema_version",
-    "entries",
-    "chain_heads",
-    "checkpoints",
-    "executions",
-    "calls",
-    "violations",
-    "pruned_leaves",
-    "write_probes",
-    "fleet_members",
-    "idempotency_keys",
-    "fleet_secret",
-)
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "v6_store.sqlite3"
 
 
-def _v6_rows() -> dict[str, tuple[list[str], list[tuple[object, ...]]]]:
-    conn = sqlite3.connect(FIXTURE)
+def _rows(fixture: Path = FIXTURE) -> dict[str, tuple[list[str], list[tuple[object, ...]]]]:
+    """Every table of a fixture store: its columns and its rows."""
+    conn = sqlite3.connect(fixture)
     try:
         out = {}
-        for table in TABLES:
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
             cursor = conn.execute(f"SELECT * FROM {table}")
             out[table] = ([d[0] for d in cursor.description], cursor.fetchall())
         return out
@@ -57,11 +51,30 @@ def _v6_rows() -> dict[str, tuple[list[str], list[tuple[object, ...]]]]:
         conn.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
-def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
+class _PgTx:
+    """What a schema step computed in Python needs of a transaction (`sandbox.audit._db.Tx`)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        cursor = self._conn.execute(sql.replace("?", "%s"), params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        self._conn.cursor().executemany(sql.replace("?", "%s"), rows)
+
+    def stream(self, sql: str, params: Any = ()) -> Iterator[tuple[Any, ...]]:
+        yield from self.execute(sql, params)
+
+
+@contextlib.contextmanager
+def _old_store(kind: str, tmp_path: Path, fixture: Path, version: int) -> Iterator[str]:
+    """A copy of ``fixture`` (SQLite), or a fresh PostgreSQL schema at ``version`` (the steps up
+    to it, which are never edited once applied) holding every row of ``fixture``."""
+    if kind == "sqlite":
         path = tmp_path / "audit.sqlite3"
-        shutil.copy(FIXTURE, path)
+        shutil.copy(fixture, path)
         yield str(path)
         return
     import psycopg
@@ -69,12 +82,14 @@ def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with fresh_schema() as schema:
         with psycopg.connect(schema.url, autocommit=True) as conn:
             conn.execute(VERSION_TABLE)
-            for version, steps in MIGRATIONS:
-                if version <= 6:
-                    for step in steps:
-                        assert isinstance(step, str)
+            for applied, steps in MIGRATIONS:
+                for step in steps if applied <= version else ():
+                    assert not isinstance(step, PerEngine)
+                    if isinstance(step, str):
                         conn.execute(step)
-            for table, (columns, rows) in _v6_rows().items():
+                    else:
+                        step(_PgTx(conn))
+            for table, (columns, rows) in _rows(fixture).items():
                 if rows:
                     marks = ", ".join("%s" for _ in columns)
                     with conn.cursor() as cursor:
@@ -83,6 +98,18 @@ def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
                             rows,
                         )
         yield schema.url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
+def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with _old_store(request.param, tmp_path, FIXTURE, 6) as target:
+        yield target
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.requires_postgres)])
+def v10_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with _old_store(request.param, tmp_path, FIXTURES / "v10_store.sqlite3", 10) as target:
+        yield target
 
 
 def _ids(store: SqlAuditStore, tenant: str, **query: Any) -> list[str]:
@@ -102,10 +129,10 @@ def _admitted(store: SqlAuditStore, execution_id: str) -> dict[str, Any]:
 
 
 def test_the_fixture_is_a_version_6_store() -> None:
-    rows = _v6_rows()
+    rows = _rows()
     assert max(int(str(v)) for v, _ in rows["schema_version"][1]) == 6
     assert "session_id" not in rows["executions"][0]
-    assert len(rows["entries"][1]) == 28  # what make_v6_store.py wrote, the pruned prefix gone
+    assert len(rows["entries"][1]) == 28  # what make_old_store.py wrote, the pruned prefix gone
 
 
 def test_a_version_6_store_migrates_in_place(v6_target: str) -> None:
@@ -180,3 +207,52 @@ def test_a_version_6_store_migrates_in_place(v6_target: str) -> None:
         assert again.verify().problems == []
     finally:
         again.close()
+
+
+def _key_structure(store: SqlAuditStore) -> str:
+    """How the engine holds ``idempotency_keys`` (white box: the store's seam)."""
+    if store.engine.name == "sqlite":
+        return str(
+            store._db.read_one("SELECT sql FROM sqlite_master WHERE name = 'idempotency_keys'")
+        )
+    return str(
+        store._db.read_one(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idempotency_keys_pkey' "
+            "AND schemaname = current_schema()"
+        )
+    )
+
+
+def test_a_version_10_store_migrates_its_keys_in_place(v10_target: str) -> None:
+    """Step 11 rebuilds the keys' table without rowids (SQLite) or gives its primary key the
+    execution id (PostgreSQL), keeping every key: the old key still names its execution and
+    still refuses a second admission; a new key is taken once; the chain verifies."""
+    rows = _rows(FIXTURES / "v10_store.sqlite3")
+    assert max(int(str(v)) for v, _ in rows["schema_version"][1]) == 10
+    assert rows["idempotency_keys"][1] == [("t1", "k-123", "keyed-1")]
+    store = open_store(v10_target, instance="srv-a")
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 11
+        structure = _key_structure(store)
+        if store.engine.name == "sqlite":
+            assert structure.endswith("WITHOUT ROWID',)]"), structure
+        else:
+            assert "(tenant, idem_key) INCLUDE (execution_id)" in structure, structure
+        assert store.verify().problems == []
+        assert store.by_key("t1", "k-123") == "keyed-1"
+        again = admission("t1", "keyed-2")
+        with pytest.raises(KeyTaken, match="'k-123' was already admitted as execution keyed-1"):
+            store.admit(replace(again, idempotency_key="k-123"))
+        store.admit(replace(again, idempotency_key="k-456"))
+        assert store.by_key("t1", "k-456") == "keyed-2"
+        assert store.by_key("t2", "k-123") is None
+        report = store.verify()
+        assert report.problems == [] and report.records == 14
+    finally:
+        store.close()
+    reopened = open_store(v10_target, instance="srv-a")  # a second open migrates nothing
+    try:
+        assert reopened.by_key("t1", "k-456") == "keyed-2"
+        assert _key_structure(reopened) == structure
+    finally:
+        reopened.close()

@@ -236,7 +236,8 @@ def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
     """Every statement on ``contents`` (`sandbox.audit._contents`) that a
     request or a periodic job runs: a read that puts a script and manifest back (a store that
     has not cached them: another server's), the look-up of `verify` since a checkpoint, an
-    admission's writes, and retention's walk to the rows it removes."""
+    admission's writes, and retention's walk to the rows it removes; and retention's delete of
+    the pruned admissions' idempotency keys, each by its primary key."""
     for i in range(200):  # texts of their own: the planner sees a table worth its index
         filled.admit(admission("big", f"own-{i:03d}", script=f"print({i})", at=6000.0 + i))
     if audit_db.kind == "postgres":
@@ -256,12 +257,15 @@ def test_the_text_stored_once_is_read_and_pruned_through_its_keys(
         for s in _statements(store, [("list", lambda: store.list("big", AuditQuery(limit=20)))])
         + _statements(other, [("get", lambda: other.get("big", "big-0150"))])
         + _statements(store, calls)
-        if "content" in s[1] or "kind = 'admitted'" in s[1]  # the admissions prune reads
+        if "content" in s[1]
+        or "kind = 'admitted'" in s[1]  # the admissions prune reads
+        or "DELETE FROM idempotency_keys" in s[1]  # the keys they name
     ]
     assert {name for name, _, _ in statements} == {"list", "get", "admit", "verify since", "prune"}
-    assert any(
-        "SELECT payload FROM entries" in sql for name, sql, _ in statements if name == "prune"
-    )
+    pruning = [sql for name, sql, _ in statements if name == "prune"]
+    assert any("SELECT payload FROM entries" in sql for sql in pruning)
+    assert any("DELETE FROM idempotency_keys" in sql for sql in pruning)
+    assert (filled.by_key("big", "k0"), filled.by_key("big", "k150")) == (None, "big-0150")
     assert any("SELECT digest, body FROM contents" in sql for _, sql, _ in statements)
     problems = {}
     for name, sql, params in statements:
@@ -298,3 +302,39 @@ def test_the_tenants_are_read_through_the_index_not_the_executions(
         assert scans, plan
         for n in scans:
             assert "Index Only Scan" in plan[n] and "Limit" in plan[n - 1], plan
+
+
+def test_the_idempotency_look_up_reads_one_structure(
+    audit_db: AuditDb, filled: SqlAuditStore
+) -> None:
+    """Schema step 11: the look-up of a key is one B-tree descent. On SQLite the table has no
+    rowids, so the primary key's B-tree holds the row (no second probe of the table); on
+    PostgreSQL the primary key's index carries ``execution_id``, so the look-up is an
+    index-only scan that reads no heap page once the table is vacuumed."""
+    ((_, sql, params),) = _statements(
+        filled, [("idempotency", lambda: filled.by_key("big", "k150"))]
+    )
+    assert filled.by_key("big", "k150") == "big-0150"
+    if audit_db.kind == "sqlite":
+        assert _explain(audit_db, sql, params) == [
+            "SEARCH idempotency_keys USING PRIMARY KEY (tenant=? AND idem_key=?)"
+        ]
+        return
+    import psycopg
+
+    audit_db.raw("VACUUM idempotency_keys")
+    with psycopg.connect(audit_db.target, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")  # 64 rows: see the module's docstring
+        explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql.replace("?", "%s")
+        plan = [str(row[0]) for row in conn.execute(explain, params).fetchall()]
+    assert plan[0].startswith("Index Only Scan using idempotency_keys_pkey on idempotency_keys"), (
+        plan
+    )
+    assert "Heap Fetches: 0" in [line.strip() for line in plan], plan
+    (options,) = audit_db.raw(
+        "SELECT reloptions FROM pg_class WHERE oid = 'idempotency_keys'::regclass"
+    )
+    assert sorted(options[0]) == [
+        "autovacuum_vacuum_insert_scale_factor=0",
+        "autovacuum_vacuum_insert_threshold=10000",
+    ]

@@ -102,7 +102,8 @@ def test_the_call_budget_is_the_brokers() -> None:
 def test_limits_above_the_ceiling_are_clamped_and_reported() -> None:
     result, _ = run("print(1)", limits={"wall_time": 100_000})
     assert result.status == "ok"
-    assert result.effective_limits["wall_time_ms"] == 600_000
+    assert result.effective_limits is not None
+    assert result.effective_limits.wall_time_ms == 600_000
     assert [(a.limit, a.requested, a.applied, a.action) for a in result.adjustments] == [
         ("wall_time", 100_000.0, 600.0, "clamped")
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from bench import point_reads
 from bench.harness import Report
 from bench.session_rebuild import main as rebuild_main
 from bench.session_rebuild import prefill
+from sandbox.audit import open_store
 
 
 def test_session_rebuild_times_the_take_over_at_each_history_size(
@@ -39,14 +41,22 @@ def test_session_rebuild_times_the_take_over_at_each_history_size(
         "400 executions in the store: rebuild a session (take-over, replay, verify) on process"
     ]
     by_label = {f["label"]: f for f in at_400 if "label" in f}
-    for size in (10, 100):
+    for case in ("10 cells", "100 cells", "10 cells, dead holder"):
         parts = [
-            by_label[f"{size} cells: {name}"]["samples"][0]
+            by_label[f"{case}: {name}"]["samples"][0]
             for name in ("asked -> taken over", "taken over -> first cell sent")
         ]
-        whole = by_label[f"{size} cells: asked -> first cell sent"]["samples"][0]
+        whole = by_label[f"{case}: asked -> first cell sent"]["samples"][0]
         assert all(p > 0 for p in parts) and whole == pytest.approx(sum(parts))
-        assert whole < by_label[f"{size} cells: wall time"]["samples"][0]
+        assert whole < by_label[f"{case}: wall time"]["samples"][0]
+    # The dead holder's case took the session from bench-dead, whose lease had run out.
+    opened = open_store(store)
+    try:
+        taken = opened._db.read_one("SELECT payload FROM entries WHERE kind = 'taken_over'")
+    finally:
+        opened.close()
+    from_dead = [row for row in taken if json.loads(row[0])["from"] == "bench-dead"]
+    assert len(from_dead) == 2  # one round at each history size
     prefill(store, 400, report)  # kept: nothing to add
     assert "filled the store" not in capsys.readouterr().out
 
@@ -58,6 +68,10 @@ def test_session_rebuild_times_the_take_over_at_each_history_size(
     sections = {s["title"]: s["figures"] for s in report.record()["sections"]}
     figures = [f for f in sections[f"400 executions of 'default' ({store})"] if "label" in f]
     labels = [f["label"] for f in figures]
-    assert len(labels) == 8 and all(f["value"] > 0 for f in figures)
+    assert len(labels) == 10 and all(f["value"] > 0 for f in figures)
+    assert labels[-2:] == [
+        "400, bare statement: idempotency p50",
+        "400, bare statement, one key: idempotency p50",
+    ]
     assert "400, copied, run 1: get by id p50" in labels
     assert "400, mapped, run 2: idempotency p50" in labels

@@ -118,6 +118,20 @@ def test_options_from_what_a_caller_has_at_hand(tmp_path: Path) -> None:
     assert (again.backend, again.timeout, again.limits) == ("docker", 3.0, options.limits)
 
 
+def test_options_built_directly_are_frozen_all_the_way_down() -> None:
+    calls, files = [ExpectedCalls("search", 1)], [InputFile("a.txt", b"a")]
+    labels: dict[str, str] = {}
+    options = RunOptions(expected_calls=calls, files=files, labels=labels)  # type: ignore[arg-type]
+    calls.append(ExpectedCalls("other"))
+    files.clear()
+    labels["team"] = "added later"
+    assert options.expected_calls == (ExpectedCalls("search", 1),)
+    assert options.files == (InputFile("a.txt", b"a"),)
+    assert dict(options.labels) == {}
+    with pytest.raises(TypeError):
+        options.labels["team"] = "x"  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     "build,error,message",
     [

@@ -1,19 +1,27 @@
 """Limits cross the wire whole: a request's `Limits` (each field set or inheriting) through
-`limits_to_proto` and `limits_from_proto`, and the effective limits a result carries (``{field:
-value}``) through `limits_to_proto` and `limits_fields_from_proto`, back to `ResolvedLimits`
-through `ResolvedLimits.from_fields`; a record written before limits were keyed by field (limit
-names in report units) still reads as the same fields."""
+`limits_to_proto` and `limits_from_proto`; the effective limits a result or a record carries,
+the typed `ResolvedLimits`, through `limits_to_proto` and `resolved_from_proto`, and through
+their JSON (`ResolvedLimits.to_fields` and `from_record`). Limits in a format written before
+every limit was recorded by field read back as None, never as made-up values."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto, limits_to_proto
+from sandbox.codec.limits import (
+    limits_fields_from_proto,
+    limits_from_proto,
+    limits_to_proto,
+    resolved_from_proto,
+)
 from sandbox.errors import InvalidLimits
-from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits
+from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits, fields_json
+from tests.codec.values import resolved_limits
 
 
 @st.composite
@@ -33,41 +41,76 @@ def test_any_requests_limits_read_back_as_they_were_written(asked: Limits) -> No
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    fields=st.dictionaries(
-        st.sampled_from([s.field for s in LIMIT_SPECS]), st.integers(0, 2**64 - 1)
+@given(resolved=resolved_limits)
+def test_any_effective_limits_read_back_typed_as_they_were_written(
+    resolved: ResolvedLimits,
+) -> None:
+    assert resolved_from_proto(_sent(limits_to_proto(resolved))) == resolved
+    assert ResolvedLimits.from_record(resolved.to_fields()) == resolved
+
+
+def test_no_effective_limits_travel_as_an_empty_message_and_read_back_as_none() -> None:
+    assert limits_to_proto(None) == pb.Limits()
+    assert resolved_from_proto(_sent(pb.Limits())) is None
+    # From a server before every limit was sent: no complete set, so none made up.
+    assert resolved_from_proto(_sent(pb.Limits(wall_time_ms=1000, memory_bytes=1 << 28))) is None
+
+
+def test_the_fields_are_the_proto_names_in_canonical_integers_in_spec_order() -> None:
+    limits = replace(DEFAULTS, wall_time_ms=2500)
+    fields = limits.to_fields()
+    assert list(fields) == [s.field for s in LIMIT_SPECS]
+    assert fields["wall_time_ms"] == 2500 and fields["memory_bytes"] == 256 * 1024**2
+    assert all(type(v) is int for v in fields.values())
+    fields["wall_time_ms"] = 1  # a copy: the one remembered is not changed
+    assert limits.to_fields()["wall_time_ms"] == 2500
+    assert fields_json(None) == {}
+    assert fields_json(limits) == limits.to_fields()
+
+
+def test_a_record_in_an_older_format_reads_back_as_none() -> None:
+    every = DEFAULTS.to_fields()
+    assert ResolvedLimits.from_record({}) is None
+    # Limit names in report units (seconds), as the first records were written.
+    assert ResolvedLimits.from_record({"wall_time": 10.0, "memory": 268435456.0}) is None
+    # By field, without a limit added since.
+    assert (
+        ResolvedLimits.from_record({k: v for k, v in every.items() if k != "output_bytes"}) is None
     )
-)
-def test_any_effective_limits_read_back_as_they_were_written(fields: dict[str, int]) -> None:
-    assert limits_fields_from_proto(_sent(limits_to_proto(fields))) == fields
 
 
-def test_resolved_limits_and_an_older_records_names_read_as_the_same_fields() -> None:
-    every = {s.field: DEFAULTS.value(s.name) for s in LIMIT_SPECS}
-    assert limits_fields_from_proto(limits_to_proto(DEFAULTS)) == every
-    older = {"wall_time": 2.5, "memory": 268_435_456}  # names, seconds and bytes
-    assert limits_fields_from_proto(limits_to_proto(older)) == {
-        "wall_time_ms": 2500,
-        "memory_bytes": 268_435_456,
+def test_a_record_is_read_as_written_under_todays_minimums_and_integral_floats() -> None:
+    small = {**DEFAULTS.to_fields(), "memory_bytes": 8 * 1024**2}  # under today's 32 MiB
+    assert ResolvedLimits.from_record(small) == replace(DEFAULTS, memory_bytes=8 * 1024**2)
+    floats = {k: float(v) for k, v in DEFAULTS.to_fields().items()}
+    assert ResolvedLimits.from_record(floats) == DEFAULTS
+
+
+def test_a_bad_recorded_limit_is_refused_naming_it() -> None:
+    every = DEFAULTS.to_fields()
+    with pytest.raises(InvalidLimits) as bad:
+        ResolvedLimits.from_record({**every, "memory_bytes": None}, "recorded")
+    assert str(bad.value) == "recorded.memory_bytes: must be a positive integer (bytes), got None"
+    with pytest.raises(InvalidLimits) as half:
+        ResolvedLimits.from_record({**every, "wall_time_ms": 2.5}, "recorded")
+    assert str(half.value) == "recorded.wall_time_ms: must be a positive integer (ms), got 2.5"
+    with pytest.raises(InvalidLimits) as zero:
+        ResolvedLimits.from_record({**every, "processes": 0}, "recorded")
+    assert str(zero.value) == "recorded.processes: must be a positive integer (count), got 0"
+    with pytest.raises(InvalidLimits) as flag:
+        ResolvedLimits.from_record({**every, "open_files": True}, "recorded")
+    assert str(flag.value) == "recorded.open_files: must be a positive integer (count), got True"
+    with pytest.raises(InvalidLimits) as unknown:
+        ResolvedLimits.from_record({**every, "gpus": 1}, "recorded")
+    assert str(unknown.value).startswith("recorded.gpus: unknown limit (known: wall_time_ms, ")
+    with pytest.raises(InvalidLimits) as shape:
+        ResolvedLimits.from_record([1, 2], "recorded")
+    assert str(shape.value) == "recorded: expected an object of limits, got list"
+
+
+def test_a_sessions_limits_read_back_as_the_fields_set() -> None:
+    # A live session shows its whole-sandbox limits only.
+    assert limits_fields_from_proto(_sent(pb.Limits(cpu_time_ms=7, output_bytes=9))) == {
+        "cpu_time_ms": 7,
+        "output_bytes": 9,
     }
-
-
-@settings(max_examples=50, deadline=None)
-@given(values=st.lists(st.integers(1, 2**40), min_size=len(LIMIT_SPECS), max_size=len(LIMIT_SPECS)))
-def test_resolved_limits_travel_typed_through_their_fields(values: list[int]) -> None:
-    resolved = ResolvedLimits(
-        **{s.field: max(v, s.minimum) for s, v in zip(LIMIT_SPECS, values, strict=True)}
-    )
-    fields = limits_fields_from_proto(_sent(limits_to_proto(resolved)))
-    assert ResolvedLimits.from_fields(fields) == resolved
-
-
-def test_effective_limits_missing_a_field_or_under_a_minimum_are_refused_naming_it() -> None:
-    every = {s.field: DEFAULTS.value(s.name) for s in LIMIT_SPECS}
-    with pytest.raises(InvalidLimits) as lacking:
-        ResolvedLimits.from_fields({**every, "memory_bytes": None}, "recorded")
-    assert str(lacking.value).startswith("recorded.memory_bytes: must be a positive integer")
-    partial = {k: v for k, v in every.items() if k not in ("open_files", "processes")}
-    with pytest.raises(InvalidLimits) as missing:
-        ResolvedLimits.from_fields(partial, "recorded")
-    assert str(missing.value) == "recorded: lacks processes, open_files"

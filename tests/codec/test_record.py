@@ -10,9 +10,18 @@ from hypothesis import strategies as st
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.audit.base import Admission, AuditRecord
 from sandbox.codec.record import page_from_proto, record_from_proto, record_to_proto
+from sandbox.limits import DEFAULTS
 from sandbox.records import RUNNING, ExecutionPage, ExecutionRecord
 from sandbox.result import ExecutionResult, ExecutionStatus
-from tests.codec.values import RESULTS, names, same_times, texts, through_the_wire, times
+from tests.codec.values import (
+    RESULTS,
+    effective_limits,
+    names,
+    same_times,
+    texts,
+    through_the_wire,
+    times,
+)
 
 ADMISSIONS = st.builds(
     Admission,
@@ -23,9 +32,7 @@ ADMISSIONS = st.builds(
     manifest_sha256=texts,
     backend=st.sampled_from(["process", "docker", "gvisor"]),
     policy=st.sampled_from(["none", "restricted"]),
-    effective_limits=st.dictionaries(
-        st.sampled_from(["wall_time_ms", "memory_bytes"]), st.integers(1, 2**40)
-    ),
+    effective_limits=effective_limits,
     labels=st.dictionaries(names, texts, max_size=2),
     admitted_at=times,
     replay_of=texts,
@@ -62,7 +69,7 @@ def _expected(record: AuditRecord) -> ExecutionRecord:
             execution_id=admission.execution_id,
             status=ExecutionStatus.INTERRUPTED,
             backend=admission.backend,
-            effective_limits={k: int(v) for k, v in admission.effective_limits.items()},
+            effective_limits=admission.effective_limits,
             started_at=admission.admitted_at,
         )
     return ExecutionRecord(
@@ -98,13 +105,15 @@ def test_any_record_reads_back_as_the_server_kept_it(record: AuditRecord) -> Non
 
 
 def test_a_running_record_reads_back_running_with_no_result() -> None:
-    admission = Admission("e1", "t", "print(1)", "[]", "m", "process", "none", {})
+    admission = Admission("e1", "t", "print(1)", "[]", "m", "process", "none", None)
     back = _read(AuditRecord(admission, None, "running", "p", "h", "s"))
     assert (back.execution_id, back.status, back.result) == ("e1", RUNNING, None)
 
 
 def test_a_page_keeps_its_records_in_order_and_its_token() -> None:
-    admissions = [Admission(f"e{i}", "t", "", "[]", "", "process", "none", {}) for i in range(3)]
+    admissions = [
+        Admission(f"e{i}", "t", "", "[]", "", "process", "none", DEFAULTS) for i in range(3)
+    ]
     message = pb.ListExecutionsResponse(
         records=[record_to_proto(AuditRecord(a, None, "running", "", "", "")) for a in admissions],
         next_page_token="next",

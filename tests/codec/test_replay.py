@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.codec.replay import report_from_proto, report_to_proto
-from sandbox.replay.report import Difference, ReplayReport
+from sandbox.replay_report import Difference, ReplayReport
 from tests.codec.values import RESULTS, json_values, same_times, texts, through_the_wire
 
 REPORTS = st.builds(

@@ -78,6 +78,16 @@ def test_what_the_wire_does_not_carry_reads_back_as_its_default() -> None:
     assert _round_trip(sent) == Request("print(1)", "[]", RunOptions())
 
 
+def test_decoded_labels_are_a_copy_the_message_cannot_change() -> None:
+    message = pb.ExecuteRequest(script="print(1)", labels={"team": "qa"})
+    options = request_from_proto(message).options
+    message.labels["team"] = "changed later"
+    message.labels["extra"] = "x"
+    assert dict(options.labels) == {"team": "qa"}
+    with pytest.raises(TypeError):
+        options.labels["team"] = "x"  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     ("message", "error"),
     [

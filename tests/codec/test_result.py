@@ -6,17 +6,19 @@ statuses and limits read as before.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 
 from sandbox import result as r
 from sandbox._proto import sandbox_pb2 as pb
-from sandbox.codec.limits import limits_fields_from_proto, limits_from_proto
+from sandbox.codec.limits import limits_from_proto
 from sandbox.codec.result import result_from_proto
 from sandbox.codec.result import result_to_proto as to_proto
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import LimitAdjustment, Limits
+from sandbox.limits import CEILINGS, DEFAULTS, LimitAdjustment, Limits
 from tests.codec.values import RESULTS, same_times, through_the_wire
 
 
@@ -29,7 +31,7 @@ def _bare() -> r.ExecutionResult:
             wall_time_s=0.012, cpu_time_s=0.004, peak_memory_bytes=1 << 22, stdout_bytes=2
         ),
         isolation=["userns", "netns", "cgroup"],
-        effective_limits={"wall_time_ms": 30_000, "memory_bytes": 268_435_456, "open_files": 64},
+        effective_limits=replace(DEFAULTS, wall_time_ms=30_000, open_files=64),
         started_at=1000.25,
         finished_at=1000.5,
     )
@@ -54,7 +56,7 @@ def _full() -> r.ExecutionResult:
         error=r.ScriptError("MemoryError", "too big", 3),
         backend="docker",
         isolation=["runc"],
-        effective_limits={"cpu_time_ms": 1000},
+        effective_limits=replace(CEILINGS, cpu_time_ms=1000),
         adjustments=[LimitAdjustment("memory_bytes", 1e9, 5e8)],
         started_at=1.5,
         finished_at=2.75,
@@ -105,10 +107,6 @@ def test_limits_read_from_a_request() -> None:
     )
     with pytest.raises(InvalidArgument, match=r"^limits\.memory_bytes: must be positive"):
         limits_from_proto(pb.Limits(memory_bytes=0))
-    assert limits_fields_from_proto(pb.Limits(cpu_time_ms=7, output_bytes=9)) == {
-        "cpu_time_ms": 7,
-        "output_bytes": 9,
-    }
 
 
 def test_a_time_outside_the_timestamps_range_is_refused_as_before() -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sandbox import result as r
 from sandbox.errors import InvalidArgument
 from sandbox.files import FileDigest, OmittedOutput, OutputFile
-from sandbox.limits import SPEC_BY_FIELD, LimitAdjustment
+from sandbox.limits import LIMIT_SPECS, LimitAdjustment, ResolvedLimits
 
 __all__ = [
     "RESULTS",
@@ -78,7 +78,11 @@ usages = st.builds(
     stderr_bytes=uint64,
     tool_calls=uint64,
 )
-effective_limits = st.dictionaries(st.sampled_from(sorted(SPEC_BY_FIELD)), uint64)
+# Every field set (a proto uint64, at least 1), or None: a result that carries none.
+resolved_limits = st.builds(
+    ResolvedLimits, **{spec.field: st.integers(1, 2**64 - 1) for spec in LIMIT_SPECS}
+)
+effective_limits = st.none() | resolved_limits
 omitted = st.builds(
     OmittedOutput,
     name=texts,

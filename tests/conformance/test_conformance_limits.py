@@ -154,10 +154,11 @@ def test_just_under_passes(clean: Harness, name: str) -> None:
     pair = PAIRS[name]
     result = clean.run(pair.script.format(n=pair.under), limits=pair.limits, manifest=pair.manifest)
     assert (result.status, result.exit_code, result.violations) == ("ok", 0, []), result.stderr
-    # Results carry the resolved limits as the proto's unit-named fields, in canonical units.
+    # Results carry the resolved limits, in canonical units.
     requested = parse_limit_args([f"{name}={pair.limits[name]}"])
     field = SPEC_BY_NAME[name].field
-    assert result.effective_limits[field] == getattr(requested, field)
+    assert result.effective_limits is not None
+    assert getattr(result.effective_limits, field) == getattr(requested, field)
 
 
 @pytest.mark.parametrize("name", list(PAIRS))

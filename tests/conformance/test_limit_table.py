@@ -18,6 +18,7 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 import sandbox.limits
+import sandbox.message_bounds
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.limits import CEILINGS, DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits
 from sandbox.result import VIOLATION_ORDER
@@ -154,5 +155,5 @@ def test_readme_limits_table_shows_each_minimum_and_ceiling() -> None:
             for name, minimum, maximum in zip(names, lows, highs, strict=True):
                 seen[name] = (_canonical(minimum), _canonical(maximum))
     assert seen == {spec.name: (spec.minimum, CEILINGS.value(spec.name)) for spec in LIMIT_SPECS}
-    bound = sandbox.limits.request_bytes_bound(CEILINGS)
+    bound = sandbox.message_bounds.request_bytes_bound(CEILINGS)
     assert f"({bound // 1024**2} MiB)" in section and bound % 1024**2 == 0

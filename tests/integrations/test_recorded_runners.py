@@ -49,7 +49,8 @@ def test_embedded_runner_records_each_execution(tmp_path: Path) -> None:
     [record] = _records(db)
     assert record.status == "ok"
     assert record.admission.execution_id == observation.result.execution_id
-    assert record.admission.effective_limits["wall_time_ms"] == 3000
+    assert record.admission.effective_limits is not None
+    assert record.admission.effective_limits.wall_time_ms == 3000
     assert record.result is not None
     assert [(c.tool, c.arguments, c.status) for c in record.result.calls] == [
         ("get_weather", {"city": "Oslo"}, "ok")

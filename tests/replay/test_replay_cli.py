@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.audit import Admission, open_store
+from sandbox.limits import DEFAULTS
 from sandbox.result import ExecutionResult, ExecutionStatus
 from tests.ptc_cli import run_ptc as ptc
 
@@ -179,7 +181,7 @@ def test_errors_have_their_exit_codes(files: Path) -> None:
     try:
         store.admit(
             Admission("running1", "default", "print(1)", "[]", "ab" * 32, "process", "none",
-                      {"wall_time_ms": 1000}, expected_calls=()),
+                      replace(DEFAULTS, wall_time_ms=1000), expected_calls=()),
         )  # fmt: skip
     finally:
         store.close()
@@ -216,7 +218,7 @@ def test_old_record_is_refused_naming_what_is_missing(files: Path) -> None:
     try:
         store.admit(
             Admission("old1", "default", "print(1)", "", "ab" * 32, "process", "none",
-                      {"wall_time": 10.0}),
+                      None),  # written as {}: no complete set of limits, as older records
         )  # fmt: skip
         store.complete("old1", ExecutionResult("old1", ExecutionStatus.OK, stdout="1\n"))
     finally:
@@ -226,6 +228,6 @@ def test_old_record_is_refused_naming_what_is_missing(files: Path) -> None:
         14,
         "ptc replay: failed precondition: execution old1 cannot be replayed: its record lacks "
         "the expected call counts (expected_calls; it was recorded before replay support); the "
-        "manifest's text (only its hash was kept); the effective limits in the proto's units "
-        "(it has wall_time: an older format)\n",
+        "manifest's text (only its hash was kept); every effective limit in the proto's units (it "
+        "was recorded in an older format)\n",
     )

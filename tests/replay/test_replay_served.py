@@ -185,7 +185,8 @@ def test_a_limit_that_tripped_trips_again(served: Served) -> None:
         "killed",
         "host",
     )
-    assert report.result.effective_limits["wall_time_ms"] == 1000
+    assert report.result.effective_limits is not None
+    assert report.result.effective_limits.wall_time_ms == 1000
     # With a larger limit the same script is killed later, with the new value in the report.
     longer = served.acme.replay(recorded.execution_id, limits={"wall_time_ms": 1500})
     assert _kinds(longer) == [("violations", "changed")]
@@ -241,7 +242,7 @@ def test_a_record_from_before_replay_names_what_is_missing(served: Served) -> No
                 manifest_sha256="ab" * 32,
                 backend="process",
                 policy="none",
-                effective_limits={"wall_time_ms": 10000, "memory_bytes": 268435456},
+                effective_limits=None,  # written as {}: no complete set, as older records
             )
         )
         store.complete(
@@ -259,7 +260,8 @@ def test_a_record_from_before_replay_names_what_is_missing(served: Served) -> No
         served.acme.replay("old0" * 8)
     assert refused.value.message == (
         f"execution {'old0' * 8} cannot be replayed: its record lacks the expected call counts "
-        "(expected_calls; it was recorded before replay support)"
+        "(expected_calls; it was recorded before replay support); every effective limit in the "
+        "proto's units (it was recorded in an older format)"
     )
     result = served.acme.execute("print('still ok')")
     assert (result.status, result.stdout) == ("ok", "still ok\n")

@@ -66,7 +66,8 @@ def test_megabyte_echoes_are_refused_once_the_log_is_full(clean: EngineHarness) 
     assert "60 calls refused" in violation.detail
     calls = result.to_json()["calls"]
     assert _log_bytes(calls) <= 8 * MiB
-    assert result.effective_limits["call_log_bytes"] == 8 * MiB
+    assert result.effective_limits is not None
+    assert result.effective_limits.call_log_bytes == 8 * MiB
     clean.assert_healthy()
 
 

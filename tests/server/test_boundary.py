@@ -20,7 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.client import Client
 from sandbox.errors import MAX_STATUS_CHARS, InvalidArgument
-from sandbox.limits import LIMIT_SPECS, MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
+from sandbox.limits import LIMIT_SPECS
+from sandbox.request_caps import MAX_MANIFEST_BYTES, MAX_SCRIPT_BYTES
 from sandbox.server.app import RECEIVE_LIMIT_BYTES
 from sandbox.tenants.keys import hash_key
 from tests.ptc_serve import PYTHON, ROOT, Serving, ptc_serve

@@ -77,6 +77,7 @@ def test_a_whole_sandbox_limit_on_a_cell(srv: SessionServer) -> None:
     assert [(a.limit, a.requested, a.applied, a.action) for a in higher.adjustments] == [
         ("memory", 512 * MiB, 256 * MiB, "session")
     ]
-    assert higher.effective_limits["memory_bytes"] == 256 * MiB
+    assert higher.effective_limits is not None
+    assert higher.effective_limits.memory_bytes == 256 * MiB
     assert (equal.status, equal.adjustments) == ("ok", [])
     assert (after.status, after.value) == ("ok", "2")  # the refusal left the session as it was

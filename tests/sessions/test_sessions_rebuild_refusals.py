@@ -6,6 +6,8 @@ every later call too, and the record says it."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.audit import AuditQuery, open_store
+from sandbox.audit._codec import canonical
 from sandbox.errors import FailedPrecondition
 
 from .conftest import SessionServer
@@ -97,3 +100,37 @@ def _admitted_cells(srv: SessionServer, session_id: str) -> int:
 
 def _instance(srv: SessionServer) -> str:
     return str(srv.server.runner.store.store.instance)  # type: ignore[attr-defined]
+
+
+def test_a_session_whose_record_keeps_limits_in_an_older_format_is_not_rebuilt(
+    tmp_path: Path,
+) -> None:
+    srv = SessionServer(tmp_path, "process")
+    session = srv.a.session()
+    session.create()
+    assert session.execute("x = 1").status == "ok"
+    srv.close()
+    # The session's admission as written before every limit was recorded by field: limit names
+    # in seconds (white box: the store's rows; the edited entry no longer verifies).
+    with sqlite3.connect(srv.audit_db) as conn:
+        where = "execution_id = ? AND kind = 'admitted'"
+        (text,) = conn.execute(
+            f"SELECT payload FROM entries WHERE {where}", (session.id,)
+        ).fetchone()
+        payload = json.loads(text)
+        payload["effective_limits"] = {"wall_time": 10.0, "memory": 268435456.0}
+        conn.execute(
+            f"UPDATE entries SET payload = ? WHERE {where}", (canonical(payload), session.id)
+        )
+    (tmp_path / "again").mkdir()
+    again = SessionServer(tmp_path / "again", "process", audit_db=srv.audit_db)
+    try:
+        with pytest.raises(FailedPrecondition) as lost:
+            again.a.run("print(x)", session_id=session.id)
+        assert str(lost.value) == (
+            f"session_lost: session {session.id!r} could not be rebuilt on {_instance(again)} "
+            f"now: session {session.id}: its record keeps its limits in an older format"
+        )
+        again.assert_healthy()
+    finally:
+        again.close()

@@ -26,6 +26,14 @@ import {
 } from "./convert.js";
 import { PtcError, toPtcError } from "./errors.js";
 import * as pb from "./gen/ptc/sandbox/v1/sandbox_pb.js";
+import type {
+  CallOptions,
+  ExecuteOptions,
+  GenerateStubsOptions,
+  ListExecutionsOptions,
+  StreamOptions,
+  Tools,
+} from "./options.js";
 import {
   Deadline,
   newKey,
@@ -35,17 +43,12 @@ import {
   retrying,
 } from "./retry.js";
 import { Session, type SessionOptions } from "./sessions.js";
-import { Execution, type OnApproval } from "./stream.js";
-import { buildManifest, type ClientTool, type JsonSchema, type ToolManifest } from "./tools.js";
+import { Execution } from "./stream.js";
+import { buildManifest, type ClientTool } from "./tools.js";
 import type {
-  BackendName,
   ExecutionPage,
   ExecutionRecord,
   ExecutionResult,
-  ExecutionStatus,
-  ExpectedCalls,
-  InputFile,
-  Limits,
   SessionInfo,
   Stubs,
 } from "./types.js";
@@ -71,51 +74,6 @@ export interface PtcClientOptions {
    * output files). A larger one fails as "message_too_large", never as "rate_limited". Not
    * used with `transport` (give it to `createNodeTransport` then). */
   readMaxBytes?: number;
-}
-
-export interface CallOptions {
-  /** The whole call's time, retries included. Its passing is "deadline_exceeded". */
-  deadlineMs?: number;
-  signal?: AbortSignal;
-}
-
-export type Tools = ToolManifest | ReadonlyArray<ClientTool | JsonSchema>;
-
-export interface ExecuteOptions extends CallOptions {
-  /** Server-side manifest entries and/or client tools (which make the call a stream). */
-  tools?: Tools;
-  limits?: Limits;
-  /** At most one execution per key; a retry sends the same. Default: a new UUID per call. */
-  idempotencyKey?: string;
-  expectedCalls?: ExpectedCalls[];
-  files?: InputFile[];
-  backend?: BackendName;
-  runtime?: string;
-  labels?: Record<string, string>;
-  policy?: "none" | "restricted";
-  /** Run as this session's next cell. */
-  sessionId?: string;
-}
-
-export interface StreamOptions extends ExecuteOptions {
-  onApproval?: OnApproval;
-}
-
-export interface ListExecutionsOptions extends CallOptions {
-  status?: Exclude<ExecutionStatus, "unspecified">;
-  running?: boolean;
-  tool?: string;
-  violation?: string;
-  sessionId?: string;
-  since?: Date | number;
-  until?: Date | number;
-  pageSize?: number;
-  pageToken?: string;
-}
-
-export interface GenerateStubsOptions extends CallOptions {
-  /** Only the compact form is of interest (the module is still returned by the server). */
-  compact?: boolean;
 }
 
 type SandboxClient = Client<typeof pb.SandboxService>;

@@ -3,17 +3,7 @@
  * client-side tools. Imports no Node built-in: the Node transport is `ptc-sandbox/node`.
  */
 
-export {
-  type CallOptions,
-  type ClientTlsOptions,
-  type ExecuteOptions,
-  type GenerateStubsOptions,
-  type ListExecutionsOptions,
-  PtcClient,
-  type PtcClientOptions,
-  type StreamOptions,
-  type Tools,
-} from "./client.js";
+export { type ClientTlsOptions, PtcClient, type PtcClientOptions } from "./client.js";
 export {
   GrpcCode,
   type MessageTooLargeDetails,
@@ -31,6 +21,7 @@ export {
   renderObservation,
   type ScriptSource,
 } from "./observation.js";
+export type * from "./options.js";
 export type { RetryPolicy } from "./retry.js";
 export { type CellOptions, Session, type SessionOptions } from "./sessions.js";
 export {

@@ -10,9 +10,13 @@
  * A cell that ends the session (a memory limit, ...) is a result whose `sessionLost` says why;
  * a call on a session that has ended fails with `SessionLostError` (code "session_lost") and
  * its `reason`.
+ *
+ * The client imports this module and this module imports nothing of the client: what a session
+ * uses of its client is declared here (`SessionClient`), which `PtcClient` meets as it is, and
+ * the call options both use live in `options.ts`.
  */
 
-import type { CallOptions, PtcClient, StreamOptions, Tools } from "./client.js";
+import type { CallOptions, StreamOptions, Tools } from "./options.js";
 import { buildManifest, type JsonSchema, type ToolManifest } from "./tools.js";
 import type { BackendName, ExecutionResult, Limits, SessionInfo } from "./types.js";
 
@@ -32,6 +36,14 @@ export interface SessionOptions extends CallOptions {
 
 export type CellOptions = Omit<StreamOptions, "sessionId">;
 
+/** What a `Session` uses of its `PtcClient`: `execute` for its cells (which then go through the
+ * client's retries and its stream for client tools), and the two session calls. */
+export interface SessionClient {
+  execute(script: string, options?: StreamOptions): Promise<ExecutionResult>;
+  getSession(sessionId: string, options?: CallOptions): Promise<SessionInfo>;
+  closeSession(sessionId: string, options?: CallOptions): Promise<SessionInfo>;
+}
+
 export class Session {
   /** As the server last described it (refreshed by `get` and `close`). */
   info: SessionInfo;
@@ -40,7 +52,7 @@ export class Session {
   private clientTools = false;
 
   constructor(
-    private readonly client: PtcClient,
+    private readonly client: SessionClient,
     info: SessionInfo,
   ) {
     this.info = info;

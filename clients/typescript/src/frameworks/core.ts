@@ -21,9 +21,10 @@
  * the Python session runner's words.
  */
 
-import type { ExecuteOptions, PtcClient, Tools } from "../client.js";
+import type { PtcClient } from "../client.js";
 import { GrpcCode, PtcError } from "../errors.js";
 import { type ObservationBudget, renderObservation, summaryFieldsOf } from "../observation.js";
+import type { ExecuteOptions, Tools } from "../options.js";
 import type { Session, SessionOptions } from "../sessions.js";
 import type { OnApproval } from "../stream.js";
 import { isClientTool } from "../tools.js";

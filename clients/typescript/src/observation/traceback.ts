@@ -1,6 +1,6 @@
 /**
  * The script's own frames of a traceback, as the Python observation shows them
- * (`sandbox/integrations/observation.py`, `_script_frames` and `_frame_lines`): frames of the
+ * (`sandbox/integrations/script_frames.py`, `script_frames` and `_frame_lines`): frames of the
  * sandbox's runtime, the generated stubs, the standard library and an adapter's prelude are
  * folded into one counted marker; the script's frames carry the model's line numbers and, when
  * the script is known, its source line.

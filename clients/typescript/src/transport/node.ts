@@ -25,6 +25,7 @@ import {
 type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
 import { PtcError } from "../errors.js";
+import { writesInPieces } from "./pieces.js";
 import { createUnary } from "./unary.js";
 
 /** A PEM file's path, its text, or its bytes. */
@@ -175,7 +176,8 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
 
 /**
  * `manager` with every HTTP/2 session it hands out kept from crashing the process, and ended
- * for good when it fails or the client closes. A server that answers garbage makes a session
+ * for good when it fails or the client closes, and its streams' large writes made in pieces
+ * (`pieces.ts`). A server that answers garbage makes a session
  * emit "error" more than once, and connect-node's own listener is gone by the second, which
  * Node then throws as uncaught; and the failed session's socket stayed open. The error also
  * reaches every stream of the session, so each call still fails with it (as a `PtcError`).
@@ -186,6 +188,7 @@ function guarded(manager: Http2SessionManager): SessionManager & { close(): void
     authority: manager.authority,
     async request(method, path, headers, options) {
       const stream = await manager.request(method, path, headers, options);
+      writesInPieces(stream); // a large request whole would hide the server's answer (pieces.ts)
       const session = stream.session;
       if (session !== undefined && !live.has(session)) {
         live.add(session);

@@ -38,6 +38,7 @@ import {
 import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { codeFromHttpStatus, findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import type { GrpcTransportOptions } from "@connectrpc/connect-node";
+import { PIECE_BYTES, writeInPieces } from "./pieces.js";
 
 type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
@@ -319,7 +320,18 @@ class Call {
           new ConnectError("protocol error: the stream closed before its end", Code.Internal),
         );
     });
-    stream.end(frame);
+    if (frame.byteLength <= PIECE_BYTES) stream.end(frame);
+    else {
+      // Whole, a message this large would leave the server's answer unread (`pieces.ts`); a
+      // write that fails is the stream's end, which its own events settle.
+      writeInPieces(
+        (piece, done) => stream.write(piece, done),
+        frame,
+        (error) => {
+          if (error === null || error === undefined) stream.end();
+        },
+      );
+    }
   }
 
   /** The answer's message, or the error its status (else its bytes) makes of it. */

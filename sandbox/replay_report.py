@@ -11,6 +11,9 @@ A `Difference` names what differs (``status``, ``exit_code``, ``error``, ``stdou
 - ``reordered``: the call was matched, but at another place in the sequence;
 - ``inexact``: the record kept a marker instead of the call's result or error (the call log's
   `call_log_bytes` budget), so this call could not be answered as it was.
+
+It stands beside `result.py` rather than in `sandbox/replay/`, which runs the engine: the codec
+and the client read and return a report without importing what makes one.
 """
 
 from __future__ import annotations
