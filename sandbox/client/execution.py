@@ -229,8 +229,15 @@ class Execution:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[OutputChunk]:
+        """The output as it comes, until the stream is over; a stream that failed (the server
+        gone mid-run, the call's deadline) ends it with the error `result` raises, not as if
+        the output were complete. The end stays queued: iterating again ends at once."""
         while True:
             chunk = await self._chunks.get()
             if chunk is None:
-                return
+                self._chunks.put_nowait(None)
+                break
             yield chunk
+        await asyncio.wait([self._pump])  # ends with the end it queued (its `finally`)
+        if not self._pump.cancelled() and (error := self._pump.exception()) is not None:
+            raise error

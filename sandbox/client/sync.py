@@ -3,7 +3,8 @@
 It owns one event loop on a private daemon thread and runs `AsyncClient` there, so that a
 streamed execution keeps serving tool calls and approvals while the caller blocks. Callbacks
 (``on_output``, ``approve``) run on that thread; plain-function tools run in its worker threads.
-`stream` returns a `SyncExecution`: iterate it for output chunks, then call `result()`.
+`stream` returns a `SyncExecution`: iterate it for output chunks, then call `result()`; a stream
+that ends abnormally (the server gone, the client closed) ends the iteration with its error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import queue
 import threading
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar, Unpack
 
 from sandbox.client._retry import RetryPolicy
@@ -21,6 +23,7 @@ from sandbox.client.execution import Execution, OutputChunk, StreamKeywords, spl
 from sandbox.client.sessions import SyncSession
 from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
+from sandbox.errors import Cancelled
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.replay_report import ReplayReport
@@ -31,23 +34,43 @@ __all__ = ["Client", "SyncExecution"]
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class _End:
+    """The last item of a `SyncExecution`'s queue: how its stream ended (None: with its result)."""
+
+    error: BaseException | None
+
+
 class SyncExecution:
     def __init__(self, client: Client, execution: Execution) -> None:
         self._client = client
         self._execution = execution
-        self._chunks: queue.Queue[OutputChunk | None] = queue.Queue()
-        client._submit(self._forward())
+        self._chunks: queue.Queue[OutputChunk | _End] = queue.Queue()
+        # The end is queued by the forwarding's done-callback, not by its own `finally`: a task
+        # cancelled before its first step (the client closed at once) never runs its body, and
+        # the iterator's untimed wait would then never end.
+        client._submit(self._forward()).add_done_callback(self._ended)
 
     async def _forward(self) -> None:
-        try:
-            async for chunk in self._execution:
-                self._chunks.put(chunk)
-        finally:
-            self._chunks.put(None)
+        async for chunk in self._execution:
+            self._chunks.put(chunk)
+
+    def _ended(self, forwarding: Future[None]) -> None:
+        if forwarding.cancelled():
+            error: BaseException | None = Cancelled("the client was closed while the stream ran")
+        else:
+            error = forwarding.exception()
+        self._chunks.put(_End(error))
 
     def __iter__(self) -> Iterator[OutputChunk]:
-        while (chunk := self._chunks.get()) is not None:
-            yield chunk
+        """The output as it comes. A stream that ended abnormally (the server gone mid-run,
+        the call's deadline, the client closed) raises its error here, as `result` does; the
+        end stays queued, so iterating again ends (or raises) at once."""
+        while not isinstance(item := self._chunks.get(), _End):
+            yield item
+        self._chunks.put(item)
+        if item.error is not None:
+            raise item.error
 
     @property
     def execution_id(self) -> str:

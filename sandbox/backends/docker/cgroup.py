@@ -10,8 +10,11 @@ without (no whole-sandbox CPU watchdog, memory peaks unknown).
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbox.backends.docker.oom_watch import OomNotifier
 
 __all__ = ["CgroupCounters", "ContainerCgroup"]
 
@@ -99,6 +102,51 @@ class ContainerCgroup:
         if v2 is not None and (v2 / "cgroup.controllers").exists():
             return cls({"cpuacct": v2, "memory": v2, "pids": v2}, unified=True)
         return None
+
+    def oom_notifier(self) -> OomNotifier | None:
+        """A descriptor the kernel signals when this cgroup runs out of memory, before the OOM
+        killer acts (`sandbox.backends.docker.oom_watch`); None where it cannot be had (the
+        cgroup already gone, no permission to register)."""
+        memory = self._dirs["memory"]
+        if self.unified:
+            try:
+                fd = os.open(memory / "memory.events", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            notifier = OomNotifier(fd, eventfd=False)
+            if not notifier.rearm():  # read once: only a change from here on is a notice
+                notifier.close()
+                return None
+            return notifier
+        # cgroup v1: "<eventfd> <fd of memory.oom_control>" written to cgroup.event_control
+        # registers the eventfd for the OOM notification (the kernel keeps no hold on the
+        # control file's descriptor once the write returns).
+        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            control = os.open(memory / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                (memory / "cgroup.event_control").write_text(f"{efd} {control}")
+            finally:
+                os.close(control)
+        except OSError:
+            os.close(efd)
+            return None
+        return OomNotifier(efd, eventfd=True)
+
+    def hold_oom_kills(self, held: bool) -> bool:
+        """cgroup v1 only: with ``held``, the kernel's OOM killer waits (``oom_kill_disable``:
+        a task out of memory sleeps, killable, in the charge) until it is let go; whether it
+        could be set. The host holds it until it has read the counters at the OOM notice and
+        then lets the kernel kill as it would have: its read cannot lose the race with the
+        engine's removal of the cgroup (`sandbox.backends.docker.oom_watch`). v2 has no such
+        switch: there the notice is read as soon as the watch's thread runs."""
+        if self.unified:
+            return False
+        try:
+            (self._dirs["memory"] / "memory.oom_control").write_text("1" if held else "0")
+        except OSError:
+            return False
+        return True
 
     def exists(self) -> bool:
         return self._dirs["pids"].is_dir()

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from docker.models.containers import Container
 from sandbox.backends.base import ResourceUsage
 from sandbox.backends.docker.cgroup import CgroupCounters, ContainerCgroup
 from sandbox.backends.docker.channel import Connected, HostSockets
+from sandbox.backends.docker.oom_watch import oom_watch
 from sandbox.backends.docker.spec import (
     ContainerSettings,
     container_capabilities,
@@ -86,6 +88,8 @@ class DockerSandbox:
         self.isolation = isolation_layers(settings, self.cgroup is not None)
         self._counters = CgroupCounters()
         self._sampled = False
+        # Sampled from three threads: the loop's, the channel's (`on_end`) and the OOM watch's.
+        self._sampling = threading.Lock()
         # The container's /tmp and /dev/shm, measured at the end (a full one corroborates a
         # write the file size limit refused); only where the engine runs on this host.
         self._tmpfs = TmpfsProbe.open(pid) if self.cgroup is not None else TmpfsProbe({})
@@ -101,6 +105,15 @@ class DockerSandbox:
         self._oom_killed = False
         self._killed = False
         self._disposed = False
+        # At the kernel's out-of-memory notice, on the watch's thread: the engine removes the
+        # cgroup as soon as the OOM killer's victim has exited, often before the loop sees the
+        # exit (`sandbox.backends.docker.oom_watch`).
+        # On cgroup v1 the kernel holds the kill until that read is done (`_on_oom`).
+        self._oom_notifier = self.cgroup.oom_notifier() if self.cgroup is not None else None
+        if self._oom_notifier is not None:
+            assert self.cgroup is not None
+            self.cgroup.hold_oom_kills(True)
+            oom_watch().watch(self._oom_notifier, self._on_oom)
 
     # -- exit watching ---------------------------------------------------------------------
     def _watch_exit(self, pid: int) -> None:
@@ -187,12 +200,23 @@ class DockerSandbox:
         with contextlib.suppress(docker.errors.DockerException):
             await asyncio.to_thread(self.container.kill)
 
+    def _on_oom(self) -> None:
+        """The kernel's OOM notice, on the watch's thread: the counters at the OOM (the peak
+        at the limit), then the kernel's OOM killer goes ahead as it would have at once (held
+        on cgroup v1 until now, so that this read finds the cgroup there)."""
+        try:
+            self._sample()
+        finally:
+            if self.cgroup is not None:
+                self.cgroup.hold_oom_kills(False)
+
     def _sample(self) -> None:
-        if self.cgroup is not None and not self._disposed:
-            counters = self.cgroup.read()
-            if counters is not None:
-                self._counters = self._counters.then(counters)
-                self._sampled = True
+        with self._sampling:
+            if self.cgroup is not None and not self._disposed:
+                counters = self.cgroup.read()
+                if counters is not None:
+                    self._counters = self._counters.then(counters)
+                    self._sampled = True
 
     def usage(self) -> ResourceUsage:
         if self._exit_code is None:
@@ -215,6 +239,9 @@ class DockerSandbox:
             return
         self._sample()
         self._disposed = True
+        if self._oom_notifier is not None:
+            oom_watch().unwatch(self._oom_notifier)
+            self._oom_notifier = None
         if self._pidfd >= 0:
             with contextlib.suppress(ProcessLookupError, OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
