@@ -133,21 +133,6 @@ class ContainerCgroup:
             return None
         return OomNotifier(efd, eventfd=True)
 
-    def hold_oom_kills(self, held: bool) -> bool:
-        """cgroup v1 only: with ``held``, the kernel's OOM killer waits (``oom_kill_disable``:
-        a task out of memory sleeps, killable, in the charge) until it is let go; whether it
-        could be set. The host holds it until it has read the counters at the OOM notice and
-        then lets the kernel kill as it would have: its read cannot lose the race with the
-        engine's removal of the cgroup (`sandbox.backends.docker.oom_watch`). v2 has no such
-        switch: there the notice is read as soon as the watch's thread runs."""
-        if self.unified:
-            return False
-        try:
-            (self._dirs["memory"] / "memory.oom_control").write_text("1" if held else "0")
-        except OSError:
-            return False
-        return True
-
     def exists(self) -> bool:
         return self._dirs["pids"].is_dir()
 

@@ -108,12 +108,9 @@ class DockerSandbox:
         # At the kernel's out-of-memory notice, on the watch's thread: the engine removes the
         # cgroup as soon as the OOM killer's victim has exited, often before the loop sees the
         # exit (`sandbox.backends.docker.oom_watch`).
-        # On cgroup v1 the kernel holds the kill until that read is done (`_on_oom`).
         self._oom_notifier = self.cgroup.oom_notifier() if self.cgroup is not None else None
         if self._oom_notifier is not None:
-            assert self.cgroup is not None
-            self.cgroup.hold_oom_kills(True)
-            oom_watch().watch(self._oom_notifier, self._on_oom)
+            oom_watch().watch(self._oom_notifier, self._sample)
 
     # -- exit watching ---------------------------------------------------------------------
     def _watch_exit(self, pid: int) -> None:
@@ -199,16 +196,6 @@ class DockerSandbox:
             return
         with contextlib.suppress(docker.errors.DockerException):
             await asyncio.to_thread(self.container.kill)
-
-    def _on_oom(self) -> None:
-        """The kernel's OOM notice, on the watch's thread: the counters at the OOM (the peak
-        at the limit), then the kernel's OOM killer goes ahead as it would have at once (held
-        on cgroup v1 until now, so that this read finds the cgroup there)."""
-        try:
-            self._sample()
-        finally:
-            if self.cgroup is not None:
-                self.cgroup.hold_oom_kills(False)
 
     def _sample(self) -> None:
         with self._sampling:

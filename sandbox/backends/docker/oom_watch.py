@@ -10,10 +10,12 @@ ten on a loaded machine.
 The kernel tells of the out-of-memory state before it picks a victim: on cgroup v1 through an
 eventfd registered on ``memory.oom_control`` (`ContainerCgroup.oom_notifier`), on v2 as a change
 of ``memory.events``. One daemon thread waits on every watched container's notifier with epoll
-and calls its handler there, off the event loop. That thread too can be late on a loaded host
-(2 runs in 200 lost the race so): on cgroup v1 the kernel also holds the kill until the handler
-has read and let it go (`ContainerCgroup.hold_oom_kills`), so the read always finds the cgroup;
-v2 has no such switch, and there the read is as prompt as this thread.
+and calls its handler there, off the event loop, while the victim is still being killed and its
+cgroup is still there to read. That thread can still be late on a loaded host (2 runs in 200 of
+a stress loop). The kill is not held for it: with ``oom_kill_disable`` set (cgroup v1) the kernel
+lets only a page fault wait at the limit, and fails every other charge with ENOMEM (a pipe's or a
+file's page, gVisor's own memory file), so a sandbox would see errors it never sees without the
+hold; under gVisor a recursion bomb then ended as a script error instead of a memory kill.
 """
 
 from __future__ import annotations
