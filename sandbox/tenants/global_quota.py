@@ -128,6 +128,10 @@ class GlobalQuotas:
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._cleanup: set[asyncio.Task[Any]] = set()
+        # Set when close() begins: its last statement returns every lease of this instance, so
+        # a lease released after that needs no task of its own (one made then outlived the
+        # loop and its reconnection leaked), and nothing reconnects once it has disconnected.
+        self._closing = False
 
     # -- Tenancy ---------------------------------------------------------------------------
 
@@ -159,6 +163,7 @@ class GlobalQuotas:
 
     async def close(self) -> None:
         """Stops the heartbeat, returns this server's leases and disconnects."""
+        self._closing = True
         for task in (self._heartbeat, self._listener):
             if task is not None:
                 task.cancel()
@@ -235,6 +240,8 @@ class GlobalQuotas:
     def _release(self, tenant: Tenant, lease_id: str) -> None:
         """Deletes the lease in the background (also when the caller is being cancelled) and
         wakes the tenant's oldest local waiter."""
+        if self._closing:
+            return  # returned with every other lease of this instance by close()
 
         async def release() -> None:
             try:
@@ -261,6 +268,8 @@ class GlobalQuotas:
         assert self._lock is not None, "GlobalQuotas.start() was not called"
         async with self._lock:
             try:
+                if self._closing and self._conn is None:
+                    raise Unavailable("global quotas: closed (this server is stopping)")
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     self._conn = await psycopg.AsyncConnection.connect(
                         self.url, autocommit=True, connect_timeout=self._timeout
