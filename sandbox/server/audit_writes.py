@@ -62,7 +62,10 @@ class AuditWrites:
         self.max_pending = max_pending
         self.failure: str | None = None  # the store's latest refusal, until a write succeeds
         self._pending: collections.OrderedDict[str, ExecutionResult] = collections.OrderedDict()
-        self._lock = threading.Lock()  # `recover` runs in a worker thread
+        # `recover` runs in a worker thread while executions complete in others. The gauge is set
+        # under the lock too: set after it, a `_keep` could write its count over the 0 that a
+        # `recover` on another thread had just set, and the gauge would stay stale.
+        self._lock = threading.Lock()
 
     @property
     def pending(self) -> int:
@@ -103,7 +106,7 @@ class AuditWrites:
                 dropped = False
                 self._pending[execution_id] = result
             waiting = len(self._pending)
-        metrics.audit_pending(waiting)
+            metrics.audit_pending(waiting)
         if dropped:
             metrics.audit_completion_dropped()
             log.error(
@@ -154,8 +157,7 @@ class AuditWrites:
                 log.warning("audit: the kept record of execution %s is now complete", execution_id)
             with self._lock:
                 self._pending.pop(execution_id, None)
-                waiting = len(self._pending)
-            metrics.audit_pending(waiting)
+                metrics.audit_pending(len(self._pending))
         if self.failure is not None:
             try:
                 self.store.write_probe(PROBE_PAD_BYTES)
@@ -170,7 +172,7 @@ class AuditWrites:
         with self._lock:
             ids = list(self._pending)
             self._pending.clear()
-        metrics.audit_pending(0)
+            metrics.audit_pending(0)
         return ids
 
     # -- everything else passes through ------------------------------------------------------

@@ -7,6 +7,7 @@ while completions wait; once space is freed `recover` writes the kept one and cl
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,5 +100,53 @@ def test_a_probe_write_clears_a_failure_when_no_completion_waits(tmp_path: Path)
             assert writes.recover() is True and writes.failure is None
             assert store.list("acme", AuditQuery())[0] == []  # the probe is not in the chain
             assert store.verify().ok
+        finally:
+            store.close()
+
+
+def test_the_pending_gauge_ends_at_zero_when_a_keep_and_a_recover_overlap(
+    tmp_path: Path, prometheus: metrics.Metrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI once saw the gauge stay at 1 after every kept completion was written: an execution's
+    thread kept its completion and set the gauge after the lock, and a `recover` on another thread
+    had written it and set 0 in between. Here the keeping thread is held where it sets the gauge
+    until the recover has run (or half a second, when the recover must wait for it)."""
+    real_set = metrics.audit_pending
+    keeping, recovered = threading.Event(), threading.Event()
+
+    def held_set(count: int) -> None:
+        if count == 1 and not keeping.is_set():
+            keeping.set()
+            recovered.wait(0.5)
+        real_set(count)
+
+    monkeypatch.setattr(metrics, "audit_pending", held_set)
+    with small_tmpfs(tmp_path / "fs", "2m") as fs:
+        store = open_store(fs / "audit.db", instance="race-test")
+        try:
+            writes = AuditWrites(store)
+            ran = admission("acme")
+            writes.admit(ran)
+            filler = fill(fs)
+            keeper = threading.Thread(
+                target=writes.complete,
+                args=(ran.execution_id, result(ran.execution_id, stdout=BIG)),
+            )
+            keeper.start()
+            assert keeping.wait(10), "the completion was never kept"
+            filler.unlink()
+            recoveries: list[bool] = []
+            recoverer = threading.Thread(target=lambda: recoveries.append(writes.recover()))
+            recoverer.start()
+            recoverer.join(10)
+            recovered.set()
+            keeper.join(10)
+            recoverer.join(10)
+            assert not keeper.is_alive() and not recoverer.is_alive()
+            assert recoveries == [True]
+            assert writes.pending == 0 and writes.failure is None
+            assert prometheus.registry.get_sample_value("ptc_audit_completions_pending") == 0
+            record = store.get("acme", ran.execution_id)
+            assert record is not None and record.status == "ok"
         finally:
             store.close()
