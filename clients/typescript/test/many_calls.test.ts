@@ -13,27 +13,13 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { PtcClient } from "../src/index.js";
 import { call, type Ended, tally } from "./support/load.js";
-import { type Relay, startRelay } from "./support/relay.js";
-import { type Serving, startServe } from "./support/serve.js";
+import { startRelay } from "./support/relay.js";
+import { servedClient } from "./support/served.js";
 
-let serving: Serving | undefined;
-let relay: Relay | undefined;
-
-before(async () => {
-  serving = await startServe("--allow-degraded", "--pool-size", "8");
-  relay = await startRelay(serving.address);
-});
-
-after(async () => {
-  relay?.close();
-  if (serving === undefined) return;
-  const stopped = await serving.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
-  assert.doesNotMatch(stopped.stderr, /Traceback/);
-});
+const served = servedClient("--allow-degraded", "--pool-size", "8");
 
 const ANSWERED = 24;
 const SENDING = 240;
@@ -43,9 +29,9 @@ const DEADLINE_MS = 45_000;
 const pause = (ms: number) => new Promise((done) => setTimeout(done, ms));
 
 test("calls answered while many large requests wait on a stalled uplink all end with their result", async () => {
-  const where = relay?.address ?? "";
+  const relay = await startRelay(served.serving.address);
   // One attempt: a call the client's HTTP/2 layer refused must show here, not be run again.
-  const client = new PtcClient({ address: where, retry: { attempts: 1 } });
+  const client = new PtcClient({ address: relay.address, retry: { attempts: 1 } });
   try {
     await client.execute("print(1)", { deadlineMs: DEADLINE_MS }); // the connection, warm
     const answered = Array.from({ length: ANSWERED }, (_, i) =>
@@ -68,7 +54,7 @@ test("calls answered while many large requests wait on a stalled uplink all end 
       }),
     );
     await pause(200);
-    relay?.stall(3_000);
+    relay.stall(3_000);
     const ends: Ended[] = await Promise.all([...answered, ...sending]);
     const failed = ends.filter((end) => end.outcome !== "ok").slice(0, 3);
     assert.deepEqual(
@@ -81,5 +67,6 @@ test("calls answered while many large requests wait on a stalled uplink all end 
     assert.equal(after.stdout, "2\n");
   } finally {
     client.close();
+    relay.close();
   }
 });
