@@ -26,6 +26,7 @@ import pytest
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import Client
+from sandbox.client.tls import TlsFiles
 from sandbox.errors import InvalidArgument, NotFound, Unavailable
 from sandbox.tenants import hash_key
 from tests.postgres_support import fresh_schema
@@ -280,7 +281,7 @@ def test_forwarding_under_tls_with_fleet_certificates(tmp_path: Path) -> None:
                 "--fleet-cert", str(fleet.cert), "--fleet-key", str(fleet.key),
                 "--fleet-peer-ca", str(ca.cert), "--instance-id", f"tls-{name}")  # fmt: skip
 
-    pair = {
+    pair: TlsFiles = {
         "tls_ca": str(ca.cert),
         "tls_cert": str(client_cert.cert),
         "tls_key": str(client_cert.key),
