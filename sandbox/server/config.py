@@ -33,6 +33,8 @@ can never name code for the host to import. Example::
                                            # the system's CAs)
     advertise = "ptc-1.internal:50051"     # where the other servers reach this one (unset: the
                                            # listen address, or the host name for 0.0.0.0)
+    keepalive_interval_s = 60              # ping a client after this long without data ...
+    keepalive_timeout_s = 20               # ... and cancel its calls when it does not answer
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -105,6 +107,18 @@ class ServerConfig:
     fleet_key: str | None = None
     fleet_peer_ca: str | None = None
     advertise: str | None = None
+    # HTTP/2 pings to clients (`sandbox.keepalive.server_options`): a client that vanished
+    # without closing its connection (its host frozen or gone) has its calls cancelled, its
+    # executions killed and recorded, once a ping sent after this long without data goes
+    # unanswered for keepalive_timeout_s.
+    keepalive_interval_s: float = 60.0
+    keepalive_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        for name in ("keepalive_interval_s", "keepalive_timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 < value < float("inf")):
+                raise InvalidArgument(f"{name}: a positive number of seconds, got {value!r}")
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -151,6 +165,8 @@ def load_config(path: str | Path) -> ServerConfig:
             "host_handler_timeout_s",
             "quota_lease_ttl_s",
             "member_lease_ttl_s",
+            "keepalive_interval_s",
+            "keepalive_timeout_s",
         ):
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):
