@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 FAILURE = "the server stopped answering keepalive pings"  # how `Keepalive.message` starts
+# gRPC core's details of a call it ended because a ping went unanswered, by version.
+_GRPC_PING_FAILURES = frozenset(
+    {"stream removed (ping timeout)", "ping timeout", "keepalive watchdog timeout"}
+)
 MIN_INTERVAL_S = 1.0  # the shortest interval a client may ask for: twice what the server allows
 SERVER_MIN_PING_INTERVAL_MS = 500
 
@@ -95,10 +99,11 @@ Keepalive.OFF = Keepalive(interval_s=None)
 
 
 def is_keepalive_failure(details: str | None) -> bool:
-    """Whether an UNAVAILABLE status's details are gRPC's for a ping not answered in time
-    ("Stream removed (ping timeout)"; "keepalive watchdog timeout" in other versions)."""
-    text = (details or "").lower()
-    return "ping timeout" in text or "keepalive watchdog" in text
+    """Whether an UNAVAILABLE status's details are gRPC's own for a ping this side sent and got
+    no answer to ("Stream removed (ping timeout)"; "keepalive watchdog timeout" in other
+    versions). Only the whole text counts: a status a server sent that quotes these words (a
+    server whose own call to a peer failed so) is that server's answer, not our ping's."""
+    return (details or "").strip().lower() in _GRPC_PING_FAILURES
 
 
 def server_options(interval_s: float, timeout_s: float) -> list[tuple[str, int]]:

@@ -46,6 +46,7 @@ can never name code for the host to import. Example::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.errors import InvalidArgument
+from sandbox.keepalive import MIN_INTERVAL_S
 
 __all__ = ["ServerConfig", "load_config"]
 
@@ -115,10 +117,15 @@ class ServerConfig:
     keepalive_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
-        for name in ("keepalive_interval_s", "keepalive_timeout_s"):
+        # The interval's floor is the clients': the servers ping each other as clients do.
+        for name, what, least in (
+            ("keepalive_interval_s", f"at least {MIN_INTERVAL_S:g} s", MIN_INTERVAL_S),
+            ("keepalive_timeout_s", "a positive number of seconds", 0.0),
+        ):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 < value < float("inf")):
-                raise InvalidArgument(f"{name}: a positive number of seconds, got {value!r}")
+            number = isinstance(value, int | float) and math.isfinite(value)
+            if not (number and value > 0 and value >= least):
+                raise InvalidArgument(f"{name}: {what}, got {value!r}")
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""

@@ -25,8 +25,9 @@ import grpc
 import pytest
 
 from sandbox.client import AsyncClient, Client, Keepalive, RetryPolicy
-from sandbox.errors import Unavailable
-from sandbox.keepalive import FAILURE, MIN_INTERVAL_S
+from sandbox.errors import InvalidArgument, Unavailable
+from sandbox.keepalive import FAILURE, MIN_INTERVAL_S, is_keepalive_failure
+from sandbox.server import ServerConfig
 from tests.client.test_stream_end import _bounded
 from tests.ptc_serve import PYTHON, ROOT, Serving, ptc_serve
 
@@ -165,6 +166,26 @@ def test_keepalive_values_are_checked() -> None:
         Keepalive(timeout_s=0)
     assert Keepalive.OFF.channel_options() == []
     assert Keepalive().interval_s == 20.0 and Keepalive().timeout_s == 15.0
+    with pytest.raises(InvalidArgument, match=r"keepalive_interval_s: at least 1 s, got 0\.5"):
+        ServerConfig(keepalive_interval_s=0.5)
+    with pytest.raises(InvalidArgument, match="keepalive_timeout_s: a positive number"):
+        ServerConfig(keepalive_timeout_s=0)
+
+
+@pytest.mark.parametrize(
+    "details,ours",
+    [
+        ("Stream removed (ping timeout)", True),
+        ("keepalive watchdog timeout", True),
+        # A server's own answer quoting gRPC's words (its call to a peer failed so) is the
+        # server's, not a ping of ours that went unanswered.
+        ("session_id: the server holding the session cannot be reached: ping timeout", False),
+        ("failed to connect to all addresses", False),
+        (None, False),
+    ],
+)
+def test_only_grpcs_own_words_are_a_keepalive_failure(details: str | None, ours: bool) -> None:
+    assert is_keepalive_failure(details) is ours
 
 
 def test_pings_at_the_clients_rate_are_never_refused_as_too_many() -> None:
