@@ -28,7 +28,7 @@ from sandbox.client import AsyncClient, Client, Keepalive, RetryPolicy
 from sandbox.errors import InvalidArgument, Unavailable
 from sandbox.keepalive import FAILURE, MIN_INTERVAL_S, is_keepalive_failure
 from sandbox.server import ServerConfig
-from tests.client.test_stream_end import _bounded
+from tests.client.test_stream_end import _bounded, _read
 from tests.ptc_serve import PYTHON, ROOT, Serving, ptc_serve
 
 # A client that notices a frozen server fast: a ping after 1 s without data, 1 s to answer.
@@ -73,19 +73,7 @@ def _serves_again(serving: Serving) -> None:
 def test_a_frozen_server_ends_the_blocking_iterator_naming_keepalive(serving: Serving) -> None:
     with frozen(serving.pid) as freeze, Client(serving.address, keepalive=FAST) as client:
         execution = client.stream(CHATTY)
-        marks: list[float] = []
-
-        def iterate() -> int:
-            got = 0
-            for _chunk in execution:
-                got += 1
-                if got == 3:
-                    freeze()
-                    marks.append(time.monotonic())
-            return got
-
-        ended = _bounded(iterate, BOUND_S + 10)
-        took = time.monotonic() - marks[0]
+        took, ended = _read(execution, freeze)  # frozen at the third chunk
         _names_keepalive(ended)
         assert took < BOUND_S
         with pytest.raises(Unavailable, match=FAILURE):  # `result` says the same

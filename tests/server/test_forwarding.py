@@ -227,16 +227,7 @@ def test_a_holder_killed_mid_call_is_unavailable_naming_it(tmp_path: Path) -> No
         wait_for_members(schema.url, 2)
         with Client(doomed_address, KEY) as cd, Client(survivor.address, KEY) as cs:
             sid = cd.session().create().session_id
-            outcome: list[BaseException] = []
-
-            def long_cell() -> None:
-                try:
-                    cs.session(session_id=sid).execute("import time\ntime.sleep(60)")
-                except BaseException as exc:
-                    outcome.append(exc)
-
-            cell = threading.Thread(target=long_cell)
-            cell.start()
+            cell, outcome = _long_cell(cs, sid)
             _wait_running_cell(schema.url, sid)
             doomed.kill()
             cell.join(120)
@@ -273,16 +264,7 @@ def test_a_frozen_holder_is_unavailable_naming_it_and_its_silence(tmp_path: Path
         wait_for_members(schema.url, 2)
         cc.retry = RetryPolicy(attempts=1)  # one carried attempt: its own error is the answer
         sid = ch.session().create().session_id
-        outcome: list[BaseException] = []
-
-        def long_cell() -> None:
-            try:
-                cc.session(session_id=sid).execute("import time\ntime.sleep(60)")
-            except BaseException as exc:
-                outcome.append(exc)
-
-        cell = threading.Thread(target=long_cell)
-        cell.start()
+        cell, outcome = _long_cell(cc, sid)
         try:
             _wait_running_cell(schema.url, sid)
             os.kill(held.pid, signal.SIGSTOP)
@@ -301,6 +283,22 @@ def test_a_frozen_holder_is_unavailable_naming_it_and_its_silence(tmp_path: Path
         assert message.endswith("(it stopped answering keepalive pings)"), message
         assert took < FROZEN_BOUND_S
         assert cc.run("print('still ok')").stdout == "still ok\n"
+
+
+def _long_cell(client: Client, sid: str) -> tuple[threading.Thread, list[BaseException]]:
+    """A minute-long cell of session ``sid`` through ``client``, on a thread of its own, and
+    the list its error goes to."""
+    outcome: list[BaseException] = []
+
+    def long_cell() -> None:
+        try:
+            client.session(session_id=sid).execute("import time\ntime.sleep(60)")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    cell = threading.Thread(target=long_cell)
+    cell.start()
+    return cell, outcome
 
 
 def _wait_running_cell(url: str, sid: str) -> None:
