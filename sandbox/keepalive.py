@@ -6,7 +6,7 @@ no RST and no FIN: without pings, a call on its connection waits for its deadlin
 without one waits forever. With `Keepalive` on (the SDK's default) the client sends an HTTP/2
 PING after ``interval_s`` without data on a connection with calls in flight; a PING not answered
 within ``timeout_s`` closes the connection, and every call on it ends with `Unavailable` saying
-so (`keepalive_message`). A server answers a PING from its HTTP/2 layer, so a healthy server
+so (`Keepalive.message`). A server answers a PING from its HTTP/2 layer, so a healthy server
 busy running a long script still answers.
 
 The server accepts pings as often as every `SERVER_MIN_PING_INTERVAL_MS` (half the client's
