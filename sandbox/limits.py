@@ -51,7 +51,6 @@ __all__ = [
     "Limits",
     "ResolvedLimits",
     "apply_ceilings",
-    "fields_json",
     "parse_limit_args",
 ]
 
@@ -316,12 +315,6 @@ class ResolvedLimits:
 
     def to_json(self) -> dict[str, float]:
         return {spec.name: self.human(spec.name) for spec in LIMIT_SPECS}
-
-
-def fields_json(limits: ResolvedLimits | None) -> dict[str, int]:
-    """``limits.to_fields()``, and ``{}`` for None (no limits, or a record's in an older format):
-    what a result's ``limits`` and an admission's ``effective_limits`` hold as JSON."""
-    return {} if limits is None else limits.to_fields()
 
 
 _FIELDS = tuple(spec.field for spec in LIMIT_SPECS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from sandbox.errors import InvalidLimits
 from sandbox.limits import LIMIT_SPECS, SPEC_BY_FIELD, Limits, ResolvedLimits
@@ -76,11 +77,23 @@ def read_limits(
     return None, OlderLimits(tuple(recorded))
 
 
+@overload
+def limits_json(resolved: ResolvedLimits | None, older: None = None) -> dict[str, int]: ...
+
+
+@overload
 def limits_json(
     resolved: ResolvedLimits | None, older: OlderLimits | None
+) -> dict[str, int] | dict[str, int | float]: ...
+
+
+def limits_json(
+    resolved: ResolvedLimits | None, older: OlderLimits | None = None
 ) -> dict[str, int] | dict[str, int | float]:
-    """What a result's ``limits`` and an admission's ``effective_limits`` hold as JSON: the
-    fields of the complete set, else the older limits as recorded, else ``{}``."""
+    """What a result's ``limits`` and an admission's ``effective_limits`` hold as JSON (the
+    bytes the audit chain hashes), and a session's limits: the fields of the complete set
+    (`ResolvedLimits.to_fields`), else the older limits as recorded, else ``{}`` (no limits at
+    all, or a caller that leaves an older record's out: a session, a replay's request)."""
     if resolved is not None:
         return resolved.to_fields()
     return {} if older is None else older.to_json()

@@ -17,10 +17,13 @@ from collections.abc import Mapping
 from sandbox.errors import InvalidArgument
 
 __all__ = [
+    "IDLE_TIMEOUT_LABEL",
     "KIND_LABEL",
+    "MAX_EXECUTIONS_LABEL",
     "MAX_LABELS",
     "MAX_LABEL_KEY",
     "MAX_LABEL_VALUE",
+    "MAX_LIFETIME_LABEL",
     "MAX_MANIFEST_BYTES",
     "MAX_SCRIPT_BYTES",
     "RESERVED_LABEL_PREFIX",
@@ -40,6 +43,11 @@ MAX_LABEL_VALUE = 1024
 RESERVED_LABEL_PREFIX = "ptc."
 SESSION_LABEL = "ptc.session_id"  # on each cell of a session: the session's id
 KIND_LABEL = "ptc.kind"  # "session" on a session's own record
+# A session's settings on its own record (decimal strings), which a rebuild and the session
+# row read back: its idle timeout and lifetime in milliseconds, its most cells (0: no cap).
+IDLE_TIMEOUT_LABEL = "ptc.idle_timeout_ms"
+MAX_LIFETIME_LABEL = "ptc.max_lifetime_ms"
+MAX_EXECUTIONS_LABEL = "ptc.max_executions"
 
 
 def check_script_size(script: str) -> None:

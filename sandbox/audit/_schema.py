@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox.audit._db import Engine, Tx
-from sandbox.request_caps import SESSION_LABEL
+from sandbox.request_caps import KIND_LABEL, SESSION_LABEL
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PerEngine", "Step"]
 
@@ -237,7 +237,7 @@ def _fill_session_rows(tx: Tx) -> None:
         "SELECT e.tenant, e.payload, x.instance FROM entries e "
         "JOIN executions x ON x.execution_id = e.execution_id "
         "WHERE e.kind = 'admitted' AND e.payload LIKE ?",
-        ('%"ptc.kind":"session"%',),
+        (f'%"{KIND_LABEL}":"session"%',),  # as the chain's canonical JSON writes the label
     ):
         data = json.loads(payload)
         sessions[(str(tenant), str(data["execution_id"]))] = {"data": data, "holder": instance}

@@ -18,7 +18,12 @@ from typing import Any
 
 from sandbox.audit._db import Tx
 from sandbox.audit.base import SessionRecord
-from sandbox.request_caps import KIND_LABEL
+from sandbox.request_caps import (
+    IDLE_TIMEOUT_LABEL,
+    KIND_LABEL,
+    MAX_EXECUTIONS_LABEL,
+    MAX_LIFETIME_LABEL,
+)
 
 __all__ = [
     "ENDED_STATES",
@@ -50,9 +55,9 @@ def settings_of(labels: Mapping[str, Any]) -> tuple[int, int, int] | None:
         return int(value) if isinstance(value, str) and value.isdigit() else 0
 
     return (
-        number("ptc.idle_timeout_ms"),
-        number("ptc.max_lifetime_ms"),
-        number("ptc.max_executions"),
+        number(IDLE_TIMEOUT_LABEL),
+        number(MAX_LIFETIME_LABEL),
+        number(MAX_EXECUTIONS_LABEL),
     )
 
 

@@ -33,8 +33,11 @@ Synchronous = Literal["normal", "full"]
 # Reads of the database file through a memory map rather than a copy of each page into the
 # connection's own page cache (2 MB by default): a look-up by key (`get`, `by_key`) on a store
 # of a million executions touches pages all over a file of gigabytes, and each page it had to
-# copy cost it more than the search itself (measured: `bench.store_scale`). 2 GiB is SQLite's
-# default ceiling; pages past it are read as before. Writes still go through the WAL.
+# copy cost it more than the search itself (measured: `bench.store_scale`). 2 GiB is also the
+# most SQLite maps whatever is asked (``SQLITE_MAX_MMAP_SIZE``, 0x7fff0000 in Debian's build):
+# pages past it are copied as before, 41% of the idempotency keys' tree at a million executions.
+# The page cache stays at its default: 64 MiB kept those pages but did not move the look-up's
+# p50 (`bench.point_reads`, docs/benchmarks.md). Writes still go through the WAL.
 MMAP_BYTES = 1 << 31
 
 

@@ -19,6 +19,7 @@ from sandbox.client.sessions import AsyncSession, SyncSession
 from sandbox.client.sync import Client, SyncExecution
 from sandbox.client.tools import ClientTool, build_manifest, function_tool, tool
 from sandbox.files import InputFile, OmittedOutput, OutputFile
+from sandbox.keepalive import Keepalive
 from sandbox.options import RunOptions, SessionOptions
 from sandbox.records import (
     ExecutionPage,
@@ -39,6 +40,7 @@ __all__ = [
     "ExecutionQuery",
     "ExecutionRecord",
     "InputFile",
+    "Keepalive",
     "OmittedOutput",
     "OutputChunk",
     "OutputFile",

@@ -11,7 +11,10 @@ unary RPC for scripts whose tools all run on the server. Results are
 `sandbox.result.ExecutionResult`, the same objects the embedded engine returns. A failing script is
 a result; a refused request or an unreachable server raises the `sandbox.errors` class of its gRPC
 status (`InvalidArgument`, `Unauthenticated`, `PermissionDenied`, `ResourceExhausted`,
-`Unavailable`, ...) with the server's message.
+`Unavailable`, ...) with the server's message. A server that stops answering (frozen, its host
+hung, the path to it dropping packets) is noticed by HTTP/2 keepalive pings (`keepalive`,
+`sandbox.keepalive`: on by default): every call on the connection then ends with `Unavailable`
+saying that the server stopped answering keepalive pings, and within how long.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from sandbox.codec.result import result_from_proto
 from sandbox.codec.session import session_from_proto
 from sandbox.codec.values import BACKEND_ENUM
 from sandbox.errors import PtcError, Unavailable
+from sandbox.keepalive import FAILURE, Keepalive
 from sandbox.limits import CEILINGS
 from sandbox.message_bounds import request_bytes_bound, result_bytes_bound
 from sandbox.options import (
@@ -108,14 +112,19 @@ class AsyncClient:
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
         retry: RetryPolicy | None = None,
+        keepalive: Keepalive | None = None,
     ) -> None:
         """A client of the server at ``target``; with ``tls_ca`` (the CA bundle to trust) or a
         client certificate (``tls_cert`` and ``tls_key``, for mTLS), over TLS. Each is a PEM
         file's path or its bytes; TLS without ``tls_ca`` trusts the system's CAs. ``retry``
         bounds how often an execution whose outcome is unknown is asked for again by its
-        idempotency key (`sandbox.client._retry`; ``RetryPolicy(attempts=1)``: never)."""
+        idempotency key (`sandbox.client._retry`; ``RetryPolicy(attempts=1)``: never).
+        ``keepalive`` (`Keepalive`; default ``Keepalive()``: a ping after 20 s without data,
+        answered within 15 s) bounds how long a call waits on a server that stopped answering;
+        ``Keepalive.OFF`` sends no pings. Raw ``options`` come last and win."""
         self.target = target
         self.retry = retry or RetryPolicy()
+        self.keepalive = keepalive or Keepalive()
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {api_key}"),) if api_key else ()
         )
@@ -131,6 +140,7 @@ class AsyncClient:
                 ),
                 # Any request the documented caps allow (checked before sending).
                 ("grpc.max_send_message_length", request_bytes_bound(CEILINGS)),
+                *self.keepalive.channel_options(),
                 *options,
             ],
         )
@@ -178,8 +188,8 @@ class AsyncClient:
             if code == grpc.StatusCode.OK:
                 raise Unavailable(f"the server ended the stream at its start: {exc}") from exc
             details, trailing = await call.details(), await call.trailing_metadata()
-            raise error_from_status(code, details, trailing) from exc
-        return Execution(call, local, callbacks)
+            raise error_from_status(code, details, trailing, self.keepalive) from exc
+        return Execution(call, local, callbacks, self.keepalive)
 
     async def run(
         self,
@@ -212,6 +222,7 @@ class AsyncClient:
         ``timeout`` run out; each attempt gets what is left of ``timeout``."""
         deadline = Deadline(timeout)
         number = 0
+        unanswered: PtcError | None = None  # the first attempt a keepalive ping ended
         while True:
             number += 1
             try:
@@ -219,10 +230,12 @@ class AsyncClient:
             except PtcError as error:
                 if not retryable(error):
                     raise
+                if unanswered is None and error.message.startswith(FAILURE):
+                    unanswered = error
                 pause = self.retry.delay(number)
                 if number >= self.retry.attempts or not deadline.allows(pause):
-                    unknown_outcome(error, key, number)
-                    raise
+                    last = _last(error, unanswered, key, number)
+                    raise last from last.__cause__
                 log.info(
                     "execution with idempotency_key %s: attempt %d failed (%s); asking again",
                     key,
@@ -246,7 +259,7 @@ class AsyncClient:
         request.idempotency_key = request.idempotency_key or new_key()
 
         async def attempt(timeout: float | None) -> ExecutionResult:
-            async with translated():
+            async with translated(self.keepalive):
                 message = await self._stub.Execute(
                     request, metadata=self._call_metadata(), timeout=timeout
                 )
@@ -263,7 +276,7 @@ class AsyncClient:
     async def stubs(self, tools: str | Sequence[ToolLike]) -> Stubs:
         """The stub module scripts import as `tools`, and its compact form for a prompt."""
         manifest, _local = build_manifest(tools)
-        async with translated():
+        async with translated(self.keepalive):
             response = await self._stub.GenerateStubs(
                 pb.GenerateStubsRequest(manifest=pb.ToolManifest(json=manifest)),
                 metadata=self._metadata,
@@ -278,7 +291,7 @@ class AsyncClient:
 
     async def get_execution(self, execution_id: str) -> ExecutionRecord:
         """The audit record of one of this tenant's executions (`RUNNING` while it runs)."""
-        async with translated():
+        async with translated(self.keepalive):
             record = await self._stub.GetExecution(
                 pb.GetExecutionRequest(execution_id=execution_id), metadata=self._metadata
             )
@@ -286,7 +299,7 @@ class AsyncClient:
 
     async def list_executions(self, query: ExecutionQuery | None = None) -> ExecutionPage:
         """One page of this tenant's records, newest first, filtered by ``query``."""
-        async with translated():
+        async with translated(self.keepalive):
             response = await self._stub.ListExecutions(
                 query_to_proto(query), metadata=self._metadata
             )
@@ -306,17 +319,25 @@ class AsyncClient:
         ``runtime`` (`ptc runtime list`). With ``session_id`` it attaches to an existing
         session instead of creating one."""
         calls = SessionCalls(
-            create=partial(self._stub.CreateSession, metadata=self._metadata),
-            get=partial(self._stub.GetSession, metadata=self._metadata),
-            close=partial(self._stub.CloseSession, metadata=self._metadata),
+            create=partial(self._session_call, self._stub.CreateSession),
+            get=partial(self._session_call, self._stub.GetSession),
+            close=partial(self._session_call, self._stub.CloseSession),
             execute=self.execute,
         )
         return AsyncSession(
             calls, tools, SessionOptions.of(options, **overrides), session_id=session_id
         )
 
+    async def _session_call(
+        self, method: Callable[..., Awaitable[pb.SessionInfo]], request: Any
+    ) -> pb.SessionInfo:
+        """A session RPC with the key, its failure translated here, where the keepalive that
+        names an unanswered ping is known."""
+        async with translated(self.keepalive):
+            return await method(request, metadata=self._metadata)
+
     async def list_sessions(self, include_ended: bool = False) -> list[SessionInfo]:
-        async with translated():
+        async with translated(self.keepalive):
             response = await self._stub.ListSessions(
                 pb.ListSessionsRequest(include_ended=include_ended), metadata=self._metadata
             )
@@ -343,9 +364,21 @@ class AsyncClient:
             request.limits.CopyFrom(limits_to_proto(chosen.limits))
         if chosen.backend is not None:
             request.backend = BACKEND_ENUM[chosen.backend]
-        async with translated():
+        async with translated(self.keepalive):
             message = await self._stub.Replay(request, metadata=self._metadata, timeout=timeout)
         return report_from_proto(message)
+
+
+def _last(error: PtcError, unanswered: PtcError | None, key: str, attempts: int) -> PtcError:
+    """The error a call whose attempts ran out raises: its first keepalive failure if it had
+    one (a server that froze, whose retries then only met a connection that never came up, is
+    a server that stopped answering, which is what the caller needs to read), else the last."""
+    chosen = error
+    if unanswered is not None and unanswered is not error:
+        chosen = unanswered
+        chosen.add_note(f"the attempts after it failed too; the last: {error.message}")
+    unknown_outcome(chosen, key, attempts)
+    return chosen
 
 
 def _execute_request(

@@ -27,6 +27,7 @@ from sandbox.client._errors import error_from_rpc, error_from_status
 from sandbox.client.tools import ClientTool
 from sandbox.codec.result import result_from_proto
 from sandbox.errors import Unavailable
+from sandbox.keepalive import Keepalive
 from sandbox.options import RunOptions, RunOverrides
 from sandbox.result import ExecutionResult
 from sandbox.telemetry.progress import ProgressSnapshot as Progress
@@ -104,7 +105,9 @@ class Execution:
         call: aio.StreamStreamCall[pb.ClientMessage, pb.ServerEvent],
         local: Mapping[str, ClientTool],
         callbacks: StreamCallbacks,
+        keepalive: Keepalive | None = None,
     ) -> None:
+        self._keepalive = keepalive  # names an unanswered ping in the error it ends with
         self._on_progress = callbacks.get("on_progress")
         self.progress: Progress | None = None  # the latest Progress event, if any came
         self._call = call
@@ -126,7 +129,7 @@ class Execution:
         try:
             return await self._events()
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from exc
+            raise error_from_rpc(exc, self._keepalive) from exc
         finally:
             self._chunks.put_nowait(None)
             for task in self._tasks:
@@ -140,7 +143,7 @@ class Execution:
                 if code != grpc.StatusCode.OK:
                     details = await self._call.details()
                     trailing = await self._call.trailing_metadata()
-                    raise error_from_status(code, details, trailing)
+                    raise error_from_status(code, details, trailing, self._keepalive)
                 raise Unavailable("the server ended the stream without a result")
             kind = event.WhichOneof("event")
             if kind == "result":

@@ -24,6 +24,7 @@ from sandbox.client.sessions import SyncSession
 from sandbox.client.tls import PemLike, read_pems
 from sandbox.client.tools import ToolLike
 from sandbox.errors import Cancelled
+from sandbox.keepalive import Keepalive
 from sandbox.options import LimitsLike, RunOptions, RunOverrides, SessionOptions, SessionOverrides
 from sandbox.records import ExecutionPage, ExecutionQuery, ExecutionRecord, SessionInfo
 from sandbox.replay_report import ReplayReport
@@ -97,16 +98,19 @@ class Client:
         tls_ca: PemLike | None = None,
         tls_cert: PemLike | None = None,
         tls_key: PemLike | None = None,
+        keepalive: Keepalive | None = None,
     ) -> None:
-        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS). How often
-        an execution whose outcome is unknown is asked for again by its key is `retry`."""
+        """As `AsyncClient`: over TLS with ``tls_ca`` or a client certificate (mTLS); with
+        ``keepalive`` (`Keepalive`, on by default) bounding how long a call, a `SyncExecution`'s
+        iteration included, waits on a server that stopped answering. How often an execution
+        whose outcome is unknown is asked for again by its key is `retry`."""
         tls = read_pems(tls_ca, tls_cert, tls_key)  # a bad file is refused here, at once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ptc-client", daemon=True
         )
         self._thread.start()
-        self._async: AsyncClient = self._call(_make(target, api_key, tls))
+        self._async: AsyncClient = self._call(_make(target, api_key, tls, keepalive))
 
     @property
     def retry(self) -> RetryPolicy:
@@ -226,8 +230,11 @@ async def _shutdown(client: AsyncClient) -> None:
 
 
 async def _make(
-    target: str, api_key: str | None, tls: tuple[bytes | None, bytes | None, bytes | None]
+    target: str,
+    api_key: str | None,
+    tls: tuple[bytes | None, bytes | None, bytes | None],
+    keepalive: Keepalive | None,
 ) -> AsyncClient:
     ca, cert, key = tls
     # The channel binds to the running loop: made here, on the private one.
-    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key)
+    return AsyncClient(target, api_key, tls_ca=ca, tls_cert=cert, tls_key=key, keepalive=keepalive)

@@ -8,14 +8,24 @@ client certificate needs its key and the key its certificate.
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 import grpc
 
 from sandbox.errors import InvalidArgument
 
-__all__ = ["PemLike", "channel_credentials", "read_pems"]
+__all__ = ["PemLike", "TlsFiles", "channel_credentials", "read_pems"]
 
 PemLike = str | os.PathLike[str] | bytes
+
+
+class TlsFiles(TypedDict, total=False):
+    """The TLS keyword arguments of `Client` and `AsyncClient`, for a caller that gathers them
+    before making a client (the command line's flags, a runner's ``connect``)."""
+
+    tls_ca: PemLike | None
+    tls_cert: PemLike | None
+    tls_key: PemLike | None
 
 
 def _pem(name: str, value: PemLike) -> bytes:

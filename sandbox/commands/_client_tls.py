@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from sandbox.client.tls import TlsFiles
+
 __all__ = ["ENV", "add_tls_options", "given", "tls_options"]
 
 ENV = {"tls_ca": "PTC_TLS_CA", "tls_cert": "PTC_TLS_CERT", "tls_key": "PTC_TLS_KEY"}
@@ -36,8 +38,10 @@ def given(args: argparse.Namespace) -> list[str]:
     return [f"--{name.replace('_', '-')}" for name in ENV if getattr(args, name, None)]
 
 
-def tls_options(args: argparse.Namespace) -> dict[str, str | None]:
+def tls_options(args: argparse.Namespace) -> TlsFiles:
     """Keyword arguments for `Client` / `AsyncClient`: each flag, else its variable."""
-    return {
-        name: getattr(args, name, None) or os.environ.get(var) or None for name, var in ENV.items()
-    }
+
+    def value(name: str) -> str | None:
+        return getattr(args, name, None) or os.environ.get(ENV[name]) or None
+
+    return TlsFiles(tls_ca=value("tls_ca"), tls_cert=value("tls_cert"), tls_key=value("tls_key"))

@@ -96,6 +96,15 @@ _SECONDS_OPTIONS = (  # (flag, help)
         "marks its running records interrupted (default 15)",
     ),
     (
+        "--keepalive-interval",
+        "ping a client after this long without data on its connection (default 60) ...",
+    ),
+    (
+        "--keepalive-timeout",
+        "... and cancel its calls, killing their executions, when it does not answer within "
+        "this (default 20)",
+    ),
+    (
         "--checkpoint-interval",
         "sign an audit checkpoint per tenant this often (default 300 once enabled)",
     ),
@@ -155,6 +164,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         metrics_listen=args.metrics_listen,
         quota_lease_ttl_s=args.quota_lease_ttl,
         member_lease_ttl_s=args.member_lease_ttl,
+        keepalive_interval_s=args.keepalive_interval,
+        keepalive_timeout_s=args.keepalive_timeout,
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoint_key=args.checkpoint_key,
         checkpoint_dir=args.checkpoint_dir,

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sandbox.backends.base import ResourceUsage
-from sandbox.limits import ResolvedLimits
+from sandbox.limits import SPEC_BY_NAME, ResolvedLimits
 from sandbox.result import Evidence, Violation
 
 __all__ = [
@@ -368,8 +368,6 @@ def claimed_violation(seen: Observations) -> Violation | None:
             seen,
             report,
             "memory",
-            seen.limits.memory_bytes,
-            "bytes",
             "the script reported a thread start refused: its stack no longer fit under the"
             " address-space rlimit (RLIMIT_AS)",
         )
@@ -380,8 +378,6 @@ def claimed_violation(seen: Observations) -> Violation | None:
             seen,
             report,
             "processes",
-            seen.limits.processes,
-            "count",
             f"the script reported a {what} start refused at the limit",
         )
     if errno_name == "EMFILE":
@@ -391,8 +387,6 @@ def claimed_violation(seen: Observations) -> Violation | None:
             seen,
             report,
             "open_files",
-            seen.limits.open_files,
-            "count",
             "the script reported an open that failed with EMFILE",
         )
     return None
@@ -419,8 +413,6 @@ def _claimed_memory(seen: Observations, report: Mapping[str, Any]) -> Violation 
         seen,
         report,
         "memory",
-        seen.limits.memory_bytes,
-        "bytes",
         "the script reported a MemoryError under the address-space rlimit",
     )
 
@@ -434,8 +426,6 @@ def _claimed_file_size(
             seen,
             report,
             "file_size",
-            seen.limits.file_size_bytes,
-            "bytes",
             f"the script reported a write that failed with {errno_name}",
         )
     full = [t for t in tmpfs if t.full]
@@ -473,17 +463,16 @@ def _refused_start(report: Mapping[str, Any]) -> str | None:
 
 
 def _guest(
-    seen: Observations,
-    report: Mapping[str, Any],
-    limit: str,
-    value: float,
-    unit: str,
-    detail: str,
+    seen: Observations, report: Mapping[str, Any], limit: str, detail: str
 ) -> Violation | None:
-    """A refusal only the guest saw, unless the script raised it itself."""
+    """A refusal only the guest saw, unless the script raised it itself: at ``limit``'s value,
+    in its unit (a size or a count: no time limit is the guest's word alone)."""
     if script_raised(seen.script, report):
         return None
-    return Violation(limit, value, None, unit, "refused", detail, evidence=Evidence.GUEST)
+    spec = SPEC_BY_NAME[limit]
+    return Violation(
+        limit, seen.limits.value(limit), None, spec.unit, "refused", detail, evidence=Evidence.GUEST
+    )
 
 
 def script_raised(script: str, report: Mapping[str, Any]) -> bool:

@@ -21,11 +21,11 @@ import json
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 from sandbox.audit.base import AuditStore
 from sandbox.client import Client
-from sandbox.client.tls import PemLike
+from sandbox.client.tls import TlsFiles
 from sandbox.client.tools import ClientTool, ToolLike, build_manifest
 from sandbox.engine import Engine, EngineConfig, ExecutionRequest, RunHooks, StartedInfo
 from sandbox.errors import InvalidArgument, Unavailable
@@ -103,7 +103,7 @@ class ClientRunner:
 
     @classmethod
     def connect(
-        cls, target: str, api_key: str | None = None, **tls: PemLike | None
+        cls, target: str, api_key: str | None = None, **tls: Unpack[TlsFiles]
     ) -> ClientRunner:
         """A runner on the server at ``target``; ``tls`` as `Client`'s (tls_ca, tls_cert,
         tls_key)."""

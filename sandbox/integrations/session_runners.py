@@ -31,9 +31,8 @@ from sandbox.integrations.runners import (
 )
 from sandbox.limits import Limits
 from sandbox.options import SessionOptions, SessionOverrides
-from sandbox.request_caps import SESSION_LABEL
 from sandbox.result import ExecutionResult
-from sandbox.sessions.cells import cell_limits
+from sandbox.sessions.cells import cell_limits, cell_request
 from sandbox.sessions.manager import Session, SessionManager, SessionSettings
 
 __all__ = ["ClientSessionRunner", "EmbeddedSessionRunner", "open_session"]
@@ -112,14 +111,17 @@ class EmbeddedSessionRunner:
         return self.session.id
 
     async def _execute(self, request: RunRequest) -> ExecutionResult:
-        runner, session = self._runner, self.session
-        usable = self.manager.usable(session.tenant, session.id)
+        runner = self._runner
+        session = self.manager.usable(self.session.tenant, self.session.id)
         manifest, local = build_manifest(list(request.tools))
         options = request.options
-        execution = execution_request(
-            request.script, manifest, replace(options, backend=usable.backend)
-        )  # the caller's labels checked there; then the session's own
-        execution = replace(execution, labels={**execution.labels, SESSION_LABEL: session.id})
+        # The caller's labels checked as a server checks them, then the cell's own backend,
+        # runtime and label, by the rules every path that runs cells follows.
+        execution = cell_request(
+            session,
+            execution_request(request.script, manifest, options),
+            manifest_given=True,  # each run brings its tools: they replace the session's
+        )
         asked = options.limits or Limits()
         limits, adjustments = runner.engine.effective_limits(asked)
         limits, fixed = cell_limits(session, limits, asked)

@@ -22,7 +22,8 @@ from sandbox.audit.base import AuditRecord
 from sandbox.engine import ExecutionRequest
 from sandbox.errors import FailedPrecondition
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import SPEC_BY_NAME, Limits, fields_json
+from sandbox.limits import SPEC_BY_NAME, Limits
+from sandbox.older_limits import limits_json
 from sandbox.result import ExecutionResult
 
 __all__ = ["Recording", "recording_from"]
@@ -105,7 +106,7 @@ def recording_from(record: AuditRecord) -> Recording:
         limits, defaulted = older.as_request(), older.unrecorded()
     else:
         limits = Limits.from_mapping(
-            fields_json(admission.effective_limits), where="recorded effective_limits"
+            limits_json(admission.effective_limits), where="recorded effective_limits"
         )
     return Recording(
         execution_id=admission.execution_id,

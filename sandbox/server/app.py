@@ -42,6 +42,7 @@ from sandbox.backends.base import Backend
 from sandbox.backends.process.cgroups.own_memory import own_memory
 from sandbox.engine import Engine, EngineConfig
 from sandbox.errors import InvalidArgument, PtcError, Unavailable
+from sandbox.keepalive import Keepalive, server_options
 from sandbox.limits import CEILINGS
 from sandbox.message_bounds import request_bytes_bound, result_bytes_bound
 from sandbox.runtimes import RuntimeStore
@@ -231,6 +232,9 @@ class SandboxServer:
                 # must reach the client as a result, never as RESOURCE_EXHAUSTED.
                 ("grpc.max_send_message_length", limit + result_bytes_bound(CEILINGS)),
                 ("grpc.so_reuseport", 0),
+                # Accept the clients' keepalive pings (never GOAWAY too_many_pings at our SDKs'
+                # rate) and ping the clients, so that a vanished one's calls end.
+                *server_options(self.config.keepalive_interval_s, self.config.keepalive_timeout_s),
             ],
         )
         pb_grpc.add_SandboxServiceServicer_to_server(
@@ -268,7 +272,12 @@ class SandboxServer:
                 "sessions other servers hold are answered here (NOT_FOUND), not carried to them"
             )
             return None
-        channels = FleetChannels(credentials, RECEIVE_LIMIT_BYTES + result_bytes_bound(CEILINGS))
+        channels = FleetChannels(
+            credentials,
+            RECEIVE_LIMIT_BYTES + result_bytes_bound(CEILINGS),
+            # A peer silent as long as a client may be is given up on the same way.
+            Keepalive(self.config.keepalive_interval_s, self.config.keepalive_timeout_s),
+        )
         return Forwarder(
             self.writes,
             identity,

@@ -33,6 +33,8 @@ can never name code for the host to import. Example::
                                            # the system's CAs)
     advertise = "ptc-1.internal:50051"     # where the other servers reach this one (unset: the
                                            # listen address, or the host name for 0.0.0.0)
+    keepalive_interval_s = 60              # ping a client after this long without data ...
+    keepalive_timeout_s = 20               # ... and cancel its calls when it does not answer
 
     [host_handlers]
     get_weather = "myco.tools:get_weather"
@@ -44,6 +46,7 @@ can never name code for the host to import. Example::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.errors import InvalidArgument
+from sandbox.keepalive import MIN_INTERVAL_S
 
 __all__ = ["ServerConfig", "load_config"]
 
@@ -105,6 +109,23 @@ class ServerConfig:
     fleet_key: str | None = None
     fleet_peer_ca: str | None = None
     advertise: str | None = None
+    # HTTP/2 pings to clients (`sandbox.keepalive.server_options`): a client that vanished
+    # without closing its connection (its host frozen or gone) has its calls cancelled, its
+    # executions killed and recorded, once a ping sent after this long without data goes
+    # unanswered for keepalive_timeout_s.
+    keepalive_interval_s: float = 60.0
+    keepalive_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        # The interval's floor is the clients': the servers ping each other as clients do.
+        for name, what, least in (
+            ("keepalive_interval_s", f"at least {MIN_INTERVAL_S:g} s", MIN_INTERVAL_S),
+            ("keepalive_timeout_s", "a positive number of seconds", 0.0),
+        ):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and math.isfinite(value)
+            if not (number and value > 0 and value >= least):
+                raise InvalidArgument(f"{name}: {what}, got {value!r}")
 
     def with_overrides(self, **changes: Any) -> ServerConfig:
         """This config with every non-None keyword applied."""
@@ -151,6 +172,8 @@ def load_config(path: str | Path) -> ServerConfig:
             "host_handler_timeout_s",
             "quota_lease_ttl_s",
             "member_lease_ttl_s",
+            "keepalive_interval_s",
+            "keepalive_timeout_s",
         ):
             values[key] = float(_typed(path, key, value, (int, float)))
         elif key in ("allow_degraded", "docker", "global_quotas", "gvisor"):

@@ -45,6 +45,7 @@ from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.audit.base import AuditStore, Holder, Member
 from sandbox.errors import PtcError, Unavailable, quote
+from sandbox.keepalive import Keepalive, is_keepalive_failure
 from sandbox.server.boundary import checked
 from sandbox.server.peers import FORWARDED_BY, HOLDER_ANSWER, FleetIdentity
 
@@ -62,13 +63,22 @@ def is_forwarded(context: Context) -> bool:
 
 class FleetChannels:
     """One channel per peer address, opened on first use: plaintext, or TLS that trusts
-    ``peer_ca`` (None: the system's CAs) and presents the fleet certificate when given."""
+    ``peer_ca`` (None: the system's CAs) and presents the fleet certificate when given. With
+    ``keepalive`` pings, so that a call carried to a holder that froze ends (UNAVAILABLE naming
+    the holder) instead of waiting for ever."""
 
-    def __init__(self, credentials: grpc.ChannelCredentials | None, max_bytes: int) -> None:
+    def __init__(
+        self,
+        credentials: grpc.ChannelCredentials | None,
+        max_bytes: int,
+        keepalive: Keepalive | None = None,
+    ) -> None:
         self.credentials = credentials
-        self.options = [
+        self.keepalive = keepalive or Keepalive()
+        self.options: list[tuple[str, int]] = [
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.max_receive_message_length", max_bytes),
+            *self.keepalive.channel_options(),
         ]
         self._channels: dict[str, aio.Channel] = {}
 
@@ -229,7 +239,9 @@ async def _answer_error(holder: Member, exc: aio.AioRpcError, context: Context) 
     if _from_holder(exc) or exc.code() != grpc.StatusCode.UNAVAILABLE:
         trailing = tuple((k, v) for k, v in _trailing(exc) if k != HOLDER_ANSWER)
         await context.abort(exc.code(), exc.details() or "", trailing_metadata=trailing)
+    details = exc.details() or ""
     raise Unavailable(
         f"session_id: the server holding the session ({holder.instance} at "
-        f"{quote(holder.address)}) cannot be reached: {exc.details()}"
+        f"{quote(holder.address)}) cannot be reached: {details}"
+        + (" (it stopped answering keepalive pings)" if is_keepalive_failure(details) else "")
     )

@@ -17,7 +17,7 @@ from sandbox.codec.session import session_to_proto
 from sandbox.codec.values import BACKENDS
 from sandbox.engine import check_runtime as engine_check_runtime
 from sandbox.errors import InvalidArgument, InvalidLimits, NotFound, Unavailable
-from sandbox.limits import fields_json
+from sandbox.older_limits import limits_json
 from sandbox.records import SessionInfo
 from sandbox.records import SessionState as InfoState
 from sandbox.request_caps import check_labels
@@ -136,7 +136,7 @@ def _ended_session(
             end_reason=row.end_reason,
             backend=row.backend,
             # Every limit the session ran under; none from a record in an older format.
-            limits=fields_json(None if record is None else record.admission.effective_limits),
+            limits=limits_json(None if record is None else record.admission.effective_limits),
             idle_timeout_ms=row.idle_timeout_ms,
             max_lifetime_ms=row.max_lifetime_ms,
             max_executions=row.max_executions,

@@ -50,7 +50,13 @@ from sandbox.limits import Limits, ResolvedLimits
 from sandbox.replay.compare import compare
 from sandbox.replay.dispatch import RecordedCalls, ReplayDispatch
 from sandbox.replay.source import Recording, recording_from
-from sandbox.request_caps import KIND_LABEL, SESSION_LABEL
+from sandbox.request_caps import (
+    IDLE_TIMEOUT_LABEL,
+    KIND_LABEL,
+    MAX_EXECUTIONS_LABEL,
+    MAX_LIFETIME_LABEL,
+    SESSION_LABEL,
+)
 from sandbox.result import ExecutionResult, ExecutionStatus
 from sandbox.sessions.cells import cell_limits
 from sandbox.sessions.session import (
@@ -82,7 +88,7 @@ log = logging.getLogger(__name__)
 
 # The labels a session's record adds to its own (`SessionManager._admit`); the rest are the
 # client's labels, given back to the rebuilt session.
-_SETTING_LABELS = (KIND_LABEL, "ptc.idle_timeout_ms", "ptc.max_lifetime_ms", "ptc.max_executions")
+_SETTING_LABELS = (KIND_LABEL, IDLE_TIMEOUT_LABEL, MAX_LIFETIME_LABEL, MAX_EXECUTIONS_LABEL)
 _PAGE = 500
 
 
@@ -252,9 +258,9 @@ async def _fresh_session(
         limits = _recorded_limits(admission)
         settings = SessionSettings(
             limits=limits,
-            idle_timeout_s=int(labels["ptc.idle_timeout_ms"]) / 1000,
-            max_lifetime_s=int(labels["ptc.max_lifetime_ms"]) / 1000,
-            max_executions=int(labels["ptc.max_executions"]),
+            idle_timeout_s=int(labels[IDLE_TIMEOUT_LABEL]) / 1000,
+            max_lifetime_s=int(labels[MAX_LIFETIME_LABEL]) / 1000,
+            max_executions=int(labels[MAX_EXECUTIONS_LABEL]),
         )
         cells = await asyncio.to_thread(_cells, store, tenant, session_id, bounds.max_cells)
         manifest_json = admission.manifest_json

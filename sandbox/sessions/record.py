@@ -14,7 +14,12 @@ import time
 
 from sandbox.audit.base import Admission, AuditStore
 from sandbox.errors import NotFound, quote
-from sandbox.request_caps import KIND_LABEL
+from sandbox.request_caps import (
+    IDLE_TIMEOUT_LABEL,
+    KIND_LABEL,
+    MAX_EXECUTIONS_LABEL,
+    MAX_LIFETIME_LABEL,
+)
 from sandbox.result import ExecutionResult, ExecutionStatus, ScriptError, Usage
 from sandbox.sessions.session import Session, SessionState
 
@@ -42,9 +47,9 @@ def admit_record(store: AuditStore | None, session: Session) -> None:
             labels={
                 **session.labels,
                 KIND_LABEL: "session",
-                "ptc.idle_timeout_ms": str(int(settings.idle_timeout_s * 1000)),
-                "ptc.max_lifetime_ms": str(int(settings.max_lifetime_s * 1000)),
-                "ptc.max_executions": str(settings.max_executions),
+                IDLE_TIMEOUT_LABEL: str(int(settings.idle_timeout_s * 1000)),
+                MAX_LIFETIME_LABEL: str(int(settings.max_lifetime_s * 1000)),
+                MAX_EXECUTIONS_LABEL: str(settings.max_executions),
             },
             admitted_at=session.created_at,
             runtime=session.runtime or "",

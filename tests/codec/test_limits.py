@@ -20,7 +20,8 @@ from sandbox.codec.limits import (
     resolved_from_proto,
 )
 from sandbox.errors import InvalidLimits
-from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits, fields_json
+from sandbox.limits import DEFAULTS, LIMIT_SPECS, Limits, ResolvedLimits
+from sandbox.older_limits import OlderLimits, limits_json
 from tests.codec.values import resolved_limits
 
 
@@ -64,8 +65,16 @@ def test_the_fields_are_the_proto_names_in_canonical_integers_in_spec_order() ->
     assert all(type(v) is int for v in fields.values())
     fields["wall_time_ms"] = 1  # a copy: the one remembered is not changed
     assert limits.to_fields()["wall_time_ms"] == 2500
-    assert fields_json(None) == {}
-    assert fields_json(limits) == limits.to_fields()
+    assert limits_json(None) == {}
+    assert limits_json(limits) == limits.to_fields()
+
+
+def test_a_records_limits_json_is_the_complete_set_else_the_older_as_written_else_empty() -> None:
+    """One rule for every writer of limits as JSON (results, admissions, sessions, replays)."""
+    older = OlderLimits((("wall_time", 10.0), ("memory", 268435456.0)))
+    assert limits_json(DEFAULTS, older) == DEFAULTS.to_fields()
+    assert limits_json(None, older) == {"memory": 268435456.0, "wall_time": 10.0}
+    assert limits_json(None, None) == {}
 
 
 def test_a_record_in_an_older_format_reads_back_as_none() -> None:

@@ -231,6 +231,32 @@ def test_open_files_is_only_ever_the_guests_word() -> None:
     )  # fmt: skip
 
 
+# -- the guest's word: each at the execution's own value of its limit, in the limit's unit ---
+OWN = replace(DEFAULTS, memory_bytes=96 * MiB, processes=12, file_size_bytes=3 * MiB,
+              open_files=40)  # fmt: skip
+GUEST_CLAIMS = {
+    "memory-error": ({"exit_code": 1, "report": report("MemoryError")}, "memory", 96 * MiB,
+                     "bytes"),
+    "thread-under-rlimit-as": ({"exit_code": 1, "report": {**THREAD, "refused_by": "RLIMIT_AS"}},
+                               "memory", 96 * MiB, "bytes"),
+    "thread-uncounted": ({"exit_code": 1, "report": THREAD, "pids_counted": False}, "processes",
+                         12, "count"),
+    "enospc": ({"report": report("OSError", errno="ENOSPC")}, "file_size", 3 * MiB, "bytes"),
+    "emfile": ({"exit_code": 1, "report": EMFILE}, "open_files", 40, "count"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "limit", "value", "unit"), GUEST_CLAIMS.values(),
+                         ids=GUEST_CLAIMS)  # fmt: skip
+def test_a_guest_violation_carries_its_limits_value_and_unit(
+    fields: dict[str, Any], limit: str, value: int, unit: str
+) -> None:
+    v = only(evidence.violations(Observations(limits=OWN, **fields)))
+    assert (v.limit, v.limit_value, type(v.limit_value), v.unit, v.evidence) == (
+        limit, value, int, unit, Evidence.GUEST
+    )  # fmt: skip
+
+
 def test_open_files_the_scripts_own_raise_is_no_violation() -> None:
     script = "x = 1\nraise OSError(\n    24, 'Too many open files'\n)\n"
     for line in (2, 3, 4):  # any line of the raise statement

@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 from smolagents import CodeAgent
 
-from sandbox.errors import NotFound
+from sandbox.errors import InvalidArgument, NotFound
 from sandbox.integrations import ClientRunner, EmbeddedRunner
 from sandbox.integrations.execute_tool import ExecuteTool
 from sandbox.integrations.runners import RunRequest
 from sandbox.integrations.session_runners import open_session
 from sandbox.integrations.smolagents import SandboxExecutor
+from sandbox.options import RunOptions
 from tests.integrations.test_smolagents import CALLS, ScriptedModel, get_weather
 
 STEP_1 = """Thought: fetch the temperatures once.
@@ -75,6 +76,24 @@ def check_files_and_policy_reach_a_session_cell(runner: ClientRunner | EmbeddedR
         )
     assert (read.result.status, read.result.stdout) == ("ok", "kept\n")  # type: ignore[union-attr]
     assert refused.result.status == "rejected"  # type: ignore[union-attr]
+
+
+def check_a_cell_keeps_its_sessions_backend(runner: ClientRunner | EmbeddedRunner) -> None:
+    """A cell naming another backend than its session's is refused with the same message on
+    both paths (`sandbox.sessions.cells.cell_request`), and the session serves on."""
+    with open_session(runner, backend="process") as conversation:
+        assert conversation.run(RunRequest("n = 1")).status == "ok"
+        with pytest.raises(InvalidArgument) as refused:
+            conversation.run(RunRequest("n = 2", options=RunOptions(backend="docker")))
+        assert str(refused.value) == (
+            f"backend: session {conversation.session_id!r} runs on 'process', not 'docker'"
+        )
+        kept = conversation.run(RunRequest("print(n)", options=RunOptions(backend="process")))
+    assert (kept.status, kept.stdout) == ("ok", "1\n")
+
+
+def test_a_cell_keeps_its_sessions_backend(embedded: EmbeddedRunner) -> None:
+    check_a_cell_keeps_its_sessions_backend(embedded)
 
 
 def test_files_and_policy_reach_a_session_cell(embedded: EmbeddedRunner) -> None:

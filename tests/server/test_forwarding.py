@@ -12,6 +12,8 @@ fleet certificate (TLS) forwarding works. Skipped, and says so, without PostgreS
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -25,7 +27,8 @@ import pytest
 
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
-from sandbox.client import Client
+from sandbox.client import Client, RetryPolicy
+from sandbox.client.tls import TlsFiles
 from sandbox.errors import InvalidArgument, NotFound, Unavailable
 from sandbox.tenants import hash_key
 from tests.postgres_support import fresh_schema
@@ -39,6 +42,7 @@ TENANTS = (
     f'[[tenant]]\nid = "acme"\nkeys = ["{hash_key(KEY)}"]\n'
     f'[[tenant]]\nid = "globex"\nkeys = ["{hash_key(OTHER_KEY)}"]\n'
 )
+FROZEN_BOUND_S = 30.0  # a frozen holder noticed with 1 s pings: ~2 s idle, generous when loaded
 JOIN_WAIT_S = 60.0  # a server's first heartbeat follows its start; waited for, not timed
 REFUSED = (
     "ptc-forwarded-by: only a fleet server may carry calls between servers, and this call does "
@@ -223,16 +227,7 @@ def test_a_holder_killed_mid_call_is_unavailable_naming_it(tmp_path: Path) -> No
         wait_for_members(schema.url, 2)
         with Client(doomed_address, KEY) as cd, Client(survivor.address, KEY) as cs:
             sid = cd.session().create().session_id
-            outcome: list[BaseException] = []
-
-            def long_cell() -> None:
-                try:
-                    cs.session(session_id=sid).execute("import time\ntime.sleep(60)")
-                except BaseException as exc:
-                    outcome.append(exc)
-
-            cell = threading.Thread(target=long_cell)
-            cell.start()
+            cell, outcome = _long_cell(cs, sid)
             _wait_running_cell(schema.url, sid)
             doomed.kill()
             cell.join(120)
@@ -250,6 +245,60 @@ def test_a_holder_killed_mid_call_is_unavailable_naming_it(tmp_path: Path) -> No
             )
             assert cs.list_sessions() == []
             assert cs.run("print('still ok')").stdout == "still ok\n"
+
+
+def test_a_frozen_holder_is_unavailable_naming_it_and_its_silence(tmp_path: Path) -> None:
+    """A holder frozen with SIGSTOP (its socket open, nothing answered) under a carried cell:
+    the carrier's keepalive pings to it go unanswered, and the cell ends UNAVAILABLE naming the
+    holder and why, in bounded time, where it waited for ever before."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    quick = ("--keepalive-interval", "1", "--keepalive-timeout", "1")
+    with (
+        fresh_schema("ptc_forward_frozen") as schema,
+        ptc_serve(*_common(schema.url, tenants), "--instance-id", "fwd-doomed", *quick) as held,
+        ptc_serve(*_common(schema.url, tenants), "--instance-id", "fwd-carrier", *quick) as carrier,
+        Client(held.address, KEY) as ch,
+        Client(carrier.address, KEY) as cc,
+    ):
+        wait_for_members(schema.url, 2)
+        cc.retry = RetryPolicy(attempts=1)  # one carried attempt: its own error is the answer
+        sid = ch.session().create().session_id
+        cell, outcome = _long_cell(cc, sid)
+        try:
+            _wait_running_cell(schema.url, sid)
+            os.kill(held.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            cell.join(FROZEN_BOUND_S)
+            took = time.monotonic() - started
+        finally:
+            os.kill(held.pid, signal.SIGCONT)
+        cell.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], Unavailable), outcome
+        message = str(outcome[0])
+        assert message.startswith(
+            f"session_id: the server holding the session (fwd-doomed at '{held.address}') "
+            "cannot be reached: "
+        ), message
+        assert message.endswith("(it stopped answering keepalive pings)"), message
+        assert took < FROZEN_BOUND_S
+        assert cc.run("print('still ok')").stdout == "still ok\n"
+
+
+def _long_cell(client: Client, sid: str) -> tuple[threading.Thread, list[BaseException]]:
+    """A minute-long cell of session ``sid`` through ``client``, on a thread of its own, and
+    the list its error goes to."""
+    outcome: list[BaseException] = []
+
+    def long_cell() -> None:
+        try:
+            client.session(session_id=sid).execute("import time\ntime.sleep(60)")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    cell = threading.Thread(target=long_cell)
+    cell.start()
+    return cell, outcome
 
 
 def _wait_running_cell(url: str, sid: str) -> None:
@@ -280,7 +329,7 @@ def test_forwarding_under_tls_with_fleet_certificates(tmp_path: Path) -> None:
                 "--fleet-cert", str(fleet.cert), "--fleet-key", str(fleet.key),
                 "--fleet-peer-ca", str(ca.cert), "--instance-id", f"tls-{name}")  # fmt: skip
 
-    pair = {
+    pair: TlsFiles = {
         "tls_ca": str(ca.cert),
         "tls_cert": str(client_cert.cert),
         "tls_key": str(client_cert.key),

@@ -11,14 +11,14 @@ import pytest
 
 from sandbox.audit.base import Admission
 from sandbox.expectations import ExpectedCalls
-from sandbox.limits import fields_json
+from sandbox.older_limits import limits_json
 from sandbox.server.store_memory import MemoryAuditStore, _admission_json
 from tests.audit.audit_support import admission, result
 
 
 def _asdict_json(record: Admission) -> str:
     data = dataclasses.asdict(record)
-    data["effective_limits"] = fields_json(record.effective_limits)
+    data["effective_limits"] = limits_json(record.effective_limits)
     data["labels"] = dict(record.labels)
     return json.dumps(data, sort_keys=True, default=str)
 

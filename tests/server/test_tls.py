@@ -27,6 +27,7 @@ import pytest
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox._proto import sandbox_pb2_grpc as pb_grpc
 from sandbox.client import AsyncClient, Client
+from sandbox.client.tls import TlsFiles
 from sandbox.errors import InvalidArgument, Unauthenticated, Unavailable
 from sandbox.tenants import hash_key
 from tests.ptc_cli import run_ptc
@@ -196,8 +197,10 @@ def test_a_client_certificate_needs_its_key(tls_server: Serving, pki: Pki) -> No
 
 
 def _mtls_client(serving: Serving, pki: Pki, cert: Issued | None) -> Client:
-    pair = {} if cert is None else {"tls_cert": str(cert.cert), "tls_key": str(cert.key)}
-    return Client(serving.address, KEY, tls_ca=str(pki.ca.cert), **pair)
+    tls: TlsFiles = {"tls_ca": str(pki.ca.cert)}
+    if cert is not None:
+        tls["tls_cert"], tls["tls_key"] = str(cert.cert), str(cert.key)
+    return Client(serving.address, KEY, **tls)
 
 
 def test_mtls_refuses_a_client_without_a_certificate(mtls_server: Serving, pki: Pki) -> None:
@@ -216,9 +219,13 @@ def test_mtls_serves_the_clients_ca_sdk_and_cli(mtls_server: Serving, pki: Pki) 
     with _mtls_client(mtls_server, pki, pki.client) as client:
         assert client.run("print(6 * 7)").stdout == "42\n"
     # A client certificate is not a tenant: the API key still decides who the caller is.
-    pair = {"tls_cert": str(pki.client.cert), "tls_key": str(pki.client.key)}
+    tls: TlsFiles = {
+        "tls_ca": str(pki.ca.cert),
+        "tls_cert": str(pki.client.cert),
+        "tls_key": str(pki.client.key),
+    }
     with (
-        Client(mtls_server.address, tls_ca=str(pki.ca.cert), **pair) as keyless,
+        Client(mtls_server.address, **tls) as keyless,
         pytest.raises(Unauthenticated),
     ):
         keyless.run("print(1)")

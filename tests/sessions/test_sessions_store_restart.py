@@ -11,10 +11,6 @@ provided to the tests (CI's scripts/test.sh), and skips, saying so, elsewhere.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,57 +21,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sandbox._proto import sandbox_pb2 as pb
 from sandbox.server.fleet import READINESS_SERVICE
 from sandbox.tenants import hash_key
-from tests.ptc_serve import ROOT, ptc_serve
+from tests.postgres_support import PrivateCluster, private_cluster
+from tests.ptc_serve import ptc_serve
 
 from .refusals import CALLS, Raw, refused, wait_until
 
 pytestmark = pytest.mark.requires_postgres
 
 KEY = "ptc-test-key-store-restart-0123456789"
-# The socket lives in the cluster's own directory, so the port only has to be free there.
-PORT = os.environ.get("PTC_TEST_PRIVATE_PG_PORT", "5441")
-
-
-class PrivateCluster:
-    """A PostgreSQL cluster in a directory of its own, for a test that stops and starts it."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="ptc-test-pg-")
-        self.url = ""
-
-    def _script(self, command: str) -> str:
-        done = subprocess.run(
-            ["scripts/postgres.sh", command],
-            cwd=ROOT,
-            env={**os.environ, "PTC_PG_DIR": self.dir, "PTC_PG_PORT": PORT},
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert done.returncode == 0, f"postgres.sh {command}: {done.stdout}{done.stderr}"
-        return done.stdout
-
-    def start(self) -> None:
-        exported = self._script("start").strip()
-        self.url = exported.split("=", 1)[1].strip("'")
-
-    def halt(self) -> None:
-        self._script("halt")
-
-    def remove(self) -> None:
-        self._script("stop")
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture
 def cluster() -> Iterator[PrivateCluster]:
-    made = PrivateCluster()
-    try:
-        made.start()
+    with private_cluster() as made:
         yield made
-    finally:
-        made.remove()
 
 
 def _ready(address: str) -> bool:

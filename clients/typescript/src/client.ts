@@ -26,6 +26,7 @@ import {
 } from "./convert.js";
 import { PtcError, toPtcError } from "./errors.js";
 import * as pb from "./gen/ptc/sandbox/v1/sandbox_pb.js";
+import { type KeepaliveOptions, resolveKeepalive } from "./keepalive.js";
 import type {
   CallOptions,
   ExecuteOptions,
@@ -74,6 +75,11 @@ export interface PtcClientOptions {
    * output files). A larger one fails as "message_too_large", never as "rate_limited". Not
    * used with `transport` (give it to `createNodeTransport` then). */
   readMaxBytes?: number;
+  /** HTTP/2 keepalive pings of the default Node transport (`keepalive.ts`): by default a PING
+   * after 20 s without data on a connection with calls in flight, the connection given up
+   * (its calls failing "unavailable", saying the server stopped answering keepalive pings)
+   * when not answered within 15 s. `false`: no pings. Not used with `transport`. */
+  keepalive?: KeepaliveOptions | false;
 }
 
 type SandboxClient = Client<typeof pb.SandboxService>;
@@ -113,6 +119,7 @@ export class PtcClient {
         `readMaxBytes: a whole number of bytes of at least 1, got ${max}`,
       );
     }
+    resolveKeepalive(options.keepalive); // a bad value is refused here, not at the first call
     this.options = options;
     this.retry = resolvePolicy(options.retry);
     this.headers = options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {};
@@ -157,6 +164,7 @@ export class PtcClient {
       ...(this.options.readMaxBytes === undefined
         ? {}
         : { readMaxBytes: this.options.readMaxBytes }),
+      ...(this.options.keepalive === undefined ? {} : { keepalive: this.options.keepalive }),
     });
     return { client: createClient(pb.SandboxService, transport), close: () => transport.close() };
   }

@@ -14,6 +14,11 @@ export {
   SessionLostError,
 } from "./errors.js";
 export {
+  KEEPALIVE_FAILURE,
+  type KeepaliveOptions,
+  MIN_KEEPALIVE_INTERVAL_MS,
+} from "./keepalive.js";
+export {
   DEFAULT_BUDGET,
   type ObservationBudget,
   type ObservationOptions,

@@ -25,6 +25,7 @@ import {
 type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
 import { PtcError } from "../errors.js";
+import { type KeepaliveOptions, namingKeepalive, resolveKeepalive } from "../keepalive.js";
 import { WriteBudget } from "./budget.js";
 import { writesInPieces } from "./pieces.js";
 import { createUnary } from "./unary.js";
@@ -49,6 +50,9 @@ export interface NodeTransportOptions {
   tls?: TlsOptions;
   /** Largest message received; default 64 MiB (results carry output files). */
   readMaxBytes?: number;
+  /** HTTP/2 keepalive pings (`keepalive.ts`): on by default (a PING after 20 s without data,
+   * answered within 15 s); `false`: none, and a frozen server holds a call until its deadline. */
+  keepalive?: KeepaliveOptions | false;
 }
 
 /** A transport the client can close: it owns one HTTP/2 connection. */
@@ -151,8 +155,13 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
   };
   // Our own session manager, so that `close()` can end the connection: an idle HTTP/2 session
   // would otherwise keep the process alive until connect-node's idle timeout.
+  const keepalive = resolveKeepalive(options.keepalive);
+  const pings =
+    keepalive === undefined
+      ? {}
+      : { pingIntervalMs: keepalive.intervalMs, pingTimeoutMs: keepalive.timeoutMs };
   const budget = new WriteBudget();
-  const sessionManager = guarded(new Http2SessionManager(url, {}, nodeOptions), budget);
+  const sessionManager = guarded(new Http2SessionManager(url, pings, nodeOptions), budget);
   const readMaxBytes = options.readMaxBytes ?? 64 * 1024 * 1024;
   if (!Number.isSafeInteger(readMaxBytes) || readMaxBytes < 1) {
     throw new TypeError(`readMaxBytes: a whole number of bytes of at least 1, got ${readMaxBytes}`);
@@ -163,21 +172,46 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
     nodeOptions,
     readMaxBytes,
   });
+  const unary = createUnary({
+    sessionManager: { ...sessionManager, request: sessionManager.unwritten },
+    readMaxBytes,
+    budget,
+  });
+  const stream = transport.stream.bind(transport);
+  const named = (error: unknown): unknown =>
+    keepalive === undefined ? error : namingKeepalive(error, keepalive);
   return {
     // Unary calls are ours (`unary.ts`: connect's per-call machinery was most of their cost);
-    // the bidirectional stream is connect's, on the same connection.
-    unary: createUnary({
-      sessionManager: { ...sessionManager, request: sessionManager.unwritten },
-      readMaxBytes,
-      budget,
-    }),
-    stream: transport.stream.bind(transport),
+    // the bidirectional stream is connect's, on the same connection. A call ended by an
+    // unanswered keepalive ping fails saying so (`keepalive.ts`).
+    unary: (...args) =>
+      unary(...args).catch((error: unknown) => {
+        throw named(error);
+      }),
+    stream: async (...args) => {
+      const response = await stream(...args).catch((error: unknown) => {
+        throw named(error);
+      });
+      return { ...response, message: renamed(response.message, named) };
+    },
     close: () => {
       sessionManager.close();
       for (const socket of sockets) socket.destroy();
       sockets.clear();
     },
   };
+}
+
+/** `messages`, whose failure is `named`'s reading of it. */
+async function* renamed<T>(
+  messages: AsyncIterable<T>,
+  named: (error: unknown) => unknown,
+): AsyncIterable<T> {
+  try {
+    yield* messages;
+  } catch (error) {
+    throw named(error);
+  }
 }
 
 /**
