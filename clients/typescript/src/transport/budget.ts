@@ -78,12 +78,9 @@ export function writeWithin(
       stream.off("close", release);
       budget.give(chunk.byteLength);
     };
-    if (stream.closed || stream.destroyed) {
-      release();
-      done(new Error("the stream closed before its request was written"));
-      return;
-    }
-    stream.once("close", release);
+    // On a stream that has closed meanwhile, Node fails the write itself (its callback gets
+    // ERR_STREAM_DESTROYED or ERR_STREAM_WRITE_AFTER_END, which connect reads as it always has).
+    if (!stream.closed) stream.once("close", release);
     write(chunk, (error) => {
       release();
       done(error);
