@@ -235,6 +235,32 @@ export function errorFromStatus(
 const PROTOCOL =
   /unexpected content-type|invalid content-type|missing (?:trailer|grpc-status)|protocol error|premature end|incomplete|unexpected end|invalid grpc-status|HTTP status \d+|ERR_HTTP2_(?:ERROR|PROTOCOL_ERROR|INVALID|STREAM_ERROR|SESSION_ERROR)|protocol/i;
 
+// An HTTP/2 stream reset that refused the call, as Node words it (`Stream closed with error code
+// NGHTTP2_REFUSED_STREAM`) and as connect and `transport/unary.ts` do (`http/2 stream closed
+// with error code ENHANCE_YOUR_CALM (0xb)`).
+const REFUSED = /stream closed with error code (?:NGHTTP2_)?(REFUSED_STREAM|ENHANCE_YOUR_CALM)/i;
+
+/**
+ * A stream reset with REFUSED_STREAM (the server did not take the call: RFC 9113, 8.7) or
+ * ENHANCE_YOUR_CALM (the server, or Node on this side refusing the server's answer while the
+ * connection was over its `maxSessionMemory`, after the server may have run the call), as
+ * "unavailable": the call was refused for now, the policy sends it again (an `execute` with the
+ * same idempotency key, which returns the first run's result rather than running it twice).
+ * Without this, connect's codes made the one "protocol" and the other "message_too_large".
+ */
+function refusedStream(name: string, message: string, cause: ConnectError): PtcError {
+  const what =
+    name.toUpperCase() === "REFUSED_STREAM"
+      ? "the server refused the HTTP/2 stream (REFUSED_STREAM) before taking the call"
+      : "the HTTP/2 stream was reset with ENHANCE_YOUR_CALM (by the server, or by this " +
+        "client's HTTP/2 layer refusing the server's answer over its maxSessionMemory): the " +
+        "call may have run";
+  return new PtcError("unavailable", `${what}: ${message}`, {
+    grpcCode: GrpcCode.UNAVAILABLE,
+    cause,
+  });
+}
+
 /**
  * Any failure of a call, as a `PtcError`: the caller's own signal first (`aborted_by_signal`),
  * then a status the server sent, then what the transport saw.
@@ -264,6 +290,8 @@ export function toPtcError(error: unknown, signal?: AbortSignal): PtcError {
     // or the bytes were not gRPC ("protocol").
     if (!error.metadata.has("grpc-status")) {
       const text = `${message} ${causeText(error)}`;
+      const refused = REFUSED.exec(text);
+      if (refused !== null) return refusedStream(refused[1] ?? "", message, error);
       if (PROTOCOL.test(text)) {
         return new PtcError("protocol", `the server's answer is not gRPC: ${message}`, {
           grpcCode: error.code,

@@ -7,6 +7,8 @@
  * - a TCP server that answers garbage (not HTTP/2 at all);
  * - an HTTP/2 server that starts a gRPC answer and cuts it in the middle of a message, by a
  *   reset and by a clean end of stream;
+ * - an HTTP/2 server that resets every stream with REFUSED_STREAM, or ENHANCE_YOUR_CALM (what
+ *   Node itself does to an answer it refuses over `maxSessionMemory`);
  * - the call's deadline passing while a client-side tool runs;
  * - the caller's AbortSignal fired while a client-side tool runs.
  */
@@ -142,6 +144,48 @@ for (const [name, cut] of [
     );
     client.close();
     await close(server);
+    assert.deepEqual(await activeResources(), baseline);
+  });
+}
+
+for (const [name, code, said] of [
+  ["REFUSED_STREAM", h2.NGHTTP2_REFUSED_STREAM, /refused the HTTP\/2 stream \(REFUSED_STREAM\)/],
+  ["ENHANCE_YOUR_CALM", h2.NGHTTP2_ENHANCE_YOUR_CALM, /reset with ENHANCE_YOUR_CALM/],
+] as const) {
+  test(`every stream reset with ${name}: unavailable saying so, retried with the same key`, async () => {
+    const baseline = await activeResources();
+    const keys: string[] = [];
+    const server = h2Server((req: Http2ServerRequest, res: Http2ServerResponse) => {
+      // The request's first bytes hold its idempotency key (a stream's request never ends).
+      req.once("data", (chunk: Buffer) => {
+        keys.push(chunk.toString("latin1").match(/[0-9a-f-]{36}/)?.[0] ?? "");
+        res.stream.close(code);
+      });
+    });
+    const address = await listen(server);
+    const client = new PtcClient({ address, retry: { attempts: 3, backoffMs: 1 } });
+    const refused = (attempts: number | undefined) => (error: unknown) => {
+      assert.ok(typed(["unavailable"])(error));
+      const failure = error as PtcError;
+      assert.equal(failure.grpcCode, 14);
+      assert.match(failure.message, said);
+      assert.equal(failure.attempts, attempts);
+      return true;
+    };
+    try {
+      const run = client.stream("print(1)", { deadlineMs: 5000 }); // a stream is not retried
+      await assert.rejects(settlesWithin(run.result, 6000).then(unwrap), refused(undefined));
+      assert.equal(keys.length, 1);
+      await assert.rejects(
+        settlesWithin(client.execute("print(1)", { deadlineMs: 5000 }), 6000).then(unwrap),
+        refused(3),
+      );
+      assert.equal(keys.length, 4);
+      assert.equal(new Set(keys.slice(1)).size, 1, `one key for every attempt: ${keys}`);
+    } finally {
+      client.close();
+      await close(server);
+    }
     assert.deepEqual(await activeResources(), baseline);
   });
 }

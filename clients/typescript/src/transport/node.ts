@@ -26,6 +26,7 @@ type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
 import { PtcError } from "../errors.js";
 import { type KeepaliveOptions, namingKeepalive, resolveKeepalive } from "../keepalive.js";
+import { WriteBudget } from "./budget.js";
 import { writesInPieces } from "./pieces.js";
 import { createUnary } from "./unary.js";
 
@@ -159,7 +160,8 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
     keepalive === undefined
       ? {}
       : { pingIntervalMs: keepalive.intervalMs, pingTimeoutMs: keepalive.timeoutMs };
-  const sessionManager = guarded(new Http2SessionManager(url, pings, nodeOptions));
+  const budget = new WriteBudget();
+  const sessionManager = guarded(new Http2SessionManager(url, pings, nodeOptions), budget);
   const readMaxBytes = options.readMaxBytes ?? 64 * 1024 * 1024;
   if (!Number.isSafeInteger(readMaxBytes) || readMaxBytes < 1) {
     throw new TypeError(`readMaxBytes: a whole number of bytes of at least 1, got ${readMaxBytes}`);
@@ -170,7 +172,11 @@ export function createNodeTransport(options: NodeTransportOptions): ClosableTran
     nodeOptions,
     readMaxBytes,
   });
-  const unary = createUnary({ sessionManager, readMaxBytes });
+  const unary = createUnary({
+    sessionManager: { ...sessionManager, request: sessionManager.unwritten },
+    readMaxBytes,
+    budget,
+  });
   const stream = transport.stream.bind(transport);
   const named = (error: unknown): unknown =>
     keepalive === undefined ? error : namingKeepalive(error, keepalive);
@@ -210,27 +216,38 @@ async function* renamed<T>(
 
 /**
  * `manager` with every HTTP/2 session it hands out kept from crashing the process, and ended
- * for good when it fails or the client closes, and its streams' large writes made in pieces
- * (`pieces.ts`). A server that answers garbage makes a session
- * emit "error" more than once, and connect-node's own listener is gone by the second, which
- * Node then throws as uncaught; and the failed session's socket stayed open. The error also
- * reaches every stream of the session, so each call still fails with it (as a `PtcError`).
+ * for good when it fails or the client closes, and the writes of connect's streams made in
+ * pieces within the connection's budget (`pieces.ts`, `budget.ts`); `unwritten` hands out
+ * streams whose writer does that itself (`unary.ts`), unchanged: a write made in pieces twice
+ * would take the budget twice, and wait for itself once the budget is spent. A server that
+ * answers garbage makes a session emit "error" more than once, and connect-node's own listener
+ * is gone by the second, which Node then throws as uncaught; and the failed session's socket
+ * stayed open. The error also reaches every stream of the session, so each call still fails
+ * with it (as a `PtcError`).
  */
-function guarded(manager: Http2SessionManager): SessionManager & { close(): void } {
+function guarded(
+  manager: Http2SessionManager,
+  budget: WriteBudget,
+): SessionManager & { unwritten: SessionManager["request"]; close(): void } {
   const live = new Set<Http2Session>();
+  const unwritten: SessionManager["request"] = async (method, path, headers, options) => {
+    const stream = await manager.request(method, path, headers, options);
+    const session = stream.session;
+    if (session !== undefined && !live.has(session)) {
+      live.add(session);
+      session.on("error", () => session.destroy());
+      session.once("close", () => live.delete(session));
+    }
+    return stream;
+  };
   return {
     authority: manager.authority,
     async request(method, path, headers, options) {
-      const stream = await manager.request(method, path, headers, options);
-      writesInPieces(stream); // a large request whole would hide the server's answer (pieces.ts)
-      const session = stream.session;
-      if (session !== undefined && !live.has(session)) {
-        live.add(session);
-        session.on("error", () => session.destroy());
-        session.once("close", () => live.delete(session));
-      }
+      const stream = await unwritten(method, path, headers, options);
+      writesInPieces(stream, budget); // too much unwritten hides the server's answers (budget.ts)
       return stream;
     },
+    unwritten,
     notifyResponseByteRead: (stream) => manager.notifyResponseByteRead(stream),
     close() {
       manager.abort();

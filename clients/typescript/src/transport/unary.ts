@@ -38,7 +38,8 @@ import {
 import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { codeFromHttpStatus, findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import type { GrpcTransportOptions } from "@connectrpc/connect-node";
-import { PIECE_BYTES, writeInPieces } from "./pieces.js";
+import type { WriteBudget } from "./budget.js";
+import { writeInPieces } from "./pieces.js";
 
 type SessionManager = NonNullable<GrpcTransportOptions["sessionManager"]>;
 
@@ -47,6 +48,8 @@ export interface UnaryOptions {
   sessionManager: SessionManager;
   /** Largest response message, in bytes. */
   readMaxBytes: number;
+  /** What the connection's streams may have handed Node unwritten (`budget.ts`). */
+  budget: WriteBudget;
 }
 
 const NGHTTP2_CANCEL = 0x8;
@@ -320,18 +323,16 @@ class Call {
           new ConnectError("protocol error: the stream closed before its end", Code.Internal),
         );
     });
-    if (frame.byteLength <= PIECE_BYTES) stream.end(frame);
-    else {
-      // Whole, a message this large would leave the server's answer unread (`pieces.ts`); a
-      // write that fails is the stream's end, which its own events settle.
-      writeInPieces(
-        (piece, done) => stream.write(piece, done),
-        frame,
-        (error) => {
-          if (error === null || error === undefined) stream.end();
-        },
-      );
-    }
+    // In pieces within the connection's budget (`pieces.ts`, `budget.ts`): whole, a large
+    // message, or many at once, would leave the server's answers unread. The last piece ends
+    // the request; a write that fails is the stream's end, which its own events settle.
+    writeInPieces(
+      stream,
+      this.options.budget,
+      (piece, done, last) => (last ? stream.end(piece, done) : stream.write(piece, done)),
+      frame,
+      () => undefined,
+    );
   }
 
   /** The answer's message, or the error its status (else its bytes) makes of it. */
