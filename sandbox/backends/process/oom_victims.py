@@ -6,15 +6,24 @@ the pod's ``oom_kill`` counter (`enclosing_oom`), but the counter says neither w
 which sandbox. A killed pid 1 is told apart by its SIGKILL death (`sandbox.execution.evidence`);
 a killed child is reaped by the script, which goes on, and its exit status never reaches the
 host. So the host correlates in time, at each sample of its accounting (`host_meter`, every
-`sandbox.execution.drive.CPU_POLL_S`): it reads the pod's counter first, then walks the
-sandbox's processes; a process of the sandbox that was alive at one walk and gone (exited,
-exiting or a zombie) at the next, while the counter rose at that reading or at one of the two
-before it, or within the last `WINDOW_S` (a kill is counted before its victim exits, and the
+`sandbox.execution.drive.CPU_POLL_S`): it walks the sandbox's processes, then reads the pod's
+counter; a process of the sandbox that was alive at one walk and gone (exited, exiting or a
+zombie) at the next, while the counter rose at the reading after that walk or at one of the
+two before it, or within the last `WINDOW_S` (a kill is counted before its victim exits, and the
 victim exits only once it is scheduled, which under memory pressure on a loaded machine may
 take a few samples; other readers of the usage, such as progress reports, sample more often),
 is taken as a victim (one missing from the walk but still running was only missed: the
 `children` files the walk reads can skip a live process). Each kill the counter rose by is given
 to at most one process of this sandbox.
+
+The counter is read after the walk, never before it: the kernel counts a kill before it sends
+the SIGKILL, so every victim the walk found gone has its kill in a reading taken after the walk.
+Read before the walk, a kill landing between the reading and the walk, its victim gone by the
+walk, was lost: the walk saw the process gone while the counter had not risen, and the next
+reading's rise found no process gone. Under memory pressure that is no rare interleaving: the
+server's own allocation during the walk can be what hits the pod's limit, and the kernel then
+kills a sandbox process and holds the server until the victim's memory is freed (a CI run at
+load 7 on 2 cores lost a child's kill so, `tests/deploy/test_kubernetes_pod_oom.py`).
 
 Its first processes (pid 1, and its reaper where it has one) are never taken: once one of them
 ends, the sandbox is ending, every other process dies with it, and nothing more is taken (a kill
@@ -67,8 +76,10 @@ class OomVictims:
         self._ending = False
         self.victims = 0
 
-    def before_walk(self) -> None:
-        """Reads the counter: call it just before the host walks the sandbox's processes."""
+    def walked(self, pids: frozenset[int]) -> None:
+        """The live processes the host's walk just found: reads the counter (after the walk,
+        the module's docstring says why), and the processes gone since the last walk may be
+        victims of the kills it rose by."""
         count = self._counter.read()
         if not self._pids:
             # No process seen yet (the first walk of a warm sandbox): no process of it can have
@@ -77,9 +88,6 @@ class OomVictims:
         elif count > self._count:
             self._unclaimed.append(_Kills(count - self._count, time.monotonic()))
             self._count = count
-
-    def after_walk(self, pids: frozenset[int]) -> None:
-        """The live processes the walk found: the ones gone since the last walk may be victims."""
         if not self._first:
             below = children(self._root) if self._reaper else []
             self._first = frozenset([self._root, *below])
