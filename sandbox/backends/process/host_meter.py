@@ -16,7 +16,8 @@ Kubernetes base, reads them):
   file-backed and shmem, pages: libraries and the page cache are shared and reclaimable); the
   sandbox adds what its private `/tmp` and `/dev/shm` hold (`TmpfsProbe`), as a memory cgroup
   would charge those pages. A page that a forked child still shares copy-on-write with its
-  parent counts once per process, with one exception below: the sum errs high, never low.
+  parent counts once per process: the sum errs high, never low, but for one sample of a
+  forked child, as follows.
 
   The exception is a child between its fork and its exec. Its anonymous memory is then its
   parent's, copy-on-write, and counted whole it is the parent's once more per child: a fork bomb
@@ -25,10 +26,10 @@ Kubernetes base, reads them):
   while it really used a fraction of it. So a process the walk finds for the first time that
   was forked and has not exec'd since (the kernel's PF_FORKNOEXEC), below a parent of the
   sandbox, counts no more than the pages it has faulted in itself (its minor and major faults,
-  at most one page each with no huge pages; its counters start at zero at the fork): what it
-  did not fault in it still shares with its parent, or shared until at most one sample ago.
-  From the next walk on it counts whole again, as every process does, so what that one sample
-  does not see is what the other slips below are: what processes can touch between two samples.
+  counted from zero at the fork; one page each, more where a huge page was mapped): what it did
+  not fault in it still shares with its parent, or shared until at most one sample ago. From
+  the next walk on it counts whole again, as every process does, so what that first sample
+  misses is of the kind docs/limits.md lists: what processes can touch between two samples.
 
 The drive loop samples every `sandbox.execution.drive.CPU_POLL_S` (50 ms) and stops the sandbox
 when a sum passes its limit (docs/limits.md says what can slip between two samples).
