@@ -118,3 +118,41 @@ def test_a_process_that_ends_with_no_kill_counted_is_no_victim(tree: _Tree) -> N
     tree.sample()
     tree.sample()
     assert (tree.victims.victims, tree.victims.kills_since_start()) == (0, 0)
+
+
+FREEZER_V1 = Path("/sys/fs/cgroup/freezer")
+
+
+def test_a_victim_that_cannot_exit_yet_is_taken_by_its_pending_sigkill(tree: _Tree) -> None:
+    """A victim stuck in the kernel (here: frozen by a cgroup v1 freezer, where a SIGKILL waits
+    until the thaw) is taken while its SIGKILL is pending, however long it takes to go, and
+    only once when it goes."""
+    if not os.access(FREEZER_V1, os.W_OK):
+        pytest.skip("needs a writable cgroup v1 freezer hierarchy to hold a killed process")
+    group = FREEZER_V1 / f"ptc-test-victim-{os.getpid()}"
+    group.mkdir()
+    victim = tree.children[0]
+    try:
+        (group / "cgroup.procs").write_text(str(victim))
+        (group / "freezer.state").write_text("FROZEN")
+        deadline = time.monotonic() + 10
+        while (group / "freezer.state").read_text().strip() != "FROZEN":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        tree.count_kill()
+        os.kill(victim, signal.SIGKILL)
+        for _ in range(5):  # past the window: it is still there, and so is its SIGKILL
+            tree.sample()
+            time.sleep(0.1)
+        assert victim in tree.meter.last.pids
+        assert tree.victims.victims == 1
+        (group / "freezer.state").write_text("THAWED")
+        tree.end(victim, counted=False)
+        tree.sample()
+        assert tree.victims.victims == 1
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        time.sleep(0.1)
+        for pid in (group / "cgroup.procs").read_text().split():
+            (FREEZER_V1 / "cgroup.procs").write_text(pid)
+        group.rmdir()

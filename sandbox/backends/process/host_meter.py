@@ -37,11 +37,13 @@ when a sum passes its limit (docs/limits.md says what can slip between two sampl
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["ProcessTreeMeter", "TreeSample", "children", "running"]
+__all__ = ["ProcessTreeMeter", "TreeSample", "children", "running", "sigkill_pending"]
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -49,6 +51,7 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # task forked and not exec'd since.
 _PF_EXITING = 0x4
 _PF_FORKNOEXEC = 0x40
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in a pending-signal mask of /proc/PID/status
 # A sandbox holds at most `processes` (<= 1024) tasks; a walk that finds more than this is not
 # looking at one sandbox any more (a reused pid): it stops rather than read the host's /proc.
 _MAX_PROCESSES = 4096
@@ -124,6 +127,36 @@ def running(pid: int) -> bool:
     position), so a process missing from a walk is asked for directly."""
     read = _read_process(pid)
     return read is not None and not read.ending
+
+
+def sigkill_pending(pid: int) -> bool:
+    """Whether ``pid`` has a SIGKILL sent and not yet acted on (its process-wide or thread's
+    pending signals in /proc/PID/status, which needs no ptrace access): a process being killed
+    that has not yet run to its exit."""
+    try:
+        status = _read_status(pid)
+    except OSError:
+        return False
+    for line in status.splitlines():
+        name, _, value = line.partition(b":")
+        if name in (b"SigPnd", b"ShdPnd"):
+            with contextlib.suppress(ValueError):
+                if int(value.strip(), 16) & _SIGKILL_BIT:
+                    return True
+    return False
+
+
+def _read_status(pid: int) -> bytes:
+    """/proc/PID/status whole (about 1.5 KiB; its signal lines come after the first 4 KiB only
+    with very long group lists)."""
+    fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 16384):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class _Process(NamedTuple):

@@ -13,8 +13,10 @@ two before it, or within the last `WINDOW_S` (a kill is counted before its victi
 victim exits only once it is scheduled, which under memory pressure on a loaded machine may
 take a few samples; other readers of the usage, such as progress reports, sample more often),
 is taken as a victim (one missing from the walk but still running was only missed: the
-`children` files the walk reads can skip a live process). Each kill the counter rose by is given
-to at most one process of this sandbox.
+`children` files the walk reads can skip a live process). A process of the sandbox with a
+SIGKILL pending (its /proc status, readable without ptrace) while a kill is unclaimed is taken
+at once, without waiting for it to go: a victim stuck in the kernel may take longer than the
+window to exit. Each kill the counter rose by is given to at most one process of this sandbox.
 
 The counter is read after the walk, never before it: the kernel counts a kill before it sends
 the SIGKILL, so every victim the walk found gone has its kill in a reading taken after the walk.
@@ -41,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
-from sandbox.backends.process.host_meter import children, running
+from sandbox.backends.process.host_meter import children, running, sigkill_pending
 
 __all__ = ["WINDOW_S", "OomVictims"]
 
@@ -74,6 +76,7 @@ class OomVictims:
         self._pids: frozenset[int] = frozenset()
         self._first: frozenset[int] = frozenset()
         self._ending = False
+        self._dying: set[int] = set()  # taken as victims before they were gone
         self.victims = 0
 
     def walked(self, pids: frozenset[int]) -> None:
@@ -99,7 +102,9 @@ class OomVictims:
             # (or the kernel's kill of that process, which its exit status tells).
             self._ending = True
             return
-        gone = len(missing - still)
+        # A process already taken while it was dying is not taken again when it goes.
+        gone = len(missing - still - self._dying)
+        self._dying -= missing - still
         now = time.monotonic()
         for kills in self._unclaimed:
             kills.walks += 1
@@ -107,6 +112,16 @@ class OomVictims:
             kills.count -= claimed
             self.victims += claimed
             gone -= claimed
+        if any(kills.count for kills in self._unclaimed):
+            # A victim not yet gone, its SIGKILL pending (one stuck in the kernel, as under
+            # memory pressure, may not exit within the window): taken now.
+            dying = [pid for pid in self._pids - self._first - self._dying if sigkill_pending(pid)]
+            for kills in self._unclaimed:
+                claimed = min(len(dying), kills.count)
+                kills.count -= claimed
+                self.victims += claimed
+                self._dying.update(dying[:claimed])
+                dying = dying[claimed:]
         self._unclaimed = [
             k for k in self._unclaimed if k.count and (k.walks < 3 or now - k.seen_at < WINDOW_S)
         ]
