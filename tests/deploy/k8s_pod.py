@@ -8,6 +8,7 @@ The `pod` fixture (conftest.py) starts and ends one per test."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -156,7 +157,14 @@ class Pod:
         """The container's memory cgroup on this (v1) engine's host: the pod's, as the kernel
         counts it."""
         full = docker("inspect", "-f", "{{.Id}}", self.name).stdout.strip()
-        (directory,) = Path("/sys/fs/cgroup/memory").glob(f"**/{full}")
+        # os.walk, not Path.glob: on a shared machine other servers' sandbox cgroups come and go
+        # during the search, and glob raised FileNotFoundError for one removed under it.
+        found = [
+            Path(top) / full
+            for top, dirs, _files in os.walk("/sys/fs/cgroup/memory", onerror=lambda _e: None)
+            if full in dirs
+        ]
+        (directory,) = found
         return directory
 
     def working_set_bytes(self) -> int:

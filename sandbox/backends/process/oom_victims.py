@@ -6,15 +6,26 @@ the pod's ``oom_kill`` counter (`enclosing_oom`), but the counter says neither w
 which sandbox. A killed pid 1 is told apart by its SIGKILL death (`sandbox.execution.evidence`);
 a killed child is reaped by the script, which goes on, and its exit status never reaches the
 host. So the host correlates in time, at each sample of its accounting (`host_meter`, every
-`sandbox.execution.drive.CPU_POLL_S`): it reads the pod's counter first, then walks the
-sandbox's processes; a process of the sandbox that was alive at one walk and gone (exited,
-exiting or a zombie) at the next, while the counter rose at that reading or at one of the two
-before it, or within the last `WINDOW_S` (a kill is counted before its victim exits, and the
+`sandbox.execution.drive.CPU_POLL_S`): it walks the sandbox's processes, then reads the pod's
+counter; a process of the sandbox that was alive at one walk and gone (exited, exiting or a
+zombie) at the next, while the counter rose at the reading after that walk or at one of the
+two before it, or within the last `WINDOW_S` (a kill is counted before its victim exits, and the
 victim exits only once it is scheduled, which under memory pressure on a loaded machine may
 take a few samples; other readers of the usage, such as progress reports, sample more often),
 is taken as a victim (one missing from the walk but still running was only missed: the
-`children` files the walk reads can skip a live process). Each kill the counter rose by is given
-to at most one process of this sandbox.
+`children` files the walk reads can skip a live process). A process of the sandbox with a
+SIGKILL pending (its /proc status, readable without ptrace) while a kill is unclaimed is taken
+at once, without waiting for it to go: a victim stuck in the kernel may take longer than the
+window to exit. Each kill the counter rose by is given to at most one process of this sandbox.
+
+The counter is read after the walk, never before it: the kernel counts a kill before it sends
+the SIGKILL, so every victim the walk found gone has its kill in a reading taken after the walk.
+Read before the walk, a kill landing between the reading and the walk, its victim gone by the
+walk, was lost: the walk saw the process gone while the counter had not risen, and the next
+reading's rise found no process gone. Under memory pressure that is no rare interleaving: the
+server's own allocation during the walk can be what hits the pod's limit, and the kernel then
+kills a sandbox process and holds the server until the victim's memory is freed (a CI run at
+load 7 on 2 cores lost a child's kill so, `tests/deploy/test_kubernetes_pod_oom.py`).
 
 Its first processes (pid 1, and its reaper where it has one) are never taken: once one of them
 ends, the sandbox is ending, every other process dies with it, and nothing more is taken (a kill
@@ -32,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from sandbox.backends.process.cgroups.enclosing_oom import EnclosingOomCounter
-from sandbox.backends.process.host_meter import children, running
+from sandbox.backends.process.host_meter import children, running, sigkill_pending
 
 __all__ = ["WINDOW_S", "OomVictims"]
 
@@ -65,10 +76,13 @@ class OomVictims:
         self._pids: frozenset[int] = frozenset()
         self._first: frozenset[int] = frozenset()
         self._ending = False
+        self._dying: set[int] = set()  # taken as victims before they were gone
         self.victims = 0
 
-    def before_walk(self) -> None:
-        """Reads the counter: call it just before the host walks the sandbox's processes."""
+    def walked(self, pids: frozenset[int]) -> None:
+        """The live processes the host's walk just found: reads the counter (after the walk,
+        the module's docstring says why), and the processes gone since the last walk may be
+        victims of the kills it rose by."""
         count = self._counter.read()
         if not self._pids:
             # No process seen yet (the first walk of a warm sandbox): no process of it can have
@@ -77,9 +91,6 @@ class OomVictims:
         elif count > self._count:
             self._unclaimed.append(_Kills(count - self._count, time.monotonic()))
             self._count = count
-
-    def after_walk(self, pids: frozenset[int]) -> None:
-        """The live processes the walk found: the ones gone since the last walk may be victims."""
         if not self._first:
             below = children(self._root) if self._reaper else []
             self._first = frozenset([self._root, *below])
@@ -91,7 +102,9 @@ class OomVictims:
             # (or the kernel's kill of that process, which its exit status tells).
             self._ending = True
             return
-        gone = len(missing - still)
+        # A process already taken while it was dying is not taken again when it goes.
+        gone = len(missing - still - self._dying)
+        self._dying -= missing - still
         now = time.monotonic()
         for kills in self._unclaimed:
             kills.walks += 1
@@ -99,6 +112,16 @@ class OomVictims:
             kills.count -= claimed
             self.victims += claimed
             gone -= claimed
+        if any(kills.count for kills in self._unclaimed):
+            # A victim not yet gone, its SIGKILL pending (one stuck in the kernel, as under
+            # memory pressure, may not exit within the window): taken now.
+            dying = [pid for pid in self._pids - self._first - self._dying if sigkill_pending(pid)]
+            for kills in self._unclaimed:
+                claimed = min(len(dying), kills.count)
+                kills.count -= claimed
+                self.victims += claimed
+                self._dying.update(dying[:claimed])
+                dying = dying[claimed:]
         self._unclaimed = [
             k for k in self._unclaimed if k.count and (k.walks < 3 or now - k.seen_at < WINDOW_S)
         ]

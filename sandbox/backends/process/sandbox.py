@@ -196,11 +196,9 @@ class ProcessSandbox:
                 # The private /tmp and /dev/shm are memory too (tmpfs pages: a memory cgroup
                 # charges them), which no process's resident anonymous memory shows.
                 tmpfs = self._last_usage.tmpfs
-                if self._oom is not None and not self._final_usage:
-                    self._oom.before_walk()
                 now = self.meter.sample()
                 if self._oom is not None and not self._final_usage:
-                    self._oom.after_walk(now.pids)
+                    self._oom.walked(now.pids)
                 memory = now.memory_bytes + sum(t.used_bytes for t in tmpfs)
                 self._host_peak_bytes = max(self._host_peak_bytes, memory)
                 self._last_usage = ResourceUsage(
