@@ -190,7 +190,10 @@ class FrameChannel:
         """Stops the thread and closes the socket; idempotent."""
         self._closing = True
         if self._closed.done():
-            return  # the reading side has finished and `_finish` closed the socket
+            # The reading side has finished and `_finish` closed the socket, or left it open
+            # for a violation's kill (`_kept_for_kill`): closing it again is a no-op.
+            self._sock.close()
+            return
         if self._thread is not None:  # only the thread waits on these
             self._served.set()
             with self._lock:
@@ -231,7 +234,8 @@ class FrameChannel:
         if self._flushing:
             self._loop.remove_writer(self._fd)
             self._flushing = False
-        self._sock.close()
+        if not self._kept_for_kill(error):
+            self._sock.close()
         if not self._ready.done():
             self._ready.set_exception(
                 error or ProtocolViolation("the channel closed before the guest said ready")
@@ -242,6 +246,19 @@ class FrameChannel:
                 self._closed.set_result(None)
             else:
                 self._closed.set_exception(error)
+
+    def _kept_for_kill(self, error: BaseException | None) -> bool:
+        """Whether reading ended at a protocol violation handed to a sink, whose answer is to
+        kill the sandbox: the socket then stays open until `close` (the drive's stop, after
+        its kill). Closed at once, it would let a guest still writing die first of its own
+        error (EPIPE, exit 1) on a loaded host, before the kill the result reports as the
+        violation's action; open and unread, its writes only block until the kill."""
+        return (
+            isinstance(error, ProtocolViolation)
+            and self._sink is not None
+            and self._ready.done()
+            and not self._closing
+        )
 
     def _post(self, callback: Callable[..., object], *args: object) -> None:
         if threading.get_ident() == self._loop_thread:

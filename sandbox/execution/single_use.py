@@ -70,7 +70,15 @@ class SingleUseRun(Drive):
 
     def _guest_done(self) -> None:
         """A guest that reported its end and then hung up has finished: its run ends once its
-        output and channel are closed, without waiting for its exit."""
+        output and channel are closed, without waiting for its exit.
+
+        Where the host sums the sandbox's processes, it reads them here, at the `bye`: the
+        guest waits for the channel's close before it exits (the channel closes after this
+        callback), so the read sees its CPU time with every child it reaped. Read after its
+        exit, the figures would be the last poll's (up to `CPU_POLL_S` old, more on a loaded
+        host): the CPU its children burnt since then was lost."""
+        if self.hung_up and self.handle.capabilities.host_accounting:
+            self.handle.usage()
         if self._end is not None and self.end is not None and self.hung_up:
             self._end.reported(self.end.exit_code)
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import select
 import socket
 import struct
 import threading
@@ -97,12 +98,20 @@ class Channel:
         with self._send_lock:
             self._sock.sendall(_HEADER.pack(len(body)) + body)
 
-    def shut(self) -> None:
-        """Ends the channel for both sides now: the host reads its end (what was sent stays
-        readable), and a thread blocked reading it wakes. Unlike a close, it does not wait for
-        every descriptor of the socket to go."""
+    def shut(self, linger_s: float = 0.0) -> None:
+        """Ends the channel: the host reads its end (what was sent stays readable). Unlike a
+        close, it does not wait for every descriptor of the socket to go. With ``linger_s``
+        it then waits, that long at most, for the host to close its side, which the host
+        does once it has read the end and measured the sandbox: a process that exited at
+        once took the CPU time of the children it reaped with it (the host's sums read it
+        from this process's own /proc entry), and a loaded host read too late lost it. A
+        thread blocked reading the channel wakes when the host closes it (or at our exit)."""
         with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.shutdown(socket.SHUT_WR if linger_s > 0 else socket.SHUT_RDWR)
+            if linger_s > 0:
+                poller = select.poll()
+                poller.register(self._sock.fileno(), select.POLLRDHUP)
+                poller.poll(int(linger_s * 1000))
 
     def _fill(self, n: int) -> None:
         """Reads until the buffer holds ``n`` bytes; one read usually brings a whole frame."""

@@ -52,6 +52,11 @@ if typing.TYPE_CHECKING:
     Jobs = queue.SimpleQueue[dict[str, object]]
 
 CONNECT_TIMEOUT_S = 10.0
+# After its `bye`, how long the guest waits for the host to close the channel before it exits
+# anyway (`_hang_up`). The host closes it as soon as its loop reads the end of stream, and
+# kills the sandbox when it disposes of it; the bound only keeps a host that never answers
+# from holding the process.
+HANG_UP_LINGER_S = 5.0
 
 
 def _connect(path: str) -> int:
@@ -461,7 +466,9 @@ def _hang_up(channel: object) -> None:
             os.close(fd)
     with contextlib.suppress(BaseException):
         channel.send({"t": "bye"})  # type: ignore[attr-defined]
-    channel.shut()  # type: ignore[attr-defined]
+    # Alive until the host has read the `bye` (and with it this process's CPU time, which
+    # holds its reaped children's) and closed the channel; the result does not wait for it.
+    channel.shut(linger_s=HANG_UP_LINGER_S)  # type: ignore[attr-defined]
 
 
 def main() -> None:

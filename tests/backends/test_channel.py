@@ -293,3 +293,27 @@ async def test_on_loop_a_frame_cut_by_the_end_of_stream_is_a_violation() -> None
     await channel.wait_closed()
     assert [str(m) for m in sink.delivered] == ["channel closed inside a frame body"]
     await channel.close()
+
+
+@pytest.mark.parametrize("on_loop", [False, True], ids=["thread", "on_loop"])
+@in_loop
+async def test_a_violation_leaves_the_socket_open_until_close(on_loop: bool) -> None:
+    """The sink's answer to a violation is a kill, which the drive's stop follows with
+    `close`: until then the guest's writes must not fail (closed at the violation, a guest
+    still writing died of EPIPE with exit code 1 on a loaded host before the kill came, and the
+    result said `killed` with the guest's own exit code)."""
+    channel, guest = await opened(f"kept-{on_loop}", on_loop=on_loop)
+    sink = Sink()
+    channel.serve(sink, 1 << 16)
+    guest.sendall(HEADER.pack(5) + b"hello")
+    await channel.wait_closed()
+    assert [str(m) for m in sink.delivered] == [
+        "frame is not UTF-8 JSON: Expecting value: line 1 column 1 (char 0)"
+    ]
+    guest.setblocking(False)
+    assert guest.send(b"garbage after the violation") == len(b"garbage after the violation")
+    await channel.close()
+    with pytest.raises(BrokenPipeError):  # the host's end is closed now
+        for _ in range(1000):
+            guest.send(b"x" * 4096)
+    guest.close()

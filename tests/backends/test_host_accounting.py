@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from sandbox.engine import ExecutionRequest
+from sandbox.execution.hooks import RunHooks
 from sandbox.limits import parse_limit_args
 from sandbox.result import ExecutionResult
 from tests.conftest import EngineHarness
@@ -164,6 +165,33 @@ def test_processes_burning_less_cpu_than_the_limit_together_run(degraded: Engine
     )
     # The children's CPU reached the host through the guest's reaped-children time.
     assert 0.4 <= result.usage.cpu_time_s < 1
+
+
+# How long the host's event loop is held from the script's first line on: longer than the
+# children need to burn, be reaped and the guest to end, even on a loaded host.
+HOST_STALL_S = 3.0
+
+
+def test_children_cpu_counts_when_the_host_reads_after_the_guest_ended(
+    degraded: EngineHarness,
+) -> None:
+    """A host too busy to read while the script runs: the children burn, are reaped and the
+    guest ends before the host reads anything. Before, the guest exited at once and its /proc
+    entry (its reaped children's CPU with it) went; the host's last figures were the poll's
+    from before the script's first line, about none of the 0.45 s (under load in CI: 0.36).
+    Now the guest waits for the host to read its `bye` and close the channel."""
+
+    def stall(_name: str, chunk: bytes) -> None:
+        if b"go" in chunk:
+            time.sleep(HOST_STALL_S)  # on the engine's loop: it reads nothing meanwhile
+
+    request = _request("print('go', flush=True)\n" + BURNERS.format(n=3, burn_s=0.15), cpu_time=2)
+    result = degraded.call(degraded.engine.execute(request, hooks=RunHooks(on_output=stall)))
+    assert (result.status, result.stdout, result.violations) == ("ok", "go\nburnt\n", []), (
+        result.to_json()
+    )
+    assert 0.4 <= result.usage.cpu_time_s < 1
+    degraded.assert_healthy()
 
 
 def test_host_accounting_off_leaves_the_per_process_rlimits_alone(
