@@ -140,7 +140,12 @@ def _store_errors(load: _Load) -> list[tuple[str, str]]:
 def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
     tmp_path: Path,
 ) -> None:
-    with small_tmpfs(tmp_path / "store", "2m") as fs:
+    # 16 MiB, not less: nothing is checkpointed in a test this short, so every transaction's
+    # pages pile up in the WAL (about 40 KB per execution, a few MB per second under the load),
+    # and on a 2 MiB tmpfs the room the filler's deletion gave back was full again within a
+    # second of the load being served: the next completion was kept for good (the WAL held
+    # 2 MB, the database file 4 KB) and the gauge read 1 (CI, twice).
+    with small_tmpfs(tmp_path / "store", "16m") as fs:
         db = fs / "audit.db"
         with (
             ptc_serve(
@@ -176,10 +181,9 @@ def test_a_full_disk_takes_the_server_out_of_rotation_until_space_is_freed(
                 _wait_until("served again", lambda: load.seen("ok", freed_at) >= 5)
             # Written by the readiness check's next `recover` (every second while one waits): a
             # load execution still finishing as the load stopped may have had its completion
-            # kept a moment before. Twice in CI the gauge read 1 at this point (after the gauge
-            # race fixed in 16402f3); the final SELECT below checks every such record did end
-            # `ok`, none left `running`. If it never reaches 0, the message shows the load's
-            # outcomes since the disk was freed.
+            # kept a moment before; the final SELECT below checks every record ended `ok`, none
+            # left `running`. If it never reaches 0, the message shows the load's outcomes since
+            # the disk was freed.
             _wait_until(
                 "no completion waits: "
                 + repr([o for o in load.outcomes if o[0] >= freed_at and o[1] != "ok"][:20]),
